@@ -1,0 +1,3 @@
+from minitrain.cli import main
+
+raise SystemExit(main())

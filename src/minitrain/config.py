@@ -1,0 +1,216 @@
+"""The run configuration: one typed dataclass, loadable from YAML, overridable with `--set key=value`.
+
+Every field has a course default (see ../shared/course-notes.md). Validation turns any bad value into a
+`UserError` whose message says what is wrong and how to fix it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from minitrain.errors import UserError
+
+# Fields that only describe the injection: two configs that differ only here share steps 0..K-1,
+# which is what lets an injection run fork from its baseline instead of recomputing them.
+INJECTION_FIELDS = (
+    "injection",
+    "injection_step",
+    "injection_scale",
+    "injection_sentence",
+    "injection_param",
+    "injection_factor",
+)
+# Fields that never change the numbers a run produces (where it runs, how it reports).
+NON_NUMERIC_FIELDS = ("progress", "device")
+
+
+@dataclass
+class TrainConfig:
+    # reproducibility
+    seed: int = 42  # model init and batch order
+    corpus_seed: int = 42  # the generated corpus (kept apart so seeds share one dataset)
+    # corpus and tokenizer
+    val_verbs: list[str] = field(default_factory=lambda: ["walk", "talk", "want", "see"])
+    vocab_size: int = 512
+    # model (course defaults: ~130k parameters)
+    n_layer: int = 2
+    d_model: int = 64
+    n_head: int = 4
+    d_ff: int = 256
+    context: int = 32
+    init_std: float = 0.02
+    init_scale: float = 1.0  # multiplies every weight at init (the break-it lab's "weights x100")
+    causal_mask: bool = True  # False = the break-it lab's all-ones mask (padding still masked)
+    # optimisation
+    steps: int = 2000
+    batch_size: int = 8
+    lr_max: float = 3e-4  # the course quotes 3e-4 and 3e-3; 3e-3 memorises the split and val loss climbs
+    lr_min: float = 3e-5
+    warmup_steps: int = 100  # 0 = the break-it lab's "no warmup"
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    # telemetry and files
+    eval_every: int = 100
+    val_max_rows: int = 256  # fixed validation subset (every k-th row), so evaluation stays cheap
+    ckpt_every: int = 100
+    telemetry: str = "full"  # full | basic (basic: no per-parameter stats, no spectral norms)
+    spectral_every: int = 50  # power-iteration spectral norms every N steps (0 = never)
+    threads: int = 1  # torch CPU threads; fixed so results do not depend on the machine
+    device: str = "cpu"  # cpu | cuda | auto
+    progress: bool = True
+    # injection (the lab's maybe_inject knob)
+    injection: str = "none"
+    injection_step: int = 500
+    injection_scale: float = 50.0
+    injection_sentence: str = "She has written the letter."
+    injection_param: str = "lm_head.bias"
+    injection_factor: float = 100.0
+
+    # ---- derived ----
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def hash(self, exclude: tuple[str, ...] = NON_NUMERIC_FIELDS) -> str:
+        d = {k: v for k, v in self.to_dict().items() if k not in exclude}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+    def trunk_hash(self) -> str:
+        """Hash of everything but the injection: runs with equal trunk hashes agree before step K."""
+        return self.hash(exclude=NON_NUMERIC_FIELDS + INJECTION_FIELDS)
+
+    def replace(self, **changes: Any) -> "TrainConfig":
+        return dataclasses.replace(self, **changes)
+
+
+FIELD_TYPES = {f.name: f.type for f in fields(TrainConfig)}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Convert a YAML or command-line value to the field's declared type, or raise a UserError."""
+    typ = FIELD_TYPES[name]
+    try:
+        if typ == "bool":
+            if isinstance(value, bool):
+                return value
+            if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+                return True
+            if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
+                return False
+            raise ValueError
+        if typ == "int":
+            if isinstance(value, bool):
+                raise ValueError
+            if isinstance(value, float):
+                if not value.is_integer():
+                    raise ValueError
+                return int(value)
+            return int(str(value).strip())
+        if typ == "float":
+            if isinstance(value, bool):
+                raise ValueError
+            out = float(value)
+            if not math.isfinite(out):
+                raise ValueError
+            return out
+        if typ == "str":
+            if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+                raise ValueError
+            return str(value)
+        if typ == "list[str]":
+            if isinstance(value, str):
+                value = [v.strip() for v in value.split(",") if v.strip()]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError
+            return list(value)
+    except (ValueError, TypeError):
+        pass
+    raise UserError(f"config field '{name}' expects {typ}, got {value!r}; fix the value and run again")
+
+
+def unknown_key_error(key: str) -> UserError:
+    close = difflib.get_close_matches(key, FIELD_TYPES, n=3)
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    return UserError(
+        f"unknown config key '{key}'{hint}; see 'minitrain config --show' for the valid keys"
+    )
+
+
+def build_config(base: dict[str, Any] | None = None, overrides: list[str] | None = None) -> TrainConfig:
+    """Make a validated config from a dict (e.g. loaded YAML) and `key=value` override strings."""
+    values: dict[str, Any] = {}
+    for key, value in (base or {}).items():
+        if key not in FIELD_TYPES:
+            raise unknown_key_error(key)
+        values[key] = _coerce(key, value)
+    for item in overrides or []:
+        if "=" not in item:
+            raise UserError(f"--set expects key=value, got {item!r}; e.g. --set lr_max=0.001")
+        key, value = item.split("=", 1)
+        key = key.strip().replace("-", "_")
+        if key not in FIELD_TYPES:
+            raise unknown_key_error(key)
+        values[key] = _coerce(key, yaml.safe_load(value) if FIELD_TYPES[key] == "list[str]" else value)
+    cfg = TrainConfig(**values)
+    validate(cfg)
+    return cfg
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError(f"config file {path} not found; check the path") from None
+    except yaml.YAMLError as e:
+        first = str(e).splitlines()[0] if str(e) else "parse error"
+        raise UserError(f"config file {path} is not valid YAML ({first}); fix it and run again") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"config file {path} must hold a mapping of key: value")
+    return data
+
+
+def validate(cfg: TrainConfig) -> None:
+    def need(cond: bool, msg: str) -> None:
+        if not cond:
+            raise UserError(msg)
+
+    need(cfg.steps > 0, f"steps must be positive, got {cfg.steps}; e.g. --set steps=2000")
+    need(cfg.batch_size > 0, f"batch_size must be positive, got {cfg.batch_size}")
+    need(cfg.n_layer > 0 and cfg.d_model > 0 and cfg.d_ff > 0, "n_layer, d_model and d_ff must be positive")
+    need(cfg.n_head > 0 and cfg.d_model % cfg.n_head == 0,
+         f"d_model ({cfg.d_model}) must be a multiple of n_head ({cfg.n_head})")
+    need((cfg.d_model // cfg.n_head) % 2 == 0, "d_model / n_head must be even for RoPE")
+    need(cfg.context >= 8, f"context must be at least 8 tokens, got {cfg.context}")
+    need(cfg.vocab_size >= 300, f"vocab_size must be at least 300 (256 bytes + specials + merges), got {cfg.vocab_size}")
+    need(cfg.lr_max >= 0 and cfg.lr_min >= 0, "lr_max and lr_min must be >= 0")
+    need(cfg.lr_min <= cfg.lr_max, f"lr_min ({cfg.lr_min}) must not exceed lr_max ({cfg.lr_max})")
+    need(0 <= cfg.warmup_steps <= cfg.steps, f"warmup_steps must be within [0, steps={cfg.steps}], got {cfg.warmup_steps}")
+    need(0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1, "beta1 and beta2 must be in [0, 1)")
+    need(cfg.eps > 0, "eps must be positive")
+    need(cfg.weight_decay >= 0, "weight_decay must be >= 0")
+    need(cfg.grad_clip > 0, f"grad_clip must be positive, got {cfg.grad_clip}")
+    need(cfg.init_std > 0 and cfg.init_scale > 0, "init_std and init_scale must be positive")
+    need(cfg.eval_every > 0, "eval_every must be positive")
+    need(cfg.val_max_rows > 0, "val_max_rows must be positive")
+    need(cfg.ckpt_every > 0, "ckpt_every must be positive")
+    need(cfg.spectral_every >= 0, "spectral_every must be >= 0")
+    need(cfg.telemetry in ("full", "basic"), f"telemetry must be 'full' or 'basic', got {cfg.telemetry!r}")
+    need(cfg.threads > 0, "threads must be positive")
+    need(cfg.device in ("cpu", "cuda", "auto"), f"device must be cpu, cuda or auto, got {cfg.device!r}")
+    need(len(cfg.val_verbs) >= 1, "val_verbs must name at least one verb")
+    # the injection itself is validated by minitrain.injections (it knows the registered names)
+    from minitrain.injections import validate_injection_config
+
+    validate_injection_config(cfg)

@@ -1,0 +1,157 @@
+"""Everything a run derives from its config before the first step: corpus, split, tokenizer, encoded splits,
+rare-token mask, the fixed validation batch and the n-gram baseline. Pure functions of the config."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+from tokenizers import Tokenizer
+
+from minitrain import corpus
+from minitrain.corpus import Row
+from minitrain.errors import UserError
+from minitrain.telemetry import rare_token_mask
+from minitrain.tokenizer import (PAD, Batch, EncodedSet, encode_row, encode_rows, fits, make_batch,
+                                 train_tokenizer, training_texts)
+
+
+@dataclass
+class RunData:
+    rows: list[Row]
+    train_rows: list[Row]
+    val_rows: list[Row]
+    tokenizer: Tokenizer
+    train: EncodedSet
+    val: EncodedSet
+    val_batch: Batch
+    token_counts: torch.Tensor  # per token id, over the training split (non-pad)
+    rare_mask: torch.Tensor
+    ngram: dict
+    manifest: dict
+
+    def batch_indices(self, step: int, batch_size: int, seed: int) -> list[int]:
+        """Rows of step `step`: consecutive slices of per-epoch permutations, a pure function of
+        (seed, step), so the data iterator's state is just the step number."""
+        n = len(self.train)
+        out = []
+        start = step * batch_size
+        for pos in range(start, start + batch_size):
+            epoch, i = divmod(pos, n)
+            out.append(int(epoch_permutation(seed, epoch, n)[i]))
+        return out
+
+    def train_batch(self, step: int, batch_size: int, seed: int) -> Batch:
+        return make_batch(self.train, self.batch_indices(step, batch_size, seed))
+
+    def sentence_batch(self, sentence: str, copies: int, context: int) -> tuple[Batch, dict]:
+        """`copies` copies of one sentence, formatted like any corpus row (paired with its Spanish)."""
+        row = corpus.find_sentence(sentence)
+        if row is None:
+            raise UserError(
+                f"injection_sentence {sentence!r} is not a sentence of the corpus grammar, so it has no Spanish "
+                "pair; try one from 'minitrain corpus --rare', e.g. 'She has written the letter.'"
+            )
+        ids, start = encode_row(self.tokenizer, row.spanish, row.text)
+        if len(ids) - 1 > context:
+            raise UserError(f"injection_sentence is {len(ids)} tokens, more than context+1={context + 1}; "
+                            "choose a shorter sentence")
+        enc = encode_rows(self.tokenizer, [row] * copies, context)
+        batch = make_batch(enc, list(range(copies)))
+        batch.rows = [-1] * copies
+        info = {"sentence": row.text, "spanish": row.spanish, "token_ids": ids,
+                "tokens": [self.tokenizer.id_to_token(i) for i in ids],
+                "train_counts": [int(self.token_counts[i]) for i in ids]}
+        return batch, info
+
+
+@lru_cache(maxsize=64)
+def epoch_permutation(seed: int, epoch: int, n: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=g)
+
+
+def ngram_baseline(train: EncodedSet, val: EncodedSet, vocab: int) -> dict:
+    """Interpolated trigram (with bigram and add-one unigram) fitted on training sequences, scored on the
+    validation targets exactly where the model's loss is taken. Weights are fixed, not tuned on validation."""
+    lam = (0.6, 0.3, 0.1)
+    uni = torch.ones(vocab)
+    bi: dict[int, dict[int, int]] = {}
+    tri: dict[tuple[int, int], dict[int, int]] = {}
+    for seq, n in zip(train.ids.tolist(), train.lengths.tolist()):
+        s = seq[:n]
+        for t in range(1, n):
+            uni[s[t]] += 1
+            bi.setdefault(s[t - 1], {}).setdefault(s[t], 0)
+            bi[s[t - 1]][s[t]] += 1
+            if t >= 2:
+                d = tri.setdefault((s[t - 2], s[t - 1]), {})
+                d[s[t]] = d.get(s[t], 0) + 1
+    p_uni = uni / uni.sum()
+    total, count = 0.0, 0
+    for seq, n, start in zip(val.ids.tolist(), val.lengths.tolist(), val.target_start.tolist()):
+        s = seq[:n]
+        for t in range(start, n):
+            w = s[t]
+            p = lam[2] * float(p_uni[w])
+            b = bi.get(s[t - 1], {})
+            if b:
+                p += lam[1] * b.get(w, 0) / sum(b.values())
+            else:
+                p += lam[1] * float(p_uni[w])
+            tr = tri.get((s[t - 2], s[t - 1]), {})
+            if tr:
+                p += lam[0] * tr.get(w, 0) / sum(tr.values())
+            else:
+                p += lam[0] * (b.get(w, 0) / sum(b.values()) if b else float(p_uni[w]))
+            total -= math.log(p)
+            count += 1
+    loss = total / count
+    return {"kind": "interpolated trigram (0.6, 0.3, 0.1), add-one unigram", "val_loss": loss,
+            "val_ppl": math.exp(loss), "tokens": count}
+
+
+@lru_cache(maxsize=8)
+def _prepare(corpus_seed: int, val_verbs: tuple[str, ...], vocab_size: int, context: int,
+             val_max_rows: int) -> RunData:
+    rows = corpus.generate(corpus_seed)
+    train_rows, val_rows = corpus.split(rows, list(val_verbs), corpus_seed)
+    tok = train_tokenizer(training_texts(train_rows), vocab_size)
+    # Rows longer than the context are dropped (and counted): mostly held-out verbs, whose words the
+    # training-split tokenizer has never merged and so spells out in short pieces.
+    dropped = {"train": sum(not fits(tok, r, context) for r in train_rows),
+               "val": sum(not fits(tok, r, context) for r in val_rows)}
+    train_rows = [r for r in train_rows if fits(tok, r, context)]
+    val_rows = [r for r in val_rows if fits(tok, r, context)]
+    if len(val_rows) > val_max_rows:  # an evenly spaced, fixed subset: same rows for every run
+        stride = len(val_rows) / val_max_rows
+        val_rows = [val_rows[int(i * stride)] for i in range(val_max_rows)]
+    train = encode_rows(tok, train_rows, context)
+    val = encode_rows(tok, val_rows, context)
+    counts, rare = rare_token_mask(train.ids, vocab_size)
+    manifest = corpus.data_manifest(rows, train_rows, val_rows, corpus_seed, list(val_verbs))
+    manifest["dropped_longer_than_context"] = dropped
+    manifest["tokenizer_vocab_sha256"] = _vocab_hash(tok)
+    return RunData(rows, train_rows, val_rows, tok, train, val, make_batch(val, list(range(len(val)))),
+                   counts, rare, ngram_baseline(train, val, vocab_size), manifest)
+
+
+def _vocab_hash(tok: Tokenizer) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(sorted(tok.get_vocab().items())).encode()).hexdigest()[:16]
+
+
+def prepare(cfg) -> RunData:
+    return _prepare(cfg.corpus_seed, tuple(cfg.val_verbs), cfg.vocab_size, cfg.context, cfg.val_max_rows)
+
+
+def token_report(data: RunData, sentence: str) -> list[tuple[str, int]]:
+    """Each token of a sentence (English side) with its count in the training split."""
+    ids = data.tokenizer.encode(sentence).ids
+    return [(data.tokenizer.id_to_token(i), int(data.token_counts[i])) for i in ids]
+
+
+__all__ = ["RunData", "prepare", "token_report", "ngram_baseline", "PAD"]

@@ -1,0 +1,425 @@
+"""The training loop. The whole step is `train_step` below: batch, forward, backward, clip, optimizer step,
+schedule, log, with the three `maybe_inject` points of the spike-injection lab marked INJECT.
+
+`train()` wraps it with what a run needs around the step: a fresh start, a resume from the last checkpoint,
+or a fork from an existing run's checkpoint (an injection run shares steps 0..K-1 with its baseline).
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from minitrain import runfiles
+from minitrain.config import TrainConfig
+from minitrain.data import RunData, prepare
+from minitrain.injections import InjectContext, maybe_inject, validate_injection_config
+from minitrain.model import GPT, build_model
+from minitrain.telemetry import Telemetry
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup over `warmup_steps`, then cosine from lr_max down to lr_min at the last step."""
+    if step < cfg.warmup_steps:
+        return cfg.lr_max * (step + 1) / cfg.warmup_steps
+    span = max(1, cfg.steps - 1 - cfg.warmup_steps)
+    progress = min(1.0, (step - cfg.warmup_steps) / span)
+    return cfg.lr_min + 0.5 * (cfg.lr_max - cfg.lr_min) * (1.0 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices and embeddings only (not on biases or norm gains)."""
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr_max, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, foreach=True)
+
+
+def masked_loss(logits: torch.Tensor, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-mean cross-entropy over target tokens only; also the per-token losses (masked)."""
+    tok = F.cross_entropy(logits.flatten(0, 1).float(), batch.y.flatten(), reduction="none").view_as(batch.y)
+    tok = tok * batch.loss_mask
+    return tok.sum() / batch.loss_mask.sum(), tok
+
+
+@torch.no_grad()
+def evaluate(model: GPT, batch) -> float:
+    """Validation loss on the fixed validation batch, always with the causal mask (as at generation)."""
+    model.eval()
+    record, model.record_activations = model.record_activations, False
+    loss, _ = masked_loss(model(batch.x, batch.key_pad, causal=True), batch)
+    model.record_activations = record
+    model.train()
+    return float(loss)
+
+
+@dataclass
+class Run:
+    """Live state of one run: what the step needs, nothing more."""
+
+    cfg: TrainConfig
+    data: RunData
+    model: GPT
+    opt: torch.optim.AdamW
+    telemetry: Telemetry
+    inject: InjectContext | None
+    out: Path | None = None
+    metrics: runfiles.MetricsWriter | None = None
+    last_batch: object = field(default=None, repr=False)
+
+
+def train_step(run: Run, step: int) -> dict:
+    """One step of training. Returns its metrics row (also written to metrics.jsonl by the caller)."""
+    cfg, model, opt = run.cfg, run.model, run.opt
+    # 1. batch, then INJECT at the batch (B: bad_batch)
+    batch = run.data.train_batch(step, cfg.batch_size, cfg.seed)
+    batch = maybe_inject("batch", step, batch, run.inject)
+    run.last_batch = batch
+    val_loss = evaluate(model, run.data.val_batch) if step % cfg.eval_every == 0 else None
+    # 2. schedule, forward (loss measured before this step's update), backward
+    lr = lr_at(step, cfg)
+    for group in opt.param_groups:
+        group["lr"] = lr
+    logits = model(batch.x, batch.key_pad, causal=cfg.causal_mask)
+    loss, tok_loss = masked_loss(logits, batch)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    # 3. INJECT at the gradients (A: scale), then clip-and-step
+    params = dict(model.named_parameters())
+    grads = maybe_inject("grads", step, {n: p.grad for n, p in params.items()}, run.inject)
+    for n, g in grads.items():
+        params[n].grad = g
+    run.telemetry.after_backward(list(grads.values()))
+    grad_norm = torch.nn.utils.clip_grad_norm_(params.values(), cfg.grad_clip)
+    # 4. INJECT at the optimizer state (C: v_corrupt), then the optimizer step
+    maybe_inject("optimizer_state", step, optimizer_moments(model, opt), run.inject)
+    run.telemetry.before_step()
+    opt.step()
+    # 5. log
+    return metrics_row(run, step, lr, loss, tok_loss, batch, logits, grad_norm, val_loss)
+
+
+def metrics_row(run: Run, step, lr, loss, tok_loss, batch, logits, grad_norm, val_loss) -> dict:
+    cfg = run.cfg
+    irr = batch.irregular
+    per_row, tokens = tok_loss.detach().sum(1), batch.loss_mask.sum(1)
+    core = torch.stack([loss.detach(), grad_norm.detach(), per_row[~irr].sum(), tokens[~irr].sum(),
+                        per_row[irr].sum(), tokens[irr].sum()]).tolist()
+    loss_f, gn = core[0], core[1]
+    clipped_norm = min(gn, cfg.grad_clip) if math.isfinite(gn) else gn
+    fired = run.inject is not None and step == cfg.injection_step and cfg.injection != "none"
+    row = {
+        "step": step,
+        "loss": finite_or_none(loss_f),
+        "lr": lr,
+        "grad_norm": finite_or_none(gn),
+        "grad_norm_clipped": finite_or_none(clipped_norm),
+        "clipped": bool(math.isfinite(gn) and gn > cfg.grad_clip),
+        "loss_regular": finite_or_none(core[2] / core[3]) if core[3] else None,
+        "loss_irregular": finite_or_none(core[4] / core[5]) if core[5] else None,
+        "val_loss": finite_or_none(val_loss) if val_loss is not None else None,
+        "injected": cfg.injection if fired else None,
+    }
+    row.update(run.telemetry.row(step, batch, logits, loss, grad_norm))
+    return row
+
+
+def finite_or_none(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def optimizer_moments(model: GPT, opt: torch.optim.Optimizer) -> dict:
+    """Views of Adam's moments by parameter name (the optimizer_state injection point's target)."""
+    m, v = {}, {}
+    for name, p in model.named_parameters():
+        st = opt.state.get(p)
+        if st:
+            m[name], v[name] = st["exp_avg"], st["exp_avg_sq"]
+    return {"m": m, "v": v}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Building a run and driving the steps
+# ---------------------------------------------------------------------------------------------------
+
+
+def build_run(cfg: TrainConfig, out: Path | None = None) -> Run:
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    data = prepare(cfg)
+    model = build_model(cfg, torch.Generator().manual_seed(cfg.seed))
+    validate_injection_config(cfg, [n for n, _ in model.named_parameters()])
+    opt = make_optimizer(model, cfg)
+    ctx = None
+    if cfg.injection != "none":
+        ctx = InjectContext(
+            cfg=cfg, step=cfg.injection_step,
+            make_rows_batch=lambda s, k: data.sentence_batch(s, k, cfg.context),
+            param_shapes={n: list(p.shape) for n, p in model.named_parameters()},
+        )
+        if cfg.injection == "bad_batch":  # fail now, not at step K, if the sentence cannot be used
+            data.sentence_batch(cfg.injection_sentence, cfg.batch_size, cfg.context)
+    return Run(cfg, data, model, opt, Telemetry(model, opt, cfg, data.rare_mask), ctx, out)
+
+
+def checkpoint_meta(run: Run, step: int) -> dict:
+    return {
+        "config_hash": run.cfg.hash(),
+        "trunk_hash": run.cfg.trunk_hash(),
+        "metrics_bytes": run.metrics.tell() if run.metrics else 0,
+        "scheduler": {"kind": "warmup+cosine", "next_step": step, "lr_next": lr_at(min(step, run.cfg.steps - 1), run.cfg)},
+        "data_iterator": {"kind": "epoch permutations of (seed, epoch)", "next_step": step,
+                          "position": step * run.cfg.batch_size, "train_rows": len(run.data.train)},
+        "rng": {"torch_cpu_state_sha256": _rng_digest()},
+        "injection_fired": bool(run.inject and run.inject.record),
+    }
+
+
+def _rng_digest() -> str:
+    import hashlib
+
+    return hashlib.sha256(bytes(torch.get_rng_state().tolist())).hexdigest()[:16]
+
+
+def run_steps(run: Run, start: int, on_row=None, stop_at: int | None = None) -> str:
+    """Drive steps [start, stop_at or cfg.steps). Writes rows and checkpoints when `run.out` is set.
+    Returns the status: 'finished', 'stopped' (stop_at reached) or 'non_finite'."""
+    cfg = run.cfg
+    end = cfg.steps if stop_at is None else stop_at
+    bar = _progress(cfg, start, end, run.out)
+    try:
+        for step in range(start, end):
+            row = train_step(run, step)
+            if run.metrics:
+                run.metrics.write(row)
+            if on_row:
+                on_row(row)
+            if bar:
+                bar.update(1)
+                if row["loss"] is not None and step % 20 == 0:
+                    bar.set_postfix(loss=f"{row['loss']:.3f}", refresh=False)
+            if row["loss"] is None or row["grad_norm"] is None:
+                return "non_finite"
+            done = step + 1
+            if run.out and (done % cfg.ckpt_every == 0 or done == cfg.steps):
+                runfiles.save_checkpoint(run.out, done, run.model, run.opt, checkpoint_meta(run, done))
+        return "finished" if end == cfg.steps else "stopped"
+    finally:
+        if bar:
+            bar.close()
+
+
+def _progress(cfg: TrainConfig, start: int, end: int, out: Path | None):
+    if not cfg.progress or not sys.stderr.isatty() or end <= start:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=end - start, initial=0, desc=out.name if out else "train", unit="step",
+                file=sys.stderr, leave=False, dynamic_ncols=True)
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+# ---------------------------------------------------------------------------------------------------
+# A run on disk: fresh, resumed or forked
+# ---------------------------------------------------------------------------------------------------
+
+
+def environment() -> dict:
+    import platform
+
+    import safetensors
+    import tokenizers
+
+    from minitrain import __version__
+
+    return {
+        "versions": {"minitrain": __version__, "python": platform.python_version(), "torch": torch.__version__,
+                     "tokenizers": tokenizers.__version__, "safetensors": safetensors.__version__},
+        "hardware": {"platform": platform.platform(), "machine": platform.machine(),
+                     "cpu_count": __import__("os").cpu_count(), "torch_threads": torch.get_num_threads(),
+                     "device": "cpu"},
+        "git_sha": _git_sha(),
+    }
+
+
+def _git_sha() -> str | None:
+    import subprocess
+
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
+        if sha.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10)
+        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def write_manifest(run: Run, status: str, extra: dict) -> None:
+    from minitrain import SCHEMA_VERSION
+    from minitrain.injections import injection_settings
+
+    path = run.out / "manifest.json"
+    old = runfiles.read_json(path, "manifest") if path.exists() else {}
+    manifest = {
+        **old,
+        "schema_version": SCHEMA_VERSION,
+        "name": run.out.name,
+        "seed": run.cfg.seed,
+        "config": run.cfg.to_dict(),
+        "config_hash": run.cfg.hash(),
+        "trunk_hash": run.cfg.trunk_hash(),
+        "data_manifest": run.data.manifest,
+        "data_manifest_hash": run.data.manifest["hash"],
+        "ngram_baseline": run.data.ngram,
+        "injection": {**injection_settings(run.cfg), **({"record": run.inject.record} if run.inject and run.inject.record else {})},
+        "status": status,
+        **extra,
+    }
+    manifest.setdefault("started", now_iso())
+    runfiles.atomic_write_json(path, manifest)
+
+
+def find_donor(cfg: TrainConfig, out: Path) -> tuple[Path, int] | None:
+    """An existing run beside `out` whose config differs only in injection settings and that holds a
+    checkpoint at or before K (its rows before K are then ours too). Prefer the latest such checkpoint."""
+    if cfg.injection == "none":
+        return None
+    best: tuple[Path, int] | None = None
+    for manifest_path in sorted(Path(out).parent.glob("*/manifest.json")):
+        donor = manifest_path.parent
+        if donor.resolve() == Path(out).resolve():
+            continue
+        try:
+            import json
+
+            m = json.loads(manifest_path.read_text())
+        except (OSError, ValueError):
+            continue
+        if m.get("trunk_hash") != cfg.trunk_hash():
+            continue
+        donor_k = m.get("config", {}).get("injection_step", 0) if m.get("config", {}).get("injection", "none") != "none" else None
+        for step in reversed(runfiles.list_checkpoints(donor)):
+            # a donor's checkpoint is ours if it predates both our K and the donor's own injection
+            if step <= cfg.injection_step and (donor_k is None or step <= donor_k):
+                if best is None or step > best[1]:
+                    best = (donor, step)
+                break
+    return best
+
+
+def train(cfg: TrainConfig, out: Path, force: bool = False, fork: bool = True) -> dict:
+    """Train a run into `out` from scratch, or forked from a sibling run's checkpoint when one fits."""
+    out = Path(out)
+    run = build_run(cfg, out)  # validates everything before the folder is touched
+    runfiles.prepare_run_dir(out, force)
+    run.data.tokenizer.save(str(out / "tokenizer.json"))
+    runfiles.write_config_yaml(out / "config.yaml", cfg.to_dict())
+    start, forked = 0, None
+    donor = find_donor(cfg, out) if fork else None
+    if donor:
+        donor_dir, step = donor
+        weights, opt_t, meta = runfiles.load_checkpoint(runfiles.checkpoint_dir(donor_dir, step))
+        runfiles.restore(run.model, run.opt, weights, opt_t, runfiles.checkpoint_dir(donor_dir, step))
+        with open(donor_dir / "metrics.jsonl", "rb") as f:
+            runfiles.atomic_write_bytes(out / "metrics.jsonl", f.read(meta["metrics_bytes"]))
+        start, forked = step, {"run": donor_dir.name, "checkpoint_step": step}
+    run.metrics = runfiles.MetricsWriter(out / "metrics.jsonl")
+    write_manifest(run, "running", {**environment(), "forked_from": forked, "started": now_iso()})
+    return _drive(run, start, {"forked_from": forked})
+
+
+def resume(out: Path) -> dict:
+    """Continue a stopped (or SIGKILLed) run from its last checkpoint; rows after it are dropped and redone,
+    so the finished metrics file is byte-identical to an uninterrupted run."""
+    from minitrain.config import build_config, load_yaml
+
+    out = Path(out)
+    if not (out / "config.yaml").exists():
+        raise runfiles.UserError(f"{out} is not a run folder (no config.yaml); train it first with --out {out}")
+    manifest = runfiles.read_json(out / "manifest.json", "manifest")
+    if manifest.get("status") in ("finished", "non_finite"):
+        raise runfiles.UserError(f"{out} already ended ({manifest['status']}); nothing to resume")
+    cfg = build_config(load_yaml(out / "config.yaml"))
+    run = build_run(cfg, out)
+    steps = runfiles.list_checkpoints(out)
+    start, metrics_bytes = 0, 0
+    if steps:
+        path = runfiles.checkpoint_dir(out, steps[-1])
+        weights, opt_t, meta = runfiles.load_checkpoint(path)
+        if meta.get("config_hash") != cfg.hash():
+            raise runfiles.UserError(f"checkpoint {path} was made with another config; restore config.yaml "
+                                     "or start over with --force")
+        runfiles.restore(run.model, run.opt, weights, opt_t, path)
+        start, metrics_bytes = steps[-1], meta["metrics_bytes"]
+    metrics_path = out / "metrics.jsonl"
+    if metrics_path.exists() and metrics_path.stat().st_size < metrics_bytes:
+        raise runfiles.UserError(f"{metrics_path} is shorter than its checkpoint says; the file was truncated, "
+                                 "start over with --force")
+    with open(metrics_path, "ab") as f:
+        f.truncate(metrics_bytes)
+    if cfg.injection != "none" and start > cfg.injection_step:
+        _replay_injection_record(run, manifest)
+    run.metrics = runfiles.MetricsWriter(metrics_path)
+    write_manifest(run, "running", {"resumed_from_step": start, **environment()})
+    return _drive(run, start, {"resumed_from_step": start})
+
+
+def _replay_injection_record(run: Run, manifest: dict) -> None:
+    rec = manifest.get("injection", {}).get("record")
+    if rec and run.inject is not None:
+        run.inject.record.update(rec)
+
+
+def _drive(run: Run, start: int, extra: dict) -> dict:
+    t0 = time.perf_counter()
+    last: dict = {}
+    recorded = bool(run.inject and run.inject.record)
+
+    def on_row(row):
+        nonlocal recorded
+        last.update(row)
+        if run.inject and run.inject.record and not recorded:  # the injection fired: record it at once
+            write_manifest(run, "running", {})
+            recorded = True
+
+    try:
+        status = run_steps(run, start, on_row)
+    finally:
+        run.metrics.close()
+    seconds = time.perf_counter() - t0
+    results = final_results(run, status, last)
+    results["seconds_this_session"] = round(seconds, 3)
+    runfiles.atomic_write_json(run.out / "results.json", results)
+    write_manifest(run, status, {"ended": now_iso(), **extra})
+    return results
+
+
+def final_results(run: Run, status: str, last: dict) -> dict:
+    ngram = run.data.ngram
+    val = evaluate(run.model, run.data.val_batch) if status == "finished" else None
+    res = {
+        "status": status,
+        "steps_done": (last.get("step", -1) + 1) if last else None,
+        "final_train_loss": last.get("loss"),
+        "final_val_loss": val if val is not None and math.isfinite(val) else None,
+        "final_val_ppl": math.exp(val) if val is not None and math.isfinite(val) and val < 50 else None,
+        "ngram_val_loss": ngram["val_loss"],
+        "ngram_val_ppl": ngram["val_ppl"],
+    }
+    if res["final_val_loss"] is not None:
+        res["val_loss_margin_vs_ngram"] = ngram["val_loss"] - res["final_val_loss"]
+    if status == "non_finite":
+        res["stopped_at_step"] = last.get("step")
+        res["note"] = "the loss or gradient norm became non-finite; rows up to this step are kept"
+    return res

@@ -1,0 +1,154 @@
+"""The mini-GPT: a pre-norm decoder with RoPE, output head tied to the token embedding plus a bias.
+
+Parameter names are stable (injections and telemetry address them):
+
+    tok_emb.weight               [V, d]   token embedding; also the output head's weight (tied)
+    blocks.{i}.ln1.weight        [d]      pre-attention norm gain
+    blocks.{i}.attn.qkv.weight   [3d, d]  fused query/key/value projection
+    blocks.{i}.attn.proj.weight  [d, d]   attention output projection
+    blocks.{i}.ln2.weight        [d]      pre-MLP norm gain
+    blocks.{i}.mlp.fc.weight     [d_ff, d]
+    blocks.{i}.mlp.proj.weight   [d, d_ff]
+    ln_f.weight                  [d]      final norm gain
+    lm_head.bias                 [V]      output bias, zero at init
+
+`lm_head.weight` is accepted as an alias of `tok_emb.weight`.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+PARAM_ALIASES = {"lm_head.weight": "tok_emb.weight"}
+
+
+def rope_tables(context: int, d_head: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    inv = 1.0 / base ** (torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)
+    ang = torch.outer(torch.arange(context, dtype=torch.float32), inv)  # [T, d_head/2]
+    return ang.cos(), ang.sin()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate channel pairs (even, odd) of x [B, H, T, d_head] by position-dependent angles."""
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+    return out.flatten(-2)
+
+
+class Attention(nn.Module):
+    def __init__(self, d_model: int, n_head: int):
+        super().__init__()
+        self.n_head = n_head
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.proj = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, x, mask, cos, sin):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class MLP(nn.Module):
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.fc = nn.Linear(d_model, d_ff, bias=False)
+        self.proj = nn.Linear(d_ff, d_model, bias=False)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, d_model: int, n_head: int, d_ff: int):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model, bias=False)
+        self.attn = Attention(d_model, n_head)
+        self.ln2 = nn.LayerNorm(d_model, bias=False)
+        self.mlp = MLP(d_model, d_ff)
+
+    def forward(self, x, mask, cos, sin):
+        x = x + self.attn(self.ln1(x), mask, cos, sin)
+        return x + self.mlp(self.ln2(x))
+
+
+class LMHeadBias(nn.Module):
+    """Holds `lm_head.bias`; the head's weight is the token embedding."""
+
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(vocab))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab_size: int, n_layer: int, d_model: int, n_head: int, d_ff: int, context: int):
+        super().__init__()
+        self.context = context
+        self.tok_emb = nn.Embedding(vocab_size, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, n_head, d_ff) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(d_model, bias=False)
+        self.lm_head = LMHeadBias(vocab_size)
+        cos, sin = rope_tables(context, d_model // n_head)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        # mean |activation| per layer of the last forward (telemetry reads it; no autograd graph kept)
+        self.record_activations = True
+        self.last_activations: list[torch.Tensor] = []
+
+    def init_weights(self, std: float, scale: float, generator: torch.Generator) -> None:
+        """GPT-2 style init: N(0, std) for matrices and embeddings, residual projections scaled by
+        1/sqrt(2 n_layer), norm gains 1, lm_head.bias 0. `scale` multiplies every weight afterwards."""
+        resid_std = std / math.sqrt(2 * len(self.blocks))
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith(("attn.proj.weight", "mlp.proj.weight")):
+                    p.normal_(0.0, resid_std, generator=generator)
+                elif p.dim() >= 2:
+                    p.normal_(0.0, std, generator=generator)
+                elif name == "lm_head.bias":
+                    p.zero_()
+                else:
+                    p.fill_(1.0)
+                if scale != 1.0 and name != "lm_head.bias":
+                    p.mul_(scale)
+
+    def attention_mask(self, key_pad: torch.Tensor, causal: bool) -> torch.Tensor:
+        """[B, 1, T, T] bool, True = may attend. Causal + padding; `causal=False` is the broken
+        all-ones mask of the break-it lab (padding stays masked, so no row is ever empty)."""
+        T = key_pad.shape[1]
+        allowed = ~key_pad[:, None, None, :]
+        if causal:
+            allowed = allowed & torch.ones(T, T, dtype=torch.bool, device=key_pad.device).tril()
+        # a padded query row must still see something: let every query see position 0 (<bos>)
+        allowed = allowed.clone()
+        allowed[..., 0] = True
+        return allowed
+
+    def forward(self, x: torch.Tensor, key_pad: torch.Tensor, causal: bool = True) -> torch.Tensor:
+        T = x.shape[1]
+        mask = self.attention_mask(key_pad, causal)
+        cos, sin = self.rope_cos[:T], self.rope_sin[:T]
+        h = self.tok_emb(x)
+        acts = []
+        for block in self.blocks:
+            h = block(h, mask, cos, sin)
+            if self.record_activations:
+                acts.append(h.detach().abs().mean())
+        self.last_activations = acts
+        h = self.ln_f(h)
+        return F.linear(h, self.tok_emb.weight, self.lm_head.bias)
+
+
+def build_model(cfg, generator: torch.Generator) -> GPT:
+    model = GPT(cfg.vocab_size, cfg.n_layer, cfg.d_model, cfg.n_head, cfg.d_ff, cfg.context)
+    model.init_weights(cfg.init_std, cfg.init_scale, generator)
+    return model
+
+
+def resolve_param_name(model: nn.Module, name: str) -> str:
+    return PARAM_ALIASES.get(name, name) if PARAM_ALIASES.get(name) in dict(model.named_parameters()) else name

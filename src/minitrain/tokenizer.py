@@ -1,0 +1,126 @@
+"""Byte-level BPE (the `tokenizers` library) trained on the training split, and batch encoding.
+
+Vocabulary: exactly `vocab_size` ids, the three specials first (<pad>=0, <bos>=1, <eos>=2).
+A sequence is `<bos> es:<spanish> / en:<english> <eos>`; the loss mask covers the English tokens and <eos>.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from minitrain.corpus import Row, format_sequence
+from minitrain.errors import UserError
+
+SPECIALS = ("<pad>", "<bos>", "<eos>")
+PAD, BOS, EOS = 0, 1, 2
+
+
+def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIALS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    if tok.get_vocab_size() != vocab_size:
+        raise UserError(
+            f"the corpus only supports {tok.get_vocab_size()} BPE tokens, not vocab_size={vocab_size}; "
+            "lower vocab_size"
+        )
+    return tok
+
+
+def training_texts(rows: list[Row]) -> list[str]:
+    return ["".join(format_sequence(r.spanish, r.text)) for r in rows]
+
+
+def load_tokenizer(path: Path) -> Tokenizer:
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as e:  # the library raises a bare Exception on a bad file
+        raise UserError(f"tokenizer file {path} is unreadable ({str(e).splitlines()[0]}); re-create the run") from None
+
+
+def encode_row(tok: Tokenizer, spanish: str, english: str) -> tuple[list[int], int]:
+    """Token ids of one row and the index where the target (English) part starts.
+    Prompt and target are encoded apart: the boundary after 'en:' is a pre-token boundary, so this equals
+    encoding the whole string, and the split point is exact."""
+    prompt, target = format_sequence(spanish, english)
+    p = tok.encode(prompt).ids
+    t = tok.encode(target).ids
+    return [BOS] + p + t + [EOS], 1 + len(p)
+
+
+@dataclass
+class EncodedSet:
+    """A split, tokenized once: ids padded to the longest row, with lengths and target starts."""
+
+    ids: torch.Tensor  # [N, L] int64, PAD-padded
+    lengths: torch.Tensor  # [N]
+    target_start: torch.Tensor  # [N]
+    irregular: torch.Tensor  # [N] bool
+    row_ids: list[str]
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
+
+
+def fits(tok: Tokenizer, row: Row, context: int) -> bool:
+    """A row fits when its inputs (all tokens but the last) fit the context."""
+    return len(encode_row(tok, row.spanish, row.text)[0]) - 1 <= context
+
+
+def encode_rows(tok: Tokenizer, rows: list[Row], context: int) -> EncodedSet:
+    seqs, starts = [], []
+    for r in rows:
+        ids, start = encode_row(tok, r.spanish, r.text)
+        if len(ids) - 1 > context:
+            raise UserError(
+                f"row {r.id!r} is {len(ids)} tokens, more than context+1={context + 1}; "
+                "raise context or shorten the sentence"
+            )
+        seqs.append(ids)
+        starts.append(start)
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), PAD, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+    return EncodedSet(
+        ids=ids,
+        lengths=torch.tensor([len(s) for s in seqs]),
+        target_start=torch.tensor(starts),
+        irregular=torch.tensor([r.regularity == "irregular" for r in rows]),
+        row_ids=[r.id for r in rows],
+    )
+
+
+@dataclass
+class Batch:
+    x: torch.Tensor  # [B, T] inputs
+    y: torch.Tensor  # [B, T] next-token targets
+    loss_mask: torch.Tensor  # [B, T] float: 1 on English target tokens and <eos>
+    key_pad: torch.Tensor  # [B, T] bool: True where the input is padding
+    irregular: torch.Tensor  # [B] bool
+    rows: list[int]  # indices into the split (or -1 for injected rows)
+
+
+def make_batch(data: EncodedSet, index: list[int]) -> Batch:
+    """Slice rows out of an encoded split, trimmed to the batch's longest row ("padded per batch")."""
+    idx = torch.tensor(index, dtype=torch.long)
+    lengths = data.lengths[idx]
+    width = int(lengths.max())
+    seq = data.ids[idx, :width]
+    x, y = seq[:, :-1], seq[:, 1:]
+    pos = torch.arange(width - 1).unsqueeze(0)
+    # target position t predicts token t+1; it is a loss target when t+1 lies in [target_start, length)
+    start = data.target_start[idx].unsqueeze(1)
+    loss_mask = ((pos + 1 >= start) & (pos + 1 < lengths.unsqueeze(1))).float()
+    key_pad = x == PAD
+    return Batch(x=x, y=y, loss_mask=loss_mask, key_pad=key_pad, irregular=data.irregular[idx], rows=list(index))
