@@ -15,12 +15,12 @@ setup:
     ./dev --setup-only
 
 # train the phase-18 baseline into experiments/18-baseline
-phase-18-train:
-    minitrain lab-run --injection none
+phase-18-train *args:
+    minitrain lab-run --injection none {{args}}
 
 # one lab run from the shell variables seed, injection (none|scale|bad_batch|v_corrupt), injection_step
-phase-19-train:
-    minitrain lab-run --from-env
+phase-19-train *args:
+    minitrain lab-run --from-env {{args}}
 
 # the whole lab: baseline + injections A, B, C at step 500 (seed 42), forked from the baseline
 lab:

@@ -40,9 +40,10 @@ def _config_from_args(args) -> "TrainConfig":  # noqa: F821
 
 def _summary_line(name: str, res: dict) -> str:
     if res.get("status") == "finished" and res.get("final_val_loss") is not None:
-        return (f"{name}: finished {res['steps_done']} steps; val loss {res['final_val_loss']:.3f} "
-                f"(ppl {res['final_val_ppl']:.2f}) vs n-gram {res['ngram_val_loss']:.3f} "
-                f"(ppl {res['ngram_val_ppl']:.2f}) in {res['seconds_this_session']:.1f}s")
+        ppl = f" (ppl {res['final_val_ppl']:.2f})" if res.get("final_val_ppl") is not None else ""
+        return (f"{name}: finished {res['steps_done']} steps; val loss {res['final_val_loss']:.3f}{ppl} "
+                f"vs n-gram {res['ngram_val_loss']:.3f} (ppl {res['ngram_val_ppl']:.2f}) "
+                f"in {res['seconds_this_session']:.1f}s")
     if res.get("status") == "non_finite":
         return f"{name}: stopped at step {res.get('stopped_at_step')}: non-finite loss or gradient (rows kept)"
     return f"{name}: {res.get('status')} after {res.get('steps_done')} steps"
@@ -163,6 +164,31 @@ def cmd_config(args) -> int:
     return 0
 
 
+# --- dashboard and index ---------------------------------------------------------------------------
+
+
+def cmd_dashboard(args) -> int:
+    from minitrain.dashboard import find_baseline, write_dashboard
+
+    run = Path(args.run)
+    baseline = Path(args.baseline) if args.baseline else None
+    if baseline is not None and not (baseline / "metrics.jsonl").exists():
+        raise UserError(f"--baseline {baseline} holds no metrics.jsonl; give a run folder such as experiments/18-baseline")
+    if baseline is None and not args.no_baseline:
+        baseline = find_baseline(run)
+    out = write_dashboard(run, baseline=baseline, out=Path(args.out) if args.out else None, auto_baseline=False)
+    print(f"wrote {out}" + (f" (baseline overlay: {baseline.name})" if baseline else ""))
+    return 0
+
+
+def cmd_index(args) -> int:
+    from minitrain.dashboard import write_index
+
+    out = write_index(Path(args.experiments))
+    print(f"wrote {out}")
+    return 0
+
+
 # --- parser --------------------------------------------------------------------------------------
 
 
@@ -220,6 +246,24 @@ def build_parser() -> argparse.ArgumentParser:
     cf = sub.add_parser("config", help="print every config field with its default",
                         description="Print the default config as YAML: every key --set accepts.")
     cf.set_defaults(func=cmd_config)
+
+    d = sub.add_parser("dashboard", help="write a run's self-contained dashboard.html (no network needed)",
+                       description="Write RUN/dashboard.html: one static page with every plot of the run sharing "
+                                   "the step axis, the injection marker, the health summary and the manifest. "
+                                   "An injection run is overlaid with its sibling baseline (same trunk hash, no "
+                                   "injection) when one exists. Also written at the end of every run.")
+    d.add_argument("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-B")
+    d.add_argument("--baseline", metavar="RUN", help="overlay this run and plot the difference (default: found)")
+    d.add_argument("--no-baseline", action="store_true", help="do not look for a baseline run")
+    d.add_argument("--out", metavar="FILE", help="where to write the page (default RUN/dashboard.html)")
+    d.set_defaults(func=cmd_dashboard)
+
+    ix = sub.add_parser("index", help="write EXPERIMENTS/index.html linking every run with a one-line summary",
+                        description="Write EXPERIMENTS/index.html: one line per run folder (status, injection, "
+                                    "final validation loss vs the n-gram baseline, anomaly) linking its dashboard.")
+    ix.add_argument("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
+                    help="folder holding the run folders (default experiments)")
+    ix.set_defaults(func=cmd_index)
     return p
 
 

@@ -29,7 +29,10 @@ INJECTION_FIELDS = (
     "injection_factor",
 )
 # Fields that never change the numbers a run produces (where it runs, how it reports).
-NON_NUMERIC_FIELDS = ("progress", "device")
+NON_NUMERIC_FIELDS = ("progress", "device", "blind")
+# Remedy fields (remedies.py) stay out of the hash while at their defaults, so every run made before they
+# existed keeps its config hash (and stays resumable and "up to date").
+HASH_OMIT_AT_DEFAULT = ("remedy", "remedy_step", "remedy_zclip_z", "remedy_zclip_alpha", "remedy_zclip_warmup")
 
 
 @dataclass
@@ -76,13 +79,22 @@ class TrainConfig:
     injection_sentence: str = "She has written the letter."
     injection_param: str = "lm_head.bias"
     injection_factor: float = 100.0
+    # blind mode (blind.py): the run's files withhold its injection / break settings until the reveal
+    blind: bool = False
+    # remedy (remedies.py): the fix a stability-check leaf prescribes, applied inside the training step
+    remedy: str = "none"  # none | skip_batch | restore_moments | zclip
+    remedy_step: int = -1  # skip_batch: the step not applied; restore_moments: the step it restores at
+    remedy_zclip_z: float = 2.5  # zclip: z-score of the pre-clip norm (vs its EMA) that counts as a spike
+    remedy_zclip_alpha: float = 0.97  # zclip: EMA decay of the norm's mean and variance
+    remedy_zclip_warmup: int = 25  # zclip: steps of statistics before it may act
 
     # ---- derived ----
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def hash(self, exclude: tuple[str, ...] = NON_NUMERIC_FIELDS) -> str:
-        d = {k: v for k, v in self.to_dict().items() if k not in exclude}
+        d = {k: v for k, v in self.to_dict().items()
+             if k not in exclude and not (k in HASH_OMIT_AT_DEFAULT and v == _DEFAULTS[k])}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     def trunk_hash(self) -> str:
@@ -94,6 +106,7 @@ class TrainConfig:
 
 
 FIELD_TYPES = {f.name: f.type for f in fields(TrainConfig)}
+_DEFAULTS = TrainConfig().to_dict()
 
 
 def _coerce(name: str, value: Any) -> Any:
@@ -196,7 +209,7 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.vocab_size >= 300, f"vocab_size must be at least 300 (256 bytes + specials + merges), got {cfg.vocab_size}")
     need(cfg.lr_max >= 0 and cfg.lr_min >= 0, "lr_max and lr_min must be >= 0")
     need(cfg.lr_min <= cfg.lr_max, f"lr_min ({cfg.lr_min}) must not exceed lr_max ({cfg.lr_max})")
-    need(0 <= cfg.warmup_steps <= cfg.steps, f"warmup_steps must be within [0, steps={cfg.steps}], got {cfg.warmup_steps}")
+    need(cfg.warmup_steps >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
     need(0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1, "beta1 and beta2 must be in [0, 1)")
     need(cfg.eps > 0, "eps must be positive")
     need(cfg.weight_decay >= 0, "weight_decay must be >= 0")
@@ -214,3 +227,6 @@ def validate(cfg: TrainConfig) -> None:
     from minitrain.injections import validate_injection_config
 
     validate_injection_config(cfg)
+    from minitrain.remedies import validate_remedy_config
+
+    validate_remedy_config(cfg)

@@ -18,7 +18,7 @@ TENSES = ("infinitive", "present", "past", "perfect", "will", "going_to")
 PERSONS = ("1sg", "2sg", "3sg")
 
 # How common each verb class and tense surface is: the long tail comes from these two weights.
-REGULARITY_WEIGHT = {"regular": 1.0, "irregular": 0.3}
+REGULARITY_WEIGHT = {"regular": 1.0, "irregular": 0.25}
 TENSE_WEIGHT = {"present": 1.0, "past": 0.8, "will": 0.6, "going_to": 0.5, "infinitive": 0.5, "perfect": 0.1}
 ROWS_PER_CELL = 24  # a regular verb in the present, per person, before sampling caps
 

@@ -122,6 +122,9 @@ def _prepare(corpus_seed: int, val_verbs: tuple[str, ...], vocab_size: int, cont
     # training-split tokenizer has never merged and so spells out in short pieces.
     dropped = {"train": sum(not fits(tok, r, context) for r in train_rows),
                "val": sum(not fits(tok, r, context) for r in val_rows)}
+    if dropped["train"] > len(train_rows) // 2 or dropped["val"] == len(val_rows):
+        raise UserError(f"context={context} is too short: {dropped['train']} of {len(train_rows)} training rows "
+                        f"and {dropped['val']} of {len(val_rows)} validation rows do not fit; raise context (default 32)")
     train_rows = [r for r in train_rows if fits(tok, r, context)]
     val_rows = [r for r in val_rows if fits(tok, r, context)]
     if len(val_rows) > val_max_rows:  # an evenly spaced, fixed subset: same rows for every run

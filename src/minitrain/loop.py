@@ -15,11 +15,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from minitrain import runfiles
+from minitrain import blind, runfiles
 from minitrain.config import TrainConfig
 from minitrain.data import RunData, prepare
 from minitrain.injections import InjectContext, maybe_inject, validate_injection_config
-from minitrain.model import GPT, build_model
+from minitrain.model import GPT, PARAM_ALIASES, build_model
+from minitrain.remedies import RemedyContext, apply_remedy, make_context, remedy_record
 from minitrain.telemetry import Telemetry
 
 
@@ -71,6 +72,7 @@ class Run:
     out: Path | None = None
     metrics: runfiles.MetricsWriter | None = None
     last_batch: object = field(default=None, repr=False)
+    remedy: RemedyContext | None = None  # REMEDY (remedies.py): None unless cfg.remedy is set
 
 
 def train_step(run: Run, step: int) -> dict:
@@ -96,10 +98,12 @@ def train_step(run: Run, step: int) -> dict:
         params[n].grad = g
     run.telemetry.after_backward(list(grads.values()))
     grad_norm = torch.nn.utils.clip_grad_norm_(params.values(), cfg.grad_clip)
+    take_step = apply_remedy(step, grad_norm, run.remedy)  # REMEDY (remedies.py): no-op unless cfg.remedy set
     # 4. INJECT at the optimizer state (C: v_corrupt), then the optimizer step
     maybe_inject("optimizer_state", step, optimizer_moments(model, opt), run.inject)
     run.telemetry.before_step()
-    opt.step()
+    if take_step:  # False only when a remedy skips this batch
+        opt.step()
     # 5. log
     return metrics_row(run, step, lr, loss, tok_loss, batch, logits, grad_norm, val_loss)
 
@@ -126,7 +130,7 @@ def metrics_row(run: Run, step, lr, loss, tok_loss, batch, logits, grad_norm, va
         "injected": cfg.injection if fired else None,
     }
     row.update(run.telemetry.row(step, batch, logits, loss, grad_norm))
-    return row
+    return blind.withhold_row(row) if cfg.blind else row  # BLIND (blind.py): no injection fields
 
 
 def finite_or_none(x: float) -> float | None:
@@ -153,6 +157,8 @@ def build_run(cfg: TrainConfig, out: Path | None = None) -> Run:
     torch.manual_seed(cfg.seed)
     data = prepare(cfg)
     model = build_model(cfg, torch.Generator().manual_seed(cfg.seed))
+    if cfg.injection_param in PARAM_ALIASES:  # lm_head.weight is tok_emb.weight (tied)
+        cfg = cfg.replace(injection_param=PARAM_ALIASES[cfg.injection_param])
     validate_injection_config(cfg, [n for n, _ in model.named_parameters()])
     opt = make_optimizer(model, cfg)
     ctx = None
@@ -164,11 +170,12 @@ def build_run(cfg: TrainConfig, out: Path | None = None) -> Run:
         )
         if cfg.injection == "bad_batch":  # fail now, not at step K, if the sentence cannot be used
             data.sentence_batch(cfg.injection_sentence, cfg.batch_size, cfg.context)
-    return Run(cfg, data, model, opt, Telemetry(model, opt, cfg, data.rare_mask), ctx, out)
+    return Run(cfg, data, model, opt, Telemetry(model, opt, cfg, data.rare_mask), ctx, out,
+               remedy=make_context(cfg, model, opt))
 
 
 def checkpoint_meta(run: Run, step: int) -> dict:
-    return {
+    meta = {
         "config_hash": run.cfg.hash(),
         "trunk_hash": run.cfg.trunk_hash(),
         "metrics_bytes": run.metrics.tell() if run.metrics else 0,
@@ -178,6 +185,7 @@ def checkpoint_meta(run: Run, step: int) -> dict:
         "rng": {"torch_cpu_state_sha256": _rng_digest()},
         "injection_fired": bool(run.inject and run.inject.record),
     }
+    return blind.withhold_checkpoint_meta(meta) if run.cfg.blind else meta  # BLIND (blind.py)
 
 
 def _rng_digest() -> str:
@@ -286,6 +294,10 @@ def write_manifest(run: Run, status: str, extra: dict) -> None:
         "status": status,
         **extra,
     }
+    if run.remedy:  # REMEDY (remedies.py): what the remedy did
+        manifest["remedy"] = remedy_record(run.remedy)
+    if run.cfg.blind:  # BLIND (blind.py): withhold the injection / break settings until the reveal
+        manifest = blind.withhold_manifest(manifest, run.cfg)
     manifest.setdefault("started", now_iso())
     runfiles.atomic_write_json(path, manifest)
 
@@ -318,15 +330,17 @@ def find_donor(cfg: TrainConfig, out: Path) -> tuple[Path, int] | None:
     return best
 
 
-def train(cfg: TrainConfig, out: Path, force: bool = False, fork: bool = True) -> dict:
-    """Train a run into `out` from scratch, or forked from a sibling run's checkpoint when one fits."""
+def train(cfg: TrainConfig, out: Path, force: bool = False, fork: bool = True,
+          donor: tuple[Path, int] | None = None) -> dict:
+    """Train a run into `out` from scratch, or forked from a sibling run's checkpoint when one fits
+    (or from `donor` = (run folder, checkpoint step) when given: remediation forks from the faulty run)."""
     out = Path(out)
     run = build_run(cfg, out)  # validates everything before the folder is touched
     runfiles.prepare_run_dir(out, force)
     run.data.tokenizer.save(str(out / "tokenizer.json"))
-    runfiles.write_config_yaml(out / "config.yaml", cfg.to_dict())
+    runfiles.write_config_yaml(out / "config.yaml", blind.public_config(cfg))  # BLIND: withheld fields
     start, forked = 0, None
-    donor = find_donor(cfg, out) if fork else None
+    donor = donor or (find_donor(cfg, out) if fork else None)
     if donor:
         donor_dir, step = donor
         weights, opt_t, meta = runfiles.load_checkpoint(runfiles.checkpoint_dir(donor_dir, step))
@@ -351,6 +365,8 @@ def resume(out: Path) -> dict:
     if manifest.get("status") in ("finished", "non_finite"):
         raise runfiles.UserError(f"{out} already ended ({manifest['status']}); nothing to resume")
     cfg = build_config(load_yaml(out / "config.yaml"))
+    if cfg.blind:  # BLIND: its config.yaml lacks the withheld fields, so it cannot be rebuilt from it
+        raise runfiles.UserError(f"{out} is a blind run and cannot be resumed; re-make it with --force")
     run = build_run(cfg, out)
     steps = runfiles.list_checkpoints(out)
     start, metrics_bytes = 0, 0
@@ -402,7 +418,19 @@ def _drive(run: Run, start: int, extra: dict) -> dict:
     results["seconds_this_session"] = round(seconds, 3)
     runfiles.atomic_write_json(run.out / "results.json", results)
     write_manifest(run, status, {"ended": now_iso(), **extra})
+    _write_dashboard(run.out)
     return results
+
+
+def _write_dashboard(out: Path) -> None:
+    """RUN/dashboard.html; a failure here must never cost the run, so it is one warning line at most."""
+    try:
+        from minitrain.dashboard import write_dashboard
+
+        write_dashboard(out)
+    except Exception as e:  # noqa: BLE001 - the run is already safely on disk
+        print(f"minitrain: warning: dashboard.html not written ({type(e).__name__}: {str(e)[:200]}); "
+              f"retry with 'minitrain dashboard {out}'", file=sys.stderr)
 
 
 def final_results(run: Run, status: str, last: dict) -> dict:

@@ -149,6 +149,3 @@ def build_model(cfg, generator: torch.Generator) -> GPT:
     model.init_weights(cfg.init_std, cfg.init_scale, generator)
     return model
 
-
-def resolve_param_name(model: nn.Module, name: str) -> str:
-    return PARAM_ALIASES.get(name, name) if PARAM_ALIASES.get(name) in dict(model.named_parameters()) else name

@@ -1,0 +1,237 @@
+"""Blind mode: runs whose files do not say which fault they carry, and the sealed store that does.
+
+Two shuffled labs, each three runs in folders 01, 02, 03 whose fault is drawn without replacement:
+
+    spike     experiments/19-blind/      the three injections (scale, bad_batch, v_corrupt)
+    break-it  experiments/19-break-it/   the three breaks (init_scale=100, warmup_steps=0, causal_mask=false)
+
+A blind run is an ordinary run with `blind: true`, which makes the loop withhold (see `withhold_*` below):
+the injection and break fields in manifest.json and config.yaml, the config and trunk hashes (three
+candidate configs are easy to hash and compare), the injection record, each metrics row's `injected`
+field and the batch's row indices (an injected batch has none). What remains is the evidence a learner is
+meant to read: loss, lr, gradient norms, per-parameter statistics, batch composition.
+
+Honesty model (no cryptography against the learner): the truth is kept in plain JSON in
+`LAB/.sealed/mapping.json`, with a random salt. `LAB/SEALED.json` publishes sha256(salt + mapping); it
+proves at the reveal that the mapping was not changed after the runs were made. Reading `.sealed/` before
+the reveal is possible and is cheating, exactly like reading the solutions file early. Runs are trained in
+folder order, so start/end times and file dates say nothing about the mapping either.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from pathlib import Path
+
+from minitrain import runfiles
+from minitrain.config import INJECTION_FIELDS
+from minitrain.errors import UserError
+
+WITHHELD = "withheld until the reveal (blind run)"
+BREAK_FIELDS = ("init_scale", "warmup_steps", "causal_mask")
+SECRET_FIELDS = INJECTION_FIELDS + BREAK_FIELDS
+RUN_IDS = ("01", "02", "03")
+
+# Each lab: its default folder and its three faults as config overrides.
+LABS = {
+    "spike": {
+        "folder": "experiments/19-blind",
+        "faults": {
+            "scale": {"injection": "scale"},
+            "bad_batch": {"injection": "bad_batch"},
+            "v_corrupt": {"injection": "v_corrupt"},
+        },
+    },
+    "break-it": {
+        "folder": "experiments/19-break-it",
+        "faults": {
+            "bad_init": {"init_scale": 100.0},
+            "no_warmup": {"warmup_steps": 0},
+            "broken_mask": {"causal_mask": False},
+        },
+    },
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# What a blind run's files withhold (called by loop.py when cfg.blind)
+# ---------------------------------------------------------------------------------------------------
+
+
+def public_config(cfg) -> dict:
+    """The config as config.yaml / manifest.json show it: without the secret fields when blind."""
+    d = cfg.to_dict()
+    if cfg.blind:
+        for k in SECRET_FIELDS:
+            d.pop(k, None)
+    return d
+
+
+def withhold_manifest(manifest: dict, cfg) -> dict:
+    out = dict(manifest)
+    out["config"] = public_config(cfg)
+    out["config_hash"] = out["trunk_hash"] = WITHHELD
+    out["injection"] = {"withheld": WITHHELD}
+    out["forked_from"] = None  # blind runs are never forked, but say nothing either way
+    return out
+
+
+def withhold_checkpoint_meta(meta: dict) -> dict:
+    return {**meta, "config_hash": WITHHELD, "trunk_hash": WITHHELD, "injection_fired": WITHHELD}
+
+
+def withhold_row(row: dict) -> dict:
+    row["injected"] = None
+    if isinstance(row.get("batch"), dict):
+        row["batch"]["rows"] = None  # every step alike: an injected batch has no training-row indices
+    return row
+
+
+# ---------------------------------------------------------------------------------------------------
+# The sealed store
+# ---------------------------------------------------------------------------------------------------
+
+
+def mapping_digest(salt: str, mapping: dict) -> str:
+    return hashlib.sha256((salt + json.dumps(mapping, sort_keys=True)).encode()).hexdigest()
+
+
+def sealed_path(folder: Path) -> Path:
+    return Path(folder) / ".sealed" / "mapping.json"
+
+
+def public_path(folder: Path) -> Path:
+    return Path(folder) / "SEALED.json"
+
+
+def read_public(folder: Path) -> dict:
+    path = public_path(folder)
+    if not path.exists():
+        raise UserError(f"{folder} holds no sealed blind lab (no SEALED.json); make it with "
+                        "'just phase-19-blind' or 'just break-it-shuffled'")
+    return runfiles.read_json(path, "sealed-lab file")
+
+
+def open_mapping(folder: Path) -> dict:
+    """The secret mapping {run id: {"fault": key, "overrides": {...}}}, checked against the published hash."""
+    public = read_public(folder)
+    secret = runfiles.read_json(sealed_path(folder), "sealed mapping")
+    digest = mapping_digest(secret.get("salt", ""), secret.get("mapping", {}))
+    if digest != public.get("mapping_sha256"):
+        raise UserError(f"{sealed_path(folder)} does not match the hash published in {public_path(folder)}: "
+                        "the mapping was changed after the runs were made; re-make the lab with --force")
+    return secret["mapping"]
+
+
+def draw_mapping(lab: str, randomize: bool, steps: int, rng: secrets.SystemRandom | None = None) -> dict:
+    """Shuffle the lab's faults over 01..03; with `randomize`, also draw K and the magnitude per run."""
+    rng = rng or secrets.SystemRandom()
+    faults = list(LABS[lab]["faults"])
+    rng.shuffle(faults)
+    mapping = {}
+    for run_id, fault in zip(RUN_IDS, faults):
+        overrides = dict(LABS[lab]["faults"][fault])
+        if lab == "spike":
+            k = 500 if steps > 500 else steps // 2
+            if randomize:
+                k = rng.randint(max(1, int(steps * 0.2)), max(2, int(steps * 0.7)))
+                if fault == "scale":
+                    overrides["injection_scale"] = round(rng.uniform(20.0, 100.0), 1)
+                if fault == "v_corrupt":
+                    overrides["injection_factor"] = round(10 ** rng.uniform(1.5, 2.5), 1)
+            overrides["injection_step"] = k
+        mapping[run_id] = {"fault": fault, "overrides": overrides}
+    return mapping
+
+
+def make_lab(lab: str, folder: Path, base_overrides: list[str], randomize: bool = False,
+             only: str | None = None, force: bool = False) -> list[str]:
+    """Seal a shuffled mapping into `folder` (unless one exists) and train its runs (or only `only`).
+    Returns one summary line per run."""
+    from minitrain import loop
+    from minitrain.cli import _summary_line
+    from minitrain.config import build_config
+
+    folder = Path(folder)
+    if lab not in LABS:
+        raise UserError(f"unknown blind lab '{lab}'; valid: {', '.join(LABS)}")
+    if only is not None and only not in RUN_IDS:
+        raise UserError(f"--run expects one of {', '.join(RUN_IDS)}, got {only!r}")
+    base = build_config({}, list(base_overrides))  # validate before anything is written
+    exists = public_path(folder).exists()
+    if exists and force and only is None:
+        for run_id in RUN_IDS:  # a fresh draw replaces every run of the old one
+            if (folder / run_id).exists():
+                import shutil
+
+                shutil.rmtree(folder / run_id)
+        (folder / "REVEALED.json").unlink(missing_ok=True)
+        exists = False
+    if exists:
+        public = read_public(folder)
+        if public.get("lab") != lab:
+            raise UserError(f"{folder} holds the sealed '{public.get('lab')}' lab, not '{lab}'; choose another folder")
+        if public.get("base_overrides") != list(base_overrides):
+            raise UserError(f"{folder} was made with --set {' '.join(public.get('base_overrides') or []) or '(none)'}; "
+                            "pass the same settings, or --force to draw and run a new lab")
+        mapping = open_mapping(folder)
+    else:
+        if folder.exists() and any(p.name not in (".sealed", "SEALED.json", "REVEALED.json", *RUN_IDS)
+                                  for p in folder.iterdir()):
+            raise UserError(f"{folder} already holds other files; choose another --experiments folder")
+        mapping = draw_mapping(lab, randomize, base.steps)
+        salt = secrets.token_hex(16)
+        runfiles.atomic_write_json(sealed_path(folder), {"lab": lab, "salt": salt, "mapping": mapping})
+        runfiles.atomic_write_json(public_path(folder), {
+            "lab": lab, "runs": list(RUN_IDS), "random": randomize, "base_overrides": list(base_overrides),
+            "mapping_sha256": mapping_digest(salt, mapping), "sealed_at": _utc_now(),
+            "note": "which fault each run carries is sealed in .sealed/ until 'minitrain reveal NAME --lab "
+                    f"{'blind' if lab == 'spike' else 'break-it'}'; reading it before is cheating",
+        })
+    lines = []
+    for run_id in RUN_IDS:  # always in folder order: times and dates then say nothing about the mapping
+        if only is not None and run_id != only:
+            continue
+        out = folder / run_id
+        if (out / "results.json").exists() and not force:
+            lines.append(f"{folder.name}/{run_id}: already trained (--force re-runs it)")
+            continue
+        overrides = [f"{k}={v}" for k, v in mapping[run_id]["overrides"].items()]
+        cfg = build_config({}, [*base_overrides, *overrides, "blind=true"])
+        res = loop.train(cfg, out, force=force or out.exists(), fork=False)
+        lines.append(_summary_line(f"{folder.name}/{run_id}", res))
+    return lines
+
+
+def reveal_mapping(folder: Path, by: str) -> dict:
+    """Open the mapping and publish it in LAB/REVEALED.json (after a learner sealed their diagnoses)."""
+    mapping = open_mapping(folder)
+    path = Path(folder) / "REVEALED.json"
+    if not path.exists():
+        runfiles.atomic_write_json(path, {"revealed_at": _utc_now(), "revealed_by": by, "mapping": mapping})
+    return mapping
+
+
+def true_config(run: Path):
+    """The full config of a blind run (secret fields included), for remediation after the reveal."""
+    from minitrain.config import build_config, load_yaml
+
+    run = Path(run)
+    folder = run.parent
+    if not (folder / "REVEALED.json").exists():
+        raise UserError(f"{run} is a blind run and its lab is not revealed yet; reveal it first "
+                        "('minitrain reveal NAME --lab blind|break-it')")
+    mapping = open_mapping(folder)
+    if run.name not in mapping:
+        raise UserError(f"{run} is not one of the sealed runs {', '.join(mapping)}")
+    base = load_yaml(run / "config.yaml")
+    base.update(mapping[run.name]["overrides"])
+    base["blind"] = False
+    return build_config(base, [])
+
+
+def _utc_now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,0 +1,979 @@
+"""The learner's side of the lab: a folder of diagnoses written blind, sealed, revealed, graded and checked.
+
+    minitrain learner init NAME   learners/NAME/phase-19/ with spike-diagnoses.md (+ blind-diagnoses.md,
+                                  break-it-diagnoses.md for the shuffled labs) and notes/lessons.md
+    minitrain reveal NAME         seal the diagnoses (sha256 + UTC time), then show the reference solutions
+                                  completed with numbers measured on the learner's own runs
+    minitrain grade NAME          correct diagnoses / 3, each miss explained, edits after the seal flagged
+    minitrain check NAME          the lab's Definition of Done and stop condition, one line each
+
+Three labs share the procedure (`--lab`):
+
+    spike     the lab itself: experiments/19-injection-{A,B,C}  reference solutions/04-spike-injection-ref.md
+    blind     the same injections shuffled: experiments/19-blind/01..03        (same reference)
+    break-it  the companion lab shuffled: experiments/19-break-it/01..03   reference solutions/02-break-it-ref.md
+
+The grading rule (also in docs/learner.md): a diagnosis is correct when
+  1. its `node` is a node id of the stability check that lies on the reference's documented path to the
+     correct leaf (the leaf itself, or a node the walk passes on the way to it), and
+  2. its cause is the run's cause. The cause is read, first match wins, from: an explicit `cause:` field
+     (a cause name or words that name one); the node, when the node is a leaf (its cause); the
+     one-sentence diagnosis, by the keyword table CAUSE_WORDS (ambiguous or no match: no cause, a miss).
+The sealed text is what is graded; a file changed after the seal is flagged, and what it would score now
+is shown but not counted.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from minitrain import runfiles
+from minitrain.errors import UserError
+
+PHASE = "phase-19"
+LAB_LETTERS = {"scale": "A", "bad_batch": "B", "v_corrupt": "C"}
+FIELDS = ("run", "node", "cause", "diagnosis", "remediation")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
+REPO_ROOT = Path(__file__).resolve().parents[2]  # src/minitrain/learner.py -> the checkout (editable install)
+
+
+@dataclass(frozen=True)
+class Lab:
+    key: str
+    title: str
+    file: str  # the learner's diagnoses file in learners/NAME/phase-19/
+    reference: str  # the solutions file, relative to the repository
+    runs: tuple[str, ...]  # default run ids, relative to the experiments folder
+
+
+LABS = {
+    "spike": Lab("spike", "lab 04, spike injection", "spike-diagnoses.md", "solutions/04-spike-injection-ref.md",
+                 ("19-injection-A", "19-injection-B", "19-injection-C")),
+    "blind": Lab("blind", "lab 04, spike injection, blind (shuffled and sealed)", "blind-diagnoses.md",
+                 "solutions/04-spike-injection-ref.md", ("19-blind/01", "19-blind/02", "19-blind/03")),
+    "break-it": Lab("break-it", "lab 02, break it (shuffled and sealed)", "break-it-diagnoses.md",
+                    "solutions/02-break-it-ref.md", ("19-break-it/01", "19-break-it/02", "19-break-it/03")),
+}
+
+# Words that name each cause in a learner's sentence (lower case; English and Spanish). A sentence names a
+# cause when it contains one of its words; it must name exactly one cause, or the cause stays unknown.
+CAUSE_WORDS = {
+    "healthy": ("healthy", "no anomaly", "nothing wrong", "sano", "sin anomal"),
+    "gradient_explosion": ("gradient explosion", "exploding gradient", "gradient spike", "grad-norm spike",
+                           "grad norm spike", "gradient norm spike", "scaled gradient", "gradients scaled",
+                           "gradient scaled", "gradient x", "gradients x", "gradient multiplied",
+                           "explosión de gradiente", "explosion de gradiente", "gradiente escalado",
+                           "gradientes escalados", "pico de gradiente", "pico de grad"),
+    "bad_batch": ("bad batch", "bad-batch", "bad_batch", "repeated sentence", "same sentence", "duplicate row",
+                  "duplicated row", "copies of", "rare token", "rare-token", "long tail", "long-tail",
+                  "batch malo", "lote malo", "frase repetida", "misma frase", "token raro", "tokens raros",
+                  "cola larga"),
+    "optimizer_state_corruption": ("optimizer state", "optimiser state", "second moment", "adam state",
+                                   "adam moment", "adam's v", "v_t", "exp_avg_sq", "moments corrupt",
+                                   "corrupted moment", "state corruption", "v corrupt", "v_corrupt",
+                                   "estado del optimizador", "segundo momento", "momentos de adam"),
+    "bad_init": ("bad init", "initialization", "initialisation", "init scale", "init_scale", "weights x100",
+                 "weights scaled", "inicializaci"),
+    "no_warmup": ("warmup", "warm-up", "warm up", "calentamiento"),
+    "broken_mask": ("causal mask", "attention mask", "broken mask", "all-ones mask", "mask", "máscara",
+                    "mascara", "future tokens", "tokens futuros"),
+    "non_finite": ("nan", "non-finite", "non finite", "inf ", "infinite", "no finito"),
+    "lr_schedule": ("learning rate schedule", "lr schedule", "scheduler", "schedule never", "constant lr",
+                    "lr constant", "programa de lr"),
+}
+CAUSES = tuple(CAUSE_WORDS) + ("unknown",)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The stability tree (read from stability.py, never copied)
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TreeNode:
+    id: str
+    title: str
+    parent: str | None
+    children: list[str] = field(default_factory=list)
+    cause: str | None = None  # leaves only
+    diagnosis: str = ""
+    remediation: str = ""
+
+
+def node_key(text: str) -> str | None:
+    """The canonical id of the first node reference in `text`: '§4.2', '4.2', '§ 4.2.' -> '§4.2'."""
+    m = re.search(r"§\s*(\d+(?:\.\d+)*)", text or "") or re.search(r"(?<![\d.])(\d+(?:\.\d+)*)(?![\d])", text or "")
+    return f"§{m.group(1)}" if m else None
+
+
+def stability_tree() -> dict[str, TreeNode]:
+    """Every node of the stability check by canonical id, built from stability.py's tree data."""
+    from minitrain import stability
+
+    return _tree_from(stability)
+
+
+def _tree_from(stability) -> dict[str, TreeNode]:
+    nodes: dict[str, TreeNode] = {}
+    for raw in stability.iter_nodes():
+        nid = node_key(raw["id"])
+        nodes[nid] = TreeNode(nid, raw.get("title", ""), node_key(raw["parent"]) if raw.get("parent") else None,
+                              cause=raw.get("cause"), diagnosis=raw.get("diagnosis", ""),
+                              remediation=raw.get("remediation", ""))
+    for n in nodes.values():
+        if n.parent in nodes:
+            nodes[n.parent].children.append(n.id)
+    return nodes
+
+
+# ---------------------------------------------------------------------------------------------------
+# Names, folders, templates
+# ---------------------------------------------------------------------------------------------------
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name or ""):
+        raise UserError(f"learner name {name!r} is not valid: use 1-40 letters, digits, '-' or '_', starting with a "
+                        "letter or digit (no slashes, dots or spaces), e.g. ana or team-3")
+    return name
+
+
+def learner_dir(name: str, learners: Path) -> Path:
+    return Path(learners) / check_name(name) / PHASE
+
+
+def existing_learner(name: str, learners: Path) -> Path:
+    d = learner_dir(name, learners)
+    if not d.is_dir():
+        raise UserError(f"no learner folder {d}; create it with 'minitrain learner init {name}' (or 'just learner {name}')")
+    return d
+
+
+def diagnoses_template(name: str, lab: Lab) -> str:
+    causes = ", ".join(CAUSES)
+    if lab.key == "spike":
+        sections = [(f"Injection {letter}", run) for letter, run in zip("ABC", lab.runs)]
+    else:
+        sections = [(f"Run {run.split('/')[-1]}", run) for run in lab.runs]
+    body = "".join(f"\n## {title}\n- run: {run}\n- node: \n- cause: \n- diagnosis: \n- remediation: \n"
+                   for title, run in sections)
+    return (
+        f"# Diagnoses of {name}: {lab.title}\n\n"
+        f"Fill in every section BEFORE `minitrain reveal {name}{'' if lab.key == 'spike' else ' --lab ' + lab.key}`: "
+        "the reveal first seals this file (sha256 + UTC time) and only then shows the solutions; "
+        "`minitrain grade` scores the sealed text.\n"
+        "For each run: open its dashboard, walk stability-check.md from §1 to the first leaf that matches, and write\n"
+        "- run: the run folder under experiments/ (leave it as it is)\n"
+        "- node: the id of the node where you stopped, as stability-check.md prints it (e.g. §4.2)\n"
+        f"- cause: optional; one of {causes} (if empty: the leaf's cause, else read from your diagnosis)\n"
+        "- diagnosis: one sentence\n"
+        "- remediation: one sentence\n"
+        "Values may run over several lines; bullets, **bold** and Spanish field names "
+        "(nodo, causa, diagnóstico, remediación) are fine.\n"
+        f"{body}"
+    )
+
+
+LESSONS_TEMPLATE = (
+    "# Lessons: phase 19 (spike injection)\n\n"
+    "The lab's stop condition: three new lines below, one per failure mode you diagnosed (what it looks like on\n"
+    "the dashboard and how you told it apart). `minitrain check NAME` counts lines that are not in this template.\n\n"
+)
+
+
+def init_learner(name: str, learners: Path) -> Path:
+    d = learner_dir(name, learners)
+    if d.exists() or d.parent.exists():
+        raise UserError(f"{d.parent} already exists; nothing was overwritten (choose another name, or delete "
+                        "the folder yourself to start over)")
+    for lab in LABS.values():
+        runfiles.atomic_write_text(d / lab.file, diagnoses_template(name, lab))
+    runfiles.atomic_write_text(d / "notes" / "lessons.md", LESSONS_TEMPLATE)
+    return d
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading the learner's diagnoses (tolerant of formatting)
+# ---------------------------------------------------------------------------------------------------
+
+FIELD_ALIASES = {
+    "run": "run", "run id": "run", "id": "run", "injection": "run", "inyección": "run", "inyeccion": "run",
+    "node": "node", "nodo": "node", "leaf": "node", "hoja": "node", "stopped at": "node",
+    "cause": "cause", "causa": "cause",
+    "diagnosis": "diagnosis", "diagnóstico": "diagnosis", "diagnostico": "diagnosis",
+    "remediation": "remediation", "remedy": "remediation", "fix": "remediation", "remediación": "remediation",
+    "remediacion": "remediation",
+}
+_FIELD_LINE = re.compile(
+    r"^\s*(?:[-*+]|\d+[.)])?\s*(?:\*\*|__)?\s*(" + "|".join(sorted(map(re.escape, FIELD_ALIASES), key=len, reverse=True))
+    + r")\s*(?:\*\*|__)?\s*[:：]\s*(?:\*\*|__)?\s*(.*)$", re.IGNORECASE)
+_HEADING = re.compile(r"^\s*#{2,6}\s+(.*?)\s*#*\s*$")
+
+
+@dataclass
+class Diagnosis:
+    title: str
+    run: str = ""
+    node: str = ""
+    cause: str = ""
+    diagnosis: str = ""
+    remediation: str = ""
+
+    def filled(self) -> bool:
+        return bool(self.node.strip() and self.diagnosis.strip() and self.remediation.strip())
+
+
+def parse_diagnoses(text: str) -> list[Diagnosis]:
+    """Sections (## headings) with their fields; a value continues on following plain lines."""
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    out: list[Diagnosis] = []
+    current: Diagnosis | None = None
+    last: str | None = None
+    for line in text.splitlines():
+        h = _HEADING.match(line)
+        if h:
+            current, last = Diagnosis(title=h.group(1).strip()), None
+            out.append(current)
+            continue
+        if current is None:
+            continue
+        m = _FIELD_LINE.match(line)
+        if m:
+            last = FIELD_ALIASES[m.group(1).lower()]
+            setattr(current, last, _clean(m.group(2)))
+        elif last and line.strip() and not line.lstrip().startswith(("-", "*", "+")):
+            setattr(current, last, (getattr(current, last) + " " + _clean(line)).strip())
+        elif not line.strip():
+            last = None
+    for d in out:
+        if not d.run:
+            d.run = _run_from_title(d.title)
+        d.run = d.run.strip().strip("`").rstrip("/")
+        if d.run.startswith("experiments/"):
+            d.run = d.run[len("experiments/"):]
+    return [d for d in out if d.run or d.node or d.diagnosis]
+
+
+def _clean(value: str) -> str:
+    return re.sub(r"(\*\*|__)", "", value).strip().strip("`").strip()
+
+
+def _run_from_title(title: str) -> str:
+    m = re.search(r"(?:injection|inyecci[oó]n)\s+([ABC])\b", title, re.I)
+    if m:
+        return f"19-injection-{m.group(1).upper()}"
+    m = re.search(r"\b(0[1-3])\b", title)
+    return m.group(1) if m else ""
+
+
+def cause_from_words(text: str) -> tuple[str | None, list[str]]:
+    """The one cause a text names (or None) and every cause it matched. A cause written by its name
+    (bad_batch, no_warmup, ...) wins; otherwise the words of CAUSE_WORDS are looked up."""
+    low = (text or "").strip().lower()
+    if low.replace("-", "_").replace(" ", "_") in CAUSES:
+        return low.replace("-", "_").replace(" ", "_"), [low]
+    hits = [c for c in CAUSES if "_" in c and re.search(rf"(?<![a-z_]){c}(?![a-z_])", low.replace("-", "_"))]
+    if not hits:
+        hits = [c for c, words in CAUSE_WORDS.items()
+                if any(re.search(r"(?<![a-z])" + re.escape(w), low) for w in words)]
+        # gradient words in a bad-batch or optimizer-state sentence explain the mechanism, not the cause
+        if len(hits) > 1 and "gradient_explosion" in hits:
+            hits.remove("gradient_explosion")
+    return (hits[0] if len(hits) == 1 else None), hits
+
+
+# ---------------------------------------------------------------------------------------------------
+# The reference solutions (solutions/*.md): one section per fault, fields as in a diagnoses file
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Reference:
+    fault: str  # injection name (scale, bad_batch, v_corrupt) or break name (bad_init, no_warmup, broken_mask)
+    leaf: str
+    cause: str
+    path: list[str]
+    diagnosis: str
+    remediation: str
+    title: str
+
+
+def solutions_dir(explicit: Path | None = None) -> Path:
+    for cand in ([Path(explicit)] if explicit else []) + [Path.cwd() / "solutions", REPO_ROOT / "solutions"]:
+        if cand.is_dir():
+            return cand
+    raise UserError("no solutions/ folder found; run from the repository or pass --solutions DIR")
+
+
+def read_reference(lab: Lab, solutions: Path | None = None) -> tuple[str, dict[str, Reference]]:
+    path = solutions_dir(solutions) / Path(lab.reference).name
+    if not path.exists():
+        raise UserError(f"reference solutions {path} are missing; restore them from the repository")
+    text = path.read_text()
+    refs: dict[str, Reference] = {}
+    for section in re.split(r"(?m)^##\s+", text)[1:]:
+        title = section.splitlines()[0].strip()
+        fields = {}
+        for line in section.splitlines()[1:]:
+            m = re.match(r"^\s*-\s*(fault|leaf|cause|path|diagnosis|remediation)\s*:\s*(.*)$", line)
+            if m:
+                fields[m.group(1)] = _clean(m.group(2))
+        if "fault" not in fields:
+            continue
+        path_ids = [node_key(p) for p in re.split(r"→|->|,", fields.get("path", "")) if node_key(p)]
+        refs[fields["fault"]] = Reference(fields["fault"], node_key(fields.get("leaf", "")) or "",
+                                          fields.get("cause", ""), path_ids, fields.get("diagnosis", ""),
+                                          fields.get("remediation", ""), title)
+    return text, refs
+
+
+def check_reference(refs: dict[str, Reference], tree: dict[str, TreeNode]) -> list[str]:
+    """Every way the reference disagrees with the tree (empty when in sync)."""
+    problems = []
+    for r in refs.values():
+        for nid in r.path + [r.leaf]:
+            if nid not in tree:
+                problems.append(f"{r.fault}: node {nid} does not exist in the stability tree")
+        if r.leaf in tree:
+            if tree[r.leaf].children:
+                problems.append(f"{r.fault}: {r.leaf} is not a leaf")
+            if tree[r.leaf].cause != r.cause:
+                problems.append(f"{r.fault}: leaf {r.leaf} has cause {tree[r.leaf].cause}, the reference says {r.cause}")
+        if not r.path or r.path[-1] != r.leaf:
+            problems.append(f"{r.fault}: the documented path must end at the leaf {r.leaf}")
+        for a, b in zip(r.path, r.path[1:]):
+            if a in tree and b in tree and not _reachable(tree, a, b):
+                problems.append(f"{r.fault}: the path goes from {a} to {b}, which the tree does not allow")
+    return problems
+
+
+def _reachable(tree: dict[str, TreeNode], a: str, b: str) -> bool:
+    """b follows a on a walk: b is a descendant of a, or the walk moved on from a to a later section."""
+    n = tree.get(b)
+    while n is not None and n.parent:
+        if n.parent == a:
+            return True
+        n = tree.get(n.parent)
+    return _section_order(a) < _section_order(b)
+
+
+def _section_order(nid: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in nid.lstrip("§").split("."))
+
+
+def documented_path(tree: dict[str, TreeNode], leaf: str) -> list[str]:
+    """The walk to `leaf` as the tree documents it: every top-level section before the leaf's own (each
+    checked and passed, in order), then the leaf's ancestors from its section down to the leaf."""
+    chain, n = [], tree.get(leaf)
+    while n is not None:
+        chain.append(n.id)
+        n = tree.get(n.parent) if n.parent else None
+    chain.reverse()
+    if not chain:
+        return []
+    before = sorted((nid for nid, node in tree.items() if node.parent is None and _section_order(nid) < _section_order(chain[0])),
+                    key=_section_order)
+    return before + chain
+
+
+# ---------------------------------------------------------------------------------------------------
+# Which run carries which fault
+# ---------------------------------------------------------------------------------------------------
+
+
+def lab_faults(lab: Lab) -> tuple[str, ...]:
+    from minitrain import blind
+
+    return tuple(blind.LABS["break-it" if lab.key == "break-it" else "spike"]["faults"])
+
+
+def blind_folder(lab: Lab, experiments: Path) -> Path:
+    return Path(experiments) / lab.runs[0].split("/")[0]
+
+
+def fault_of(lab: Lab, run_id: str, experiments: Path, mapping: dict | None = None) -> str | None:
+    """The fault a run carries: its manifest (spike lab), its name (19-injection-A/B/C) or the sealed mapping."""
+    if lab.key == "spike":
+        manifest = Path(experiments) / run_id / "manifest.json"
+        if manifest.exists():
+            try:
+                inj = (json.loads(manifest.read_text()).get("config") or {}).get("injection")
+            except ValueError:
+                inj = None
+            if inj and inj != "none":
+                return inj
+        m = re.match(r"^19-injection-([ABC])(?:$|-)", run_id)
+        return {v: k for k, v in LAB_LETTERS.items()}[m.group(1)] if m else None
+    short = run_id.split("/")[-1]
+    return (mapping or {}).get(short, {}).get("fault")
+
+
+def spike_run_id(fault: str, experiments: Path) -> str:
+    """The lab's run folder of an injection: 19-injection-A, or the one 19-injection-A-* if only that exists."""
+    name = f"19-injection-{LAB_LETTERS[fault]}"
+    if (Path(experiments) / name).is_dir():
+        return name
+    others = sorted(p.name for p in Path(experiments).glob(f"{name}-*") if (p / "manifest.json").exists())
+    return others[0] if len(others) == 1 else name
+
+
+def expected_runs(lab: Lab, experiments: Path, mapping: dict | None = None) -> dict[str, str]:
+    """{fault: run id} for the lab's three runs."""
+    if lab.key == "spike":
+        return {f: spike_run_id(f, experiments) for f in lab_faults(lab)}
+    out = {}
+    for run in lab.runs:
+        fault = fault_of(lab, run, experiments, mapping)
+        if fault:
+            out[fault] = run
+    return out
+
+
+def baseline_for(run: Path, experiments: Path) -> Path | None:
+    """The run to measure against: the run it was forked from if that is a baseline, else 18-baseline."""
+    try:
+        m = json.loads((Path(run) / "manifest.json").read_text())
+        donor = (m.get("forked_from") or {}).get("run")
+    except (OSError, ValueError):
+        donor = None
+    for cand in ([Path(run).parent / donor] if donor else []) + [Path(experiments) / "18-baseline"]:
+        if (cand / "metrics.jsonl").exists() and cand.resolve() != Path(run).resolve():
+            try:
+                cfg = json.loads((cand / "manifest.json").read_text()).get("config") or {}
+            except (OSError, ValueError):
+                cfg = {}
+            if cfg.get("injection", "none") == "none":
+                return cand
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Numbers measured on a run against its baseline
+# ---------------------------------------------------------------------------------------------------
+
+RECOVERY_TOL = 0.01  # a run has recovered when |loss - baseline loss| stays below 1% of the baseline loss
+RECOVERY_HOLD = 10  # ... for this many steps in a row
+AFTER_WINDOW = 50  # "after K" means steps K+1 .. K+50
+
+
+def _rows(run: Path) -> dict[int, dict]:
+    rows, _ = runfiles.read_metrics(Path(run) / "metrics.jsonl")
+    return {r["step"]: r for r in rows if isinstance(r, dict) and isinstance(r.get("step"), int)}
+
+
+def _fmt(x, digits: int = 4) -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def measure(run: Path, baseline: Path | None, k: int | None) -> dict:
+    """Facts about a run at and after step K, each against the baseline at the same step when there is one."""
+    rows = _rows(run)
+    base = _rows(baseline) if baseline is not None else {}
+    out: dict = {"run": Path(run).name, "baseline": Path(baseline).name if baseline else None, "K": k,
+                 "steps": len(rows)}
+    if rows:
+        first = rows[min(rows)]
+        out["step0_loss"] = first.get("loss")
+        out["lr_first"] = first.get("lr")
+        bad = [s for s, r in sorted(rows.items()) if r.get("loss") is None or r.get("grad_norm") is None]
+        out["non_finite_step"] = bad[0] if bad else None
+        early = [r["loss"] for s, r in rows.items() if s < 100 and r.get("loss") is not None]
+        out["max_loss_first_100"] = max(early) if early else None
+        if base and min(base) in base:
+            out["baseline_step0_loss"] = base[min(base)].get("loss")
+            a0, b0 = rows[min(rows)].get("act") or [], base[min(base)].get("act") or []
+            if a0 and b0 and b0[0]:
+                out["act0_ratio_step0"] = (a0[0] or 0) / b0[0]
+    if k is not None and k in rows:
+        r, b = rows[k], base.get(k, {})
+        out["loss_at_K"], out["baseline_loss_at_K"] = r.get("loss"), b.get("loss")
+        out["grad_norm_at_K"], out["baseline_grad_norm_at_K"] = r.get("grad_norm"), b.get("grad_norm")
+        if r.get("grad_norm") and b.get("grad_norm"):
+            out["grad_norm_ratio_at_K"] = r["grad_norm"] / b["grad_norm"]
+        batch = r.get("batch") or {}
+        out["dup_rows_at_K"], out["rare_share_at_K"] = batch.get("dup_rows"), batch.get("rare_share")
+        bb = b.get("batch") or {}
+        out["baseline_dup_rows_at_K"], out["baseline_rare_share_at_K"] = bb.get("dup_rows"), bb.get("rare_share")
+        pr, pb = r.get("params") or {}, b.get("params") or {}
+        ratios = {n: pr[n]["vm"] / pb[n]["vm"] for n in pr
+                  if n in pb and pr[n].get("vm") and pb[n].get("vm")}
+        if ratios:
+            top = max(ratios, key=ratios.get)
+            out["v_jump_param"], out["v_jump_ratio_at_K"] = top, ratios[top]
+            later = [s for s in sorted(rows) if s > k]
+            settle = None
+            for s in later:
+                pr_s, pb_s = rows[s].get("params") or {}, base.get(s, {}).get("params") or {}
+                if top in pr_s and top in pb_s and pb_s[top].get("vm") and pr_s[top]["vm"] / pb_s[top]["vm"] < 2.0:
+                    settle = s - k
+                    break
+            out["v_steps_to_within_2x"] = settle
+        diffs = [(s, rows[s]["loss"] - base[s]["loss"]) for s in range(k + 1, k + 1 + AFTER_WINDOW)
+                 if s in rows and s in base and rows[s].get("loss") is not None and base[s].get("loss") is not None]
+        if diffs:
+            out["mean_loss_diff_after_K"] = sum(d for _, d in diffs) / len(diffs)
+            s_max, d_max = max(diffs, key=lambda t: abs(t[1]))
+            out["max_loss_diff_after_K"], out["max_loss_diff_step"] = d_max, s_max
+        out["recovery_steps"] = recovery_steps(rows, base, k)
+        first = next((s for s in sorted(rows) if s in base and rows[s].get("loss") != base[s].get("loss")), None)
+        out["first_step_differing"] = first
+    res_run, res_base = _results(run), _results(baseline) if baseline else {}
+    if res_run.get("final_val_loss") is not None:
+        out["final_val_loss"] = res_run["final_val_loss"]
+        if res_base.get("final_val_loss") is not None:
+            out["final_val_loss_diff"] = res_run["final_val_loss"] - res_base["final_val_loss"]
+    if res_run.get("final_train_loss") is not None and res_run.get("final_val_loss") is not None:
+        out["final_val_minus_train"] = res_run["final_val_loss"] - res_run["final_train_loss"]
+        if res_base.get("final_val_loss") is not None and res_base.get("final_train_loss") is not None:
+            out["baseline_final_val_minus_train"] = res_base["final_val_loss"] - res_base["final_train_loss"]
+    return out
+
+
+def recovery_steps(rows: dict, base: dict, k: int) -> int | None:
+    """Steps after K until |loss - baseline| < 1% of the baseline loss for 10 steps in a row (0: never left)."""
+    run_len, start = 0, None
+    for s in sorted(x for x in rows if x >= k):
+        a, b = rows[s].get("loss"), base.get(s, {}).get("loss")
+        if a is None or b is None:
+            return None
+        if abs(a - b) <= RECOVERY_TOL * abs(b):
+            if run_len == 0:
+                start = s
+            run_len += 1
+            if run_len >= RECOVERY_HOLD:
+                return max(0, start - k)
+        else:
+            run_len = 0
+    return None
+
+
+def _results(run: Path | None) -> dict:
+    if run is None or not (Path(run) / "results.json").exists():
+        return {}
+    try:
+        return json.loads((Path(run) / "results.json").read_text())
+    except ValueError:
+        return {}
+
+
+MEASURE_LINES = {
+    # fault -> the measurements that tell it, as (label, key, baseline key)
+    "scale": (("pre-clip grad norm at K", "grad_norm_at_K", "baseline_grad_norm_at_K"),
+              ("ratio to the baseline at K", "grad_norm_ratio_at_K", None),
+              ("loss at K", "loss_at_K", "baseline_loss_at_K"),
+              ("largest Adam v jump at K (run / baseline)", "v_jump_ratio_at_K", None),
+              ("mean loss difference over K+1..K+50", "mean_loss_diff_after_K", None),
+              ("first step whose loss differs from the baseline", "first_step_differing", None)),
+    "bad_batch": (("loss at K", "loss_at_K", "baseline_loss_at_K"),
+                  ("pre-clip grad norm at K", "grad_norm_at_K", "baseline_grad_norm_at_K"),
+                  ("duplicated rows in the batch at K", "dup_rows_at_K", "baseline_dup_rows_at_K"),
+                  ("rare-token share at K", "rare_share_at_K", "baseline_rare_share_at_K"),
+                  ("largest loss difference after K (step)", "max_loss_diff_after_K", "max_loss_diff_step"),
+                  ("recovery steps (|diff| < 1% for 10 steps)", "recovery_steps", None)),
+    "v_corrupt": (("Adam v jump at K (run / baseline)", "v_jump_ratio_at_K", None),
+                  ("tensor with the v jump", "v_jump_param", None),
+                  ("steps until its v is within 2x of the baseline", "v_steps_to_within_2x", None),
+                  ("loss at K", "loss_at_K", "baseline_loss_at_K"),
+                  ("pre-clip grad norm at K", "grad_norm_at_K", "baseline_grad_norm_at_K"),
+                  ("mean loss difference over K+1..K+50", "mean_loss_diff_after_K", None),
+                  ("largest loss difference after K (step)", "max_loss_diff_after_K", "max_loss_diff_step")),
+    "bad_init": (("step-0 loss", "step0_loss", "baseline_step0_loss"),
+                 ("layer-0 activation vs baseline at step 0", "act0_ratio_step0", None),
+                 ("first non-finite step", "non_finite_step", None),
+                 ("largest loss in the first 100 steps", "max_loss_first_100", None)),
+    "no_warmup": (("lr at step 0", "lr_first", None),
+                  ("largest loss in the first 100 steps", "max_loss_first_100", None),
+                  ("step-0 loss", "step0_loss", "baseline_step0_loss"),
+                  ("final validation loss (difference to the baseline)", "final_val_loss", "final_val_loss_diff")),
+    "broken_mask": (("final validation minus training loss", "final_val_minus_train", "baseline_final_val_minus_train"),
+                    ("final validation loss (difference to the baseline)", "final_val_loss", "final_val_loss_diff"),
+                    ("step-0 loss", "step0_loss", "baseline_step0_loss")),
+}
+
+
+def measured_lines(fault: str, m: dict) -> list[str]:
+    out = []
+    for label, key, other in MEASURE_LINES.get(fault, ()):
+        value = _fmt(m.get(key))
+        if other:
+            sep = "step" if other == "max_loss_diff_step" else ("difference" if other.endswith("_diff") else "baseline")
+            value += f" ({sep} {_fmt(m.get(other))})"
+        out.append(f"  - {label}: {value}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Seal, reveal
+# ---------------------------------------------------------------------------------------------------
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def seal_path(d: Path, lab: Lab) -> Path:
+    return Path(d) / lab.file.replace(".md", ".seal.json")
+
+
+def read_seal(d: Path, lab: Lab) -> dict | None:
+    path = seal_path(d, lab)
+    if not path.exists():
+        return None
+    seal = runfiles.read_json(path, "seal file")
+    if not isinstance(seal, dict) or seal.get("sha256") != sha256_text(seal.get("text", "")):
+        raise UserError(f"{path} is damaged (its text does not match its hash); the seal cannot be trusted, "
+                        "ask your instructor")
+    return seal
+
+
+def walk(run: Path) -> dict | None:
+    """The stability walker's verdict on a run ({leaf, cause, anomaly_step, ...}), or None if it cannot run."""
+    try:
+        from minitrain import stability
+    except ImportError:
+        return None
+    try:
+        return stability.diagnose_run(Path(run))
+    except UserError:
+        return None
+
+
+def reveal(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Path | None = None,
+           force: bool = False) -> tuple[str, Path]:
+    """Seal the diagnoses (first time only), then the reference completed with the learner's numbers.
+    Returns (text to show, file it was also written to)."""
+    from minitrain import blind
+
+    d = existing_learner(name, learners)
+    dfile = d / lab.file
+    if not dfile.exists():
+        raise UserError(f"{dfile} is missing; restore it from a fresh 'minitrain learner init' of another name")
+    _, refs = read_reference(lab, solutions)  # fail before sealing if the solutions are missing
+    seal = read_seal(d, lab)
+    text = dfile.read_text()
+    if seal is None:
+        filled = [x for x in parse_diagnoses(text) if x.filled()]
+        if len(filled) < 3 and not force:
+            raise UserError(f"{dfile} has {len(filled)} of 3 diagnoses filled in (node, diagnosis and remediation); "
+                            "fill them in first, or pass --force to reveal anyway (the empty ones score 0)")
+        seal = {"lab": lab.key, "file": lab.file, "sha256": sha256_text(text), "sealed_at": utc_now(), "text": text}
+        runfiles.atomic_write_json(seal_path(d, lab), seal)
+        head = f"sealed {dfile} (sha256 {seal['sha256'][:16]}, {seal['sealed_at']}) before showing the solutions"
+    else:
+        head = f"{dfile} was sealed at {seal['sealed_at']} (sha256 {seal['sha256'][:16]})"
+        if sha256_text(text) != seal["sha256"]:
+            head += "; it has been EDITED since: the sealed text is what is graded"
+    mapping = None
+    if lab.key != "spike":
+        mapping = blind.reveal_mapping(blind_folder(lab, experiments), by=name)
+    if not seal.get("revealed_at"):
+        seal["revealed_at"] = utc_now()
+        runfiles.atomic_write_json(seal_path(d, lab), seal)
+    ref_text, refs = read_reference(lab, solutions)
+    out = [head, ""]
+    problems = _tree_problems(refs)
+    if problems:
+        out += ["WARNING: the reference solutions disagree with the stability tree: " + "; ".join(problems), ""]
+    out.append(complete_reference(ref_text, refs, lab, experiments, mapping))
+    shown = "\n".join(out).rstrip() + "\n"
+    path = d / f"reveal-{lab.key}.md"
+    runfiles.atomic_write_text(path, shown)
+    return shown, path
+
+
+def _tree_problems(refs: dict[str, Reference]) -> list[str]:
+    try:
+        tree = stability_tree()
+    except ImportError:
+        return ["stability.py is missing"]
+    return check_reference(refs, tree)
+
+
+def complete_reference(ref_text: str, refs: dict[str, Reference], lab: Lab, experiments: Path,
+                       mapping: dict | None) -> str:
+    """The reference text with, under each fault's section, the numbers measured on the learner's run."""
+    runs = expected_runs(lab, experiments, mapping)
+    text = ref_text
+    for fault in lab_faults(lab):
+        run_id = runs.get(fault)
+        block = measured_block(fault, run_id, lab, experiments, mapping)
+        marker = f"<!-- measured:{fault} -->"
+        text = text.replace(marker, block) if marker in text else text + "\n" + block + "\n"
+    return text
+
+
+def measured_block(fault: str, run_id: str | None, lab: Lab, experiments: Path, mapping: dict | None) -> str:
+    if run_id is None:
+        return f"**Measured on your run**: no run of the lab carries {fault}."
+    run = Path(experiments) / run_id
+    where = f"`{run_id}`" + (f" (sealed mapping: {run_id.split('/')[-1]} carried {fault})" if mapping else "")
+    if not (run / "metrics.jsonl").exists():
+        return f"**Measured on your run {where}**: not found; train it ('just lab', 'just phase-19-blind' or " \
+               "'just break-it-shuffled') and reveal again to see your numbers."
+    baseline = baseline_for(run, experiments)
+    k = _fault_step(run, fault, mapping)
+    m = measure(run, baseline, k)
+    lines = [f"**Measured on your run {where}** against `{m['baseline'] or 'no baseline found'}`"
+             + (f", K = {k}" if k is not None else "") + ":"]
+    lines += measured_lines(fault, m)
+    verdict = walk(run)
+    if verdict:
+        lines.append(f"  - the stability walker on this run: {verdict.get('leaf')} ({verdict.get('cause')}), "
+                     f"anomaly at step {verdict.get('anomaly_step')}")
+    return "\n".join(lines)
+
+
+def _fault_step(run: Path, fault: str, mapping: dict | None) -> int | None:
+    if fault in ("bad_init", "no_warmup", "broken_mask"):
+        return None
+    if mapping:
+        return (mapping.get(run.name, {}).get("overrides") or {}).get("injection_step")
+    try:
+        return (json.loads((run / "manifest.json").read_text()).get("config") or {}).get("injection_step")
+    except (OSError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# Grade
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    fault: str
+    run: str | None
+    reference: Reference
+    given: Diagnosis | None
+    correct: bool
+    why: str
+    cause: str | None = None
+    cause_source: str = ""
+
+
+def judge(d: Diagnosis | None, ref: Reference, tree: dict[str, TreeNode]) -> tuple[bool, str, str | None, str]:
+    """(correct, explanation, cause read, where the cause was read from). The rule is in the module doc."""
+    right = f"the reference leaf is {ref.leaf} ({ref.cause}), reached by {' → '.join(ref.path)}"
+    if d is None:
+        return False, f"no diagnosis for this run; {right}", None, ""
+    if not d.node.strip():
+        return False, f"no node given; {right}", None, ""
+    nid = node_key(d.node)
+    if nid is None:
+        return False, f"'{d.node}' names no node id (write it as stability-check.md prints it, e.g. §1); {right}", None, ""
+    if nid not in tree:
+        return False, f"node {nid} does not exist in stability-check.md; {right}", None, ""
+    if nid not in ref.path:
+        return False, (f"stopped at {nid} ({tree[nid].title or 'untitled'}), which is not on the documented path; "
+                       f"{right}"), None, ""
+    if d.cause.strip():
+        cause, hits = cause_from_words(d.cause)
+        source = "your cause field"
+        if cause is None:
+            return False, (f"the cause field '{d.cause}' names {'several causes: ' + ', '.join(hits) if hits else 'no known cause'} "
+                           f"(use one of {', '.join(CAUSES)}); {right}"), None, source
+    elif tree[nid].cause:
+        cause, source = tree[nid].cause, f"leaf {nid}"
+    else:
+        cause, hits = cause_from_words(d.diagnosis)
+        source = "your diagnosis sentence"
+        if cause is None:
+            what = f"names several causes ({', '.join(hits)})" if hits else "names no cause this grader knows"
+            return False, (f"{nid} is not a leaf and your diagnosis {what}; add a 'cause:' line. {right}"), None, source
+    if cause != ref.cause:
+        return False, f"cause {cause} (from {source}), but this run's cause is {ref.cause}; {right}", cause, source
+    note = "" if nid == ref.leaf else f"; you stopped at {nid}, on the path above the leaf {ref.leaf}"
+    return True, f"{nid}, cause {cause} (from {source}){note}", cause, source
+
+
+def grade_text(text: str, lab: Lab, refs: dict[str, Reference], tree: dict[str, TreeNode], experiments: Path,
+               mapping: dict | None) -> list[Verdict]:
+    diags = parse_diagnoses(text)
+    runs = expected_runs(lab, experiments, mapping)
+    by_fault: dict[str, Diagnosis] = {}
+    for d in diags:
+        f = fault_of(lab, d.run, experiments, mapping)
+        if f and f not in by_fault:
+            by_fault[f] = d
+    out = []
+    for fault in lab_faults(lab):
+        ref = refs.get(fault)
+        if ref is None:
+            raise UserError(f"{lab.reference} has no section for {fault}; restore it from the repository")
+        d = by_fault.get(fault)
+        ok, why, cause, source = judge(d, ref, tree)
+        out.append(Verdict(fault, d.run if d else runs.get(fault), ref, d, ok, why, cause, source))
+    return out
+
+
+@dataclass
+class Grade:
+    lab: Lab
+    verdicts: list[Verdict]
+    seal: dict
+    edited: bool
+    current: list[Verdict] | None  # what the current (edited) text would score
+
+    @property
+    def score(self) -> int:
+        return sum(v.correct for v in self.verdicts)
+
+
+def grade(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Path | None = None) -> Grade:
+    from minitrain import blind
+
+    d = existing_learner(name, learners)
+    seal = read_seal(d, lab)
+    if seal is None:
+        flag = "" if lab.key == "spike" else f" --lab {lab.key}"
+        raise UserError(f"{d / lab.file} is not sealed yet; run 'minitrain reveal {name}{flag}' first "
+                        "(it seals your diagnoses, then shows the solutions)")
+    mapping = blind.open_mapping(blind_folder(lab, experiments)) if lab.key != "spike" else None
+    _, refs = read_reference(lab, solutions)
+    tree = stability_tree()
+    verdicts = grade_text(seal["text"], lab, refs, tree, experiments, mapping)
+    now = (d / lab.file).read_text() if (d / lab.file).exists() else ""
+    edited = sha256_text(now) != seal["sha256"]
+    current = grade_text(now, lab, refs, tree, experiments, mapping) if edited else None
+    result = Grade(lab, verdicts, seal, edited, current)
+    runfiles.atomic_write_json(d / f"grade-{lab.key}.json", {
+        "lab": lab.key, "score": result.score, "out_of": len(verdicts), "graded_at": utc_now(),
+        "sealed_at": seal["sealed_at"], "revealed_at": seal.get("revealed_at"), "edited_after_seal": edited,
+        "verdicts": [{"fault": v.fault, "run": v.run, "correct": v.correct, "why": v.why} for v in verdicts]})
+    return result
+
+
+def grade_report(name: str, g: Grade) -> str:
+    lines = [f"{name}, {g.lab.title}: {g.score}/{len(g.verdicts)} correct "
+             f"(graded on the text sealed at {g.seal['sealed_at']})"]
+    for v in g.verdicts:
+        mark = "correct" if v.correct else "MISS   "
+        lines.append(f"  {mark} {v.run or '(no run)'} [{v.fault}]: {v.why}")
+    if g.edited:
+        now = sum(v.correct for v in g.current or [])
+        lines.append(f"  EDITED AFTER THE REVEAL: {g.lab.file} differs from its seal (sha256 {g.seal['sha256'][:16]}); "
+                     f"the sealed text is graded; the current text would score {now}/{len(g.verdicts)} (not counted)")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Check: the lab's Definition of Done and stop condition
+# ---------------------------------------------------------------------------------------------------
+
+
+def new_lesson_lines(text: str) -> list[str]:
+    """Lines of lessons.md that are not in the template: not blank, not headings, at least four words."""
+    template = set(LESSONS_TEMPLATE.splitlines())
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    out = []
+    for line in text.splitlines():
+        s = line.strip()
+        if not s or line in template or s.startswith("#") or len(re.findall(r"\w+", s)) < 4:
+            continue
+        out.append(s)
+    return out
+
+
+def hook_is_noop() -> tuple[bool, str]:
+    """maybe_inject is called at its three points in loop.train_step, returns its target untouched with
+    injection none, and a short none-injection run gives byte-identical metrics with the hook replaced by
+    the identity."""
+    import inspect
+
+    from minitrain import injections, loop
+    from minitrain.config import build_config
+
+    src = inspect.getsource(loop.train_step)
+    missing = [p for p in injections.POINTS if f'maybe_inject("{p}"' not in src]
+    if missing:
+        return False, f"loop.train_step does not call maybe_inject at {', '.join(missing)}"
+    cfg = build_config({}, ["steps=3", "eval_every=2", "ckpt_every=3", "telemetry=full", "progress=false"])
+    ctx = injections.InjectContext(cfg=cfg, step=0)
+    for point in injections.POINTS:
+        target = object()
+        if loop.maybe_inject(point, 0, target, ctx) is not target or loop.maybe_inject(point, 0, target, None) is not target:
+            return False, f"maybe_inject changes its target at '{point}' with injection none"
+
+    def three_rows() -> bytes:
+        run = loop.build_run(cfg)
+        rows: list[dict] = []
+        loop.run_steps(run, 0, rows.append)
+        return b"".join(runfiles.dumps_row(r).encode() for r in rows)
+
+    real = three_rows()
+    original = loop.maybe_inject
+    loop.maybe_inject = lambda point, step, target, ctx: target
+    try:
+        identity = three_rows()
+    finally:
+        loop.maybe_inject = original
+    if real != identity:
+        return False, "a none-injection run differs from one with the hook replaced by the identity"
+    return True, f"called at {', '.join(injections.POINTS)}; a 3-step none run is byte-identical without it"
+
+
+def check(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Path | None = None) -> list[tuple[bool, str]]:
+    from minitrain import blind
+
+    d = existing_learner(name, learners)
+    items: list[tuple[bool, str]] = []
+    if lab.key != "break-it":
+        ok, why = hook_is_noop()
+        items.append((ok, f"src/minitrain/loop.py has a clean maybe_inject hook, a no-op by default: {why}"))
+    mapping = None
+    if lab.key != "spike":
+        try:
+            blind.read_public(blind_folder(lab, experiments))
+            opened = (blind_folder(lab, experiments) / "REVEALED.json").exists()
+            mapping = blind.open_mapping(blind_folder(lab, experiments)) if opened else None
+        except UserError as e:
+            items.append((False, str(e)))
+    runs = expected_runs(lab, experiments, mapping) if lab.key == "spike" else {r: r for r in lab.runs}
+    found = []
+    for run_id in runs.values():
+        m = Path(experiments) / run_id / "manifest.json"
+        if m.exists():
+            status = json.loads(m.read_text()).get("status")
+            if status in ("finished", "non_finite"):
+                found.append(run_id)
+    items.append((len(found) == 3, f"three runs with manifests in {experiments}/: "
+                  + ", ".join(f"{r} {'ok' if r in found else 'MISSING or unfinished'}" for r in runs.values())))
+    seal = read_seal(d, lab)
+    text = (d / lab.file).read_text() if (d / lab.file).exists() else ""
+    filled = [x for x in parse_diagnoses(seal["text"] if seal else text) if x.filled()]
+    items.append((len(filled) >= 3, f"{lab.file} filled in: {len(filled)} of 3 sections have node, diagnosis and remediation"))
+    if seal is None:
+        items.append((False, f"{lab.file} sealed before the reveal: not sealed yet (run 'minitrain reveal {name}')"))
+    else:
+        before = seal["sealed_at"] <= (seal.get("revealed_at") or seal["sealed_at"])
+        unchanged = sha256_text(text) == seal["sha256"]
+        items.append((before and unchanged, f"{lab.file} sealed before the reveal: sealed {seal['sealed_at']}, "
+                      f"revealed {seal.get('revealed_at') or 'not yet'}"
+                      + ("" if unchanged else "; EDITED after the seal")))
+    if seal is not None:
+        g = grade(name, lab, learners, experiments, solutions)
+        misses = [v.run or v.fault for v in g.verdicts if not v.correct]
+        items.append((g.score == 3, f"the three diagnoses match the faults: {g.score}/3"
+                      + (f" (missed: {', '.join(misses)}; see 'minitrain grade {name}')" if misses else "")))
+    else:
+        items.append((False, "the three diagnoses match the faults: not graded before the reveal"))
+    if lab.key == "spike":
+        lessons = d / "notes" / "lessons.md"
+        new = new_lesson_lines(lessons.read_text()) if lessons.exists() else []
+        covered = sorted({c for line in new for c in cause_from_words(line)[1]} & {"gradient_explosion", "bad_batch",
+                                                                                   "optimizer_state_corruption"})
+        items.append((len(new) >= 3, f"stop condition: notes/lessons.md has {len(new)} new line(s) (3 needed)"
+                      + (f"; they name: {', '.join(covered)}" if covered else "")))
+    return items

@@ -1,0 +1,156 @@
+"""`minitrain postmortem RUN`: theory/04-loss-spike-postmortem-template.md filled from a run's evidence.
+
+Every sentence it writes comes from a number in the run folder (metrics, manifest, results), the stability
+walker's verdict, or the baseline run; the learner then edits the file. It never overwrites an existing
+post-mortem unless --force. A blind run's post-mortem reads only what the blind run's files show.
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+from minitrain import runfiles
+from minitrain.errors import UserError
+from minitrain.learner import REPO_ROOT, _fmt, baseline_for, measure, walk
+
+TEMPLATE = "theory/04-loss-spike-postmortem-template.md"
+
+# How each cause is prevented next time (the remediation fixes this run; prevention keeps it from recurring).
+PREVENTION = {
+    "gradient_explosion": "Keep global-norm clipping on and log the pre-clip norm every step; add an adaptive "
+                          "detector (z-score of the norm against its EMA, as ZClip) that flags or down-weights outliers.",
+    "bad_batch": "Check batch composition before the step (duplicated rows, rare-token share); deduplicate the data "
+                 "by fingerprint; skip a batch whose loss and gradient norm are both outliers (llm.c, Lightning).",
+    "optimizer_state_corruption": "Checkpoint the optimizer moments with the weights and monitor RMS(g^2/v) and v per "
+                                  "tensor; on a jump, reload the last pre-spike checkpoint's moments.",
+    "bad_init": "Assert the step-0 loss is within ln V +- 0.5 and the step-1 gradient norm within [0.1, 10] "
+                "before a long run; keep init std at 0.02 scale.",
+    "no_warmup": "Keep a linear warmup (100 steps here) and plot the LR from step 0; a flat LR at its maximum from "
+                 "the first step is the tell.",
+    "broken_mask": "Test the attention mask (no position sees a later one) and watch the gap between training and "
+                   "validation loss; validation always uses the causal mask.",
+    "non_finite": "Stop at the first non-finite loss or gradient (the loop does), and resume from the last finite "
+                  "checkpoint with the cause fixed.",
+    "lr_schedule": "Log the LR every step and check warmup and decay against the configured schedule.",
+    "healthy": "Nothing to prevent: keep the baseline's settings and monitoring.",
+}
+CAUSE_REMEDY = {"gradient_explosion": "zclip", "bad_batch": "skip_batch", "optimizer_state_corruption": "restore_moments",
+                "bad_init": "init_scale=1", "no_warmup": "warmup_steps=100", "broken_mask": "causal_mask=true"}
+
+
+def template_path(explicit: Path | None = None) -> Path:
+    for cand in ([Path(explicit)] if explicit else []) + [Path.cwd() / TEMPLATE, REPO_ROOT / TEMPLATE]:
+        if cand.is_file():
+            return cand
+    raise UserError(f"post-mortem template {TEMPLATE} not found; run from the repository or pass --template FILE")
+
+
+def _fill(template: str, parts: dict[str, str]) -> str:
+    return re.sub(r"\{\{([a-z_]+)\}\}", lambda m: parts.get(m.group(1), m.group(0)), template)
+
+
+def _manifest(run: Path) -> dict:
+    try:
+        return json.loads((run / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def evidence(run: Path, baseline: Path | None) -> dict:
+    """Everything the post-mortem says, as numbers and words."""
+    manifest = _manifest(run)
+    cfg = manifest.get("config") or {}
+    verdict = walk(run) or {}
+    injected = cfg.get("injection") if cfg.get("injection", "none") != "none" else None
+    k = cfg.get("injection_step") if injected else verdict.get("anomaly_step")
+    m = measure(run, baseline, k)
+    from minitrain.dashboard import spike_flags
+
+    rows, _ = runfiles.read_metrics(run / "metrics.jsonl")
+    flags = spike_flags([r["step"] for r in rows], [r.get("loss") for r in rows])
+    return {"manifest": manifest, "config": cfg, "verdict": verdict, "injected": injected, "K": k,
+            "measure": m, "spike_flags": flags}
+
+
+def render(run: Path, baseline: Path | None, template: str) -> str:
+    ev = evidence(run, baseline)
+    m, v, cfg = ev["measure"], ev["verdict"], ev["config"]
+    k, cause = ev["K"], v.get("cause") or "unknown"
+    base = f"`{baseline.name}`" if baseline else "no baseline"
+    what = (f"The stability walker stops at {v.get('leaf', '?')} ({cause}): {v.get('diagnosis', 'no diagnosis')}"
+            if v else "The stability walker could not run on this folder; describe what the dashboard shows.")
+    if ev["injected"]:
+        inj = (ev["manifest"].get("injection") or {})
+        what += f"\n\nThis run carries a deliberate injection: `{ev['injected']}` at step {k} ({_settings(inj)})."
+    when = []
+    if k is not None:
+        when.append(f"- anomaly at step {k}" + (" (the injection step)" if ev["injected"] else " (walker's anomaly step)"))
+    if m.get("first_step_differing") is not None:
+        when.append(f"- first step whose loss differs from {base}: {m['first_step_differing']}")
+    if m.get("non_finite_step") is not None:
+        when.append(f"- first non-finite loss or gradient: step {m['non_finite_step']}")
+    detection = []
+    if m.get("grad_norm_at_K") is not None:
+        detection.append(f"- pre-clip gradient norm at K: {_fmt(m['grad_norm_at_K'])} against "
+                         f"{_fmt(m.get('baseline_grad_norm_at_K'))} in the baseline (x{_fmt(m.get('grad_norm_ratio_at_K'), 3)})")
+    if m.get("loss_at_K") is not None:
+        detection.append(f"- loss at K: {_fmt(m['loss_at_K'])} against {_fmt(m.get('baseline_loss_at_K'))}")
+    if m.get("v_jump_ratio_at_K") is not None and m["v_jump_ratio_at_K"] > 2:
+        detection.append(f"- Adam v of {m['v_jump_param']} x{_fmt(m['v_jump_ratio_at_K'], 3)} the baseline at K")
+    if m.get("dup_rows_at_K"):
+        detection.append(f"- batch at K: {m['dup_rows_at_K']} duplicated rows, rare-token share {_fmt(m.get('rare_share_at_K'))}")
+    flags = ev["spike_flags"]
+    detection.append(f"- course spike flag (loss > 3 sigma over its rolling 100-step mean): "
+                     + (f"steps {', '.join(map(str, flags[:8]))}" + (" ..." if len(flags) > 8 else "") if flags else "never raised"))
+    if v.get("path"):
+        detection.append(f"- stability-check walk: {' → '.join(map(str, v['path']))}")
+    root = (f"{cause}: {v.get('diagnosis', '')}" if v else "unknown (the walker could not run)")
+    impact = []
+    for label, key in (("mean loss difference over K+1..K+50", "mean_loss_diff_after_K"),
+                       ("largest loss difference after K", "max_loss_diff_after_K"),
+                       ("steps to recover (|loss diff| < 1% for 10 steps)", "recovery_steps"),
+                       ("final validation loss difference", "final_val_loss_diff")):
+        if key in m:
+            impact.append(f"- {label}: {_fmt(m[key])}" + (f" (step {m['max_loss_diff_step']})" if key == "max_loss_diff_after_K" else ""))
+    if not impact:
+        impact.append(f"- no step-by-step comparison: {'no baseline' if baseline is None else 'no anomaly step'}")
+    remedy = CAUSE_REMEDY.get(cause)
+    remediation = (v.get("remediation") or "") + (f"\n\nRegistered remedy: `minitrain remediate {run}` (applies `{remedy}`)."
+                                                   if remedy else "")
+    remediated = run.parent / f"{run.name}-remediated" / "remediation.json"
+    if remediated.exists():
+        rj = json.loads(remediated.read_text())
+        remediation += (f"\n\nMeasured in `{remediated.parent.name}`: {rj.get('summary', '')}")
+    evidence_lines = [f"- {key}: {_fmt(val)}" for key, val in m.items() if val is not None]
+    return _fill(template, {
+        "run": run.name, "baseline": baseline.name if baseline else "none",
+        "generated": time.strftime("%Y-%m-%d %H:%M"), "status": str(ev["manifest"].get("status", "unknown")),
+        "what_happened": what, "when": "\n".join(when) or "- no anomaly step found",
+        "detection": "\n".join(detection), "root_cause": root, "impact": "\n".join(impact),
+        "remediation": remediation.strip() or "(none prescribed)", "prevention": PREVENTION.get(cause, "(yours to write)"),
+        "evidence": "\n".join(evidence_lines),
+    })
+
+
+def _settings(inj: dict) -> str:
+    skip = ("injection", "point", "step", "record")
+    return ", ".join(f"{k}={v}" for k, v in inj.items() if k not in skip) or "default settings"
+
+
+def write_postmortem(run: Path, baseline: Path | None = None, out: Path | None = None, force: bool = False,
+                     template: Path | None = None, experiments: Path | None = None) -> Path:
+    run = Path(run)
+    if not (run / "metrics.jsonl").exists():
+        raise UserError(f"{run} is not a run folder (no metrics.jsonl); give e.g. experiments/19-injection-B")
+    if baseline is not None and not (Path(baseline) / "metrics.jsonl").exists():
+        raise UserError(f"--baseline {baseline} is not a run folder (no metrics.jsonl)")
+    if baseline is None:
+        baseline = baseline_for(run, experiments or run.parent)
+    out = Path(out) if out else run / "postmortem.md"
+    if out.exists() and not force:
+        raise UserError(f"{out} exists (your edits may be in it); pass --force to overwrite it or --out another file")
+    text = render(run, Path(baseline) if baseline else None, template_path(template).read_text())
+    runfiles.atomic_write_text(out, text)
+    return out

@@ -1,0 +1,156 @@
+import json
+
+import pytest
+import torch
+
+from conftest import assert_one_line_error, run_cli, small_args, small_config
+from minitrain import loop
+from minitrain.injections import REGISTRY, maybe_inject
+
+K = 60
+
+
+def rows(run_dir):
+    return (run_dir / "metrics.jsonl").read_bytes().splitlines()
+
+
+@pytest.fixture(scope="module")
+def lab(small_baseline):
+    """The three lab injections at K, forked from the small baseline (and one of them from scratch)."""
+    exp = small_baseline.parent
+    out = {}
+    for name, letter in (("scale", "A"), ("bad_batch", "B"), ("v_corrupt", "C")):
+        out[name] = exp / f"19-injection-{letter}"
+        if not out[name].exists():
+            loop.train(small_config(f"injection={name}", f"injection_step={K}"), out[name])
+    return out
+
+
+def test_registry_has_the_three_lab_injections_at_their_points():
+    assert {n: i.point for n, i in REGISTRY.items()} == {
+        "scale": "grads", "bad_batch": "batch", "v_corrupt": "optimizer_state"}
+
+
+def test_hook_is_a_no_op_by_default():
+    cfg = small_config()
+    sentinel = object()
+    for point in ("batch", "grads", "optimizer_state"):
+        assert maybe_inject(point, K, sentinel, None) is sentinel
+    run = loop.build_run(cfg)
+    assert run.inject is None  # injection: none builds no injection context at all
+
+
+def test_rows_before_k_are_the_baselines_bytes(lab, small_baseline):
+    base = rows(small_baseline)
+    for name, run_dir in lab.items():
+        r = rows(run_dir)
+        assert r[:K] == base[:K], name
+        assert json.loads(r[K])["injected"] == name
+        assert all(json.loads(x)["injected"] is None for x in r[K + 1:])
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        assert manifest["forked_from"] == {"run": "18-baseline", "checkpoint_step": K}
+        assert manifest["injection"]["record"]["step"] == K
+
+
+def test_fork_is_byte_identical_to_a_run_from_scratch(lab, tmp_path):
+    scratch = tmp_path / "scratch"
+    loop.train(small_config("injection=bad_batch", f"injection_step={K}"), scratch, fork=False)
+    assert json.loads((scratch / "manifest.json").read_text())["forked_from"] is None
+    assert rows(scratch) == rows(lab["bad_batch"])
+    # a K between checkpoints forks from the checkpoint before it and recomputes the gap
+    odd = tmp_path / "odd"
+    (tmp_path / "18-baseline").symlink_to(lab["scale"].parent / "18-baseline")
+    loop.train(small_config("injection=scale", "injection_step=71"), odd)
+    assert json.loads((odd / "manifest.json").read_text())["forked_from"]["checkpoint_step"] == 60
+    loop.train(small_config("injection=scale", "injection_step=71"), tmp_path / "odd-scratch", fork=False)
+    assert rows(odd) == rows(tmp_path / "odd-scratch")
+
+
+def test_scale_multiplies_the_pre_clip_norm_and_is_clipped(lab, small_baseline):
+    base = json.loads(rows(small_baseline)[K])
+    inj = json.loads(rows(lab["scale"])[K])
+    assert inj["grad_norm"] == pytest.approx(50.0 * base["grad_norm"], rel=1e-5)
+    assert inj["grad_norm_clipped"] == pytest.approx(1.0) and inj["clipped"]
+    for name, p in inj["params"].items():
+        assert p["g"] == pytest.approx(50.0 * base["params"][name]["g"], rel=1e-3), name
+    record = json.loads((lab["scale"] / "manifest.json").read_text())["injection"]
+    assert record["injection_scale"] == 50.0 and record["record"]["tensors"] == 15
+
+
+def test_bad_batch_replaces_the_batch_with_copies(small_baseline):
+    cfg = small_config("injection=bad_batch", f"injection_step={K}")
+    run = loop.build_run(cfg)
+    loop.run_steps(run, 0, stop_at=K + 1)
+    batch = run.last_batch
+    expected, info = run.data.sentence_batch("She has written the letter.", cfg.batch_size, cfg.context)
+    assert torch.equal(batch.x, expected.x) and torch.equal(batch.y, expected.y)
+    assert batch.rows == [-1] * cfg.batch_size
+    assert all(torch.equal(batch.x[0], batch.x[i]) for i in range(cfg.batch_size))
+    assert run.data.tokenizer.decode(info["token_ids"][1:-1]).endswith("en:She has written the letter.")
+    loop.train_step(run, K + 1)  # only at K
+    assert run.last_batch.rows != [-1] * cfg.batch_size
+
+
+@pytest.mark.parametrize("factor", [100.0, 0.01])
+def test_v_corrupt_scales_one_second_moment_only(factor):
+    cfg = small_config("injection=v_corrupt", f"injection_step={K}", f"injection_factor={factor}",
+                       "injection_param=blocks.0.mlp.fc.weight")
+    run = loop.build_run(cfg)
+    loop.run_steps(run, 0, stop_at=K)
+    state = loop.optimizer_moments(run.model, run.opt)
+    before = {k: {n: t.clone() for n, t in d.items()} for k, d in state.items()}
+    maybe_inject("optimizer_state", K, state, run.inject)
+    for kind in ("m", "v"):
+        for name, t in state[kind].items():
+            if kind == "v" and name == "blocks.0.mlp.fc.weight":
+                assert torch.equal(t, before[kind][name] * factor)
+            else:
+                assert torch.equal(t, before[kind][name]), (kind, name)
+    assert run.inject.record["touched"] == "blocks.0.mlp.fc.weight"
+    assert run.inject.record["shape"] == [256, 64]
+
+
+def test_lm_head_weight_is_an_alias_of_the_tied_embedding():
+    run = loop.build_run(small_config("injection=v_corrupt", "injection_step=5", "injection_param=lm_head.weight"))
+    assert run.cfg.injection_param == "tok_emb.weight"
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--injection", "explode"], ["unknown injection 'explode'", "scale, bad_batch, v_corrupt"]),
+    (["--injection", "scale", "--injection-step", "-1"], ["injection_step must be within [0, 119]"]),
+    (["--injection", "scale", "--injection-step", "120"], ["injection_step must be within [0, 119]"]),
+    (["--injection", "v_corrupt", "--injection-step", "60", "--set", "injection_param=lm_head.bais"], ["unknown parameter", "lm_head.bias"]),
+    (["--injection", "bad_batch", "--injection-step", "60", "--set", "injection_sentence=The quick brown fox."], ["not a sentence"]),
+    (["--injection", "bad_batch", "--injection-step", "60", "--set", "context=8"], ["context"]),
+    (["--injection", "scale", "--injection-step", "sixty"], ["injection_step", "expects int"]),
+])
+def test_bad_injection_input(tmp_path, args, needles):
+    out = tmp_path / "run"
+    assert_one_line_error(run_cli("train", "--out", str(out), *small_args(), *args), *needles)
+    assert not out.exists()
+
+
+def test_just_phase_19_train_reads_shell_variables(tmp_path):
+    """`seed=42 injection=scale injection_step=500 just phase-19-train`, as the lab prints it."""
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    just = shutil.which("just", path=str(Path(os.__file__).parents[3] / "bin")) or shutil.which("just")
+    if just is None:
+        pytest.skip("just is not installed")
+    root = Path(__file__).resolve().parents[1]
+    extra = ["--experiments", str(tmp_path)] + small_args()
+    env = {**os.environ, "seed": "42", "injection": "none", "injection_step": "60"}
+    subprocess.run([just, "--justfile", str(root / "justfile"), "phase-19-train", *extra], env=env, check=True,
+                   capture_output=True)
+    env["injection"] = "scale"
+    p = subprocess.run([just, "--justfile", str(root / "justfile"), "phase-19-train", *extra], env=env,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "19-injection-A-k60" / "manifest.json").exists()
+    env["injection_step"] = "abc"
+    p = subprocess.run([just, "--justfile", str(root / "justfile"), "phase-19-train", *extra], env=env,
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "shell variable injection_step='abc' is not an integer" in p.stderr
