@@ -28,6 +28,43 @@ lab:
     minitrain lab-run --injection scale --injection-step 500
     minitrain lab-run --injection bad_batch --injection-step 500
     minitrain lab-run --injection v_corrupt --injection-step 500
+    minitrain report experiments
+
+# create a learner's folder learners/NAME/phase-19/ (spike-diagnoses.md, notes/lessons.md, blind and break-it files)
+learner name:
+    minitrain learner init {{name}}
+
+# seal NAME's diagnoses, then show the reference solutions with NAME's numbers (lab=spike|blind|break-it)
+reveal name lab="spike":
+    minitrain reveal {{name}} --lab {{lab}}
+
+# score NAME's sealed diagnoses out of 3, each miss explained (lab=spike|blind|break-it)
+grade name lab="spike":
+    minitrain grade {{name}} --lab {{lab}}
+
+# the lab's Definition of Done and stop condition for NAME, one line each
+check name lab="spike":
+    minitrain check {{name}} --lab {{lab}}
+
+# blind lab: the three injections shuffled and sealed into experiments/19-blind/01..03 (random=1: random K, magnitude)
+phase-19-blind *args:
+    minitrain blind-runs spike --random "${random:-0}" {{args}}
+
+# companion lab: the three breaks (init x100, no warmup, all-ones mask) shuffled and sealed into experiments/19-break-it/
+break-it-shuffled *args:
+    minitrain blind-runs break-it {{args}}
+
+# one run of the shuffled break-it lab: just run-break 01|02|03
+run-break id *args:
+    minitrain blind-runs break-it --run {{id}} {{args}}
+
+# fill the post-mortem template from a run's evidence into RUN/postmortem.md
+postmortem run *args:
+    minitrain postmortem {{run}} {{args}}
+
+# re-run RUN from before its anomaly with the leaf's remedy into RUN-remediated, walk it again
+remediate run *args:
+    minitrain remediate {{run}} {{args}}
 
 # run the whole test suite (installs the test tools and a headless Chromium if missing)
 test *args:

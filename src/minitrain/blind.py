@@ -84,7 +84,8 @@ def withhold_checkpoint_meta(meta: dict) -> dict:
 def withhold_row(row: dict) -> dict:
     row["injected"] = None
     if isinstance(row.get("batch"), dict):
-        row["batch"]["rows"] = None  # every step alike: an injected batch has no training-row indices
+        # every step alike: an injected batch has no training-row indices; the count stays (batch size)
+        row["batch"]["rows"] = [None] * len(row["batch"].get("rows") or [])
     return row
 
 

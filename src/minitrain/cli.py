@@ -115,6 +115,13 @@ def cmd_lab_run(args) -> int:
             return 0
     res = loop.train(cfg, out, force=args.force)
     print(_summary_line(out.name, res))
+    if injection != "none":  # expected vs observed, when the baseline of the same seed is there
+        from minitrain import signature
+
+        try:
+            signature.write(out)
+        except UserError as e:
+            print(f"{out.name}: no signature.json yet ({e})", file=sys.stderr)
     return 0
 
 
@@ -155,6 +162,22 @@ def cmd_corpus(args) -> int:
     return 0
 
 
+def cmd_signature(args) -> int:
+    from minitrain import signature
+
+    sig = signature.write(Path(args.run), Path(args.baseline) if args.baseline else None)
+    print(json.dumps(sig, indent=2))
+    return 0
+
+
+def cmd_report(args) -> int:
+    from minitrain import signature
+
+    print(signature.report(Path(args.experiments)))
+    print(f"written to {Path(args.experiments) / 'lab-report.md'}", file=sys.stderr)
+    return 0
+
+
 def cmd_config(args) -> int:
     import yaml
 
@@ -187,6 +210,211 @@ def cmd_index(args) -> int:
     out = write_index(Path(args.experiments))
     print(f"wrote {out}")
     return 0
+
+
+# --- the learner's workflow (learner.py, blind.py, postmortem.py, remedies.py) ---------------------
+
+
+def _lab(args):
+    from minitrain.learner import LABS
+
+    return LABS[args.lab]
+
+
+def cmd_learner(args) -> int:
+    from minitrain.learner import init_learner
+
+    d = init_learner(args.name, Path(args.learners))
+    print(f"created {d}: spike-diagnoses.md, blind-diagnoses.md, break-it-diagnoses.md, notes/lessons.md")
+    print(f"next: train the lab ('just lab'), walk stability-check.md for each run, fill in {d / 'spike-diagnoses.md'}, "
+          f"then 'minitrain reveal {args.name}'")
+    return 0
+
+
+def cmd_reveal(args) -> int:
+    from minitrain.learner import reveal
+
+    text, path = reveal(args.name, _lab(args), Path(args.learners), Path(args.experiments),
+                        Path(args.solutions) if args.solutions else None, force=args.force)
+    print(text, end="")
+    print(f"(also written to {path}; next: 'minitrain grade {args.name}"
+          + ("" if args.lab == "spike" else f" --lab {args.lab}") + "')")
+    return 0
+
+
+def cmd_grade(args) -> int:
+    from minitrain.learner import grade, grade_report
+
+    g = grade(args.name, _lab(args), Path(args.learners), Path(args.experiments),
+              Path(args.solutions) if args.solutions else None)
+    print(grade_report(args.name, g))
+    return 0
+
+
+def cmd_check(args) -> int:
+    from minitrain.learner import check
+
+    items = check(args.name, _lab(args), Path(args.learners), Path(args.experiments),
+                  Path(args.solutions) if args.solutions else None)
+    for ok, line in items:
+        print(f"[{'PASS' if ok else 'FAIL'}] {line}")
+    done = all(ok for ok, _ in items)
+    print("done: the lab's Definition of Done and stop condition hold" if done else
+          f"not done: {sum(not ok for ok, _ in items)} item(s) to go")
+    return 0 if done else 1
+
+
+def cmd_postmortem(args) -> int:
+    from minitrain.postmortem import write_postmortem
+
+    out = write_postmortem(Path(args.run), Path(args.baseline) if args.baseline else None,
+                           Path(args.out) if args.out else None, force=args.force,
+                           experiments=Path(args.experiments))
+    print(f"wrote {out}: edit it, it is yours (re-running needs --force and overwrites it)")
+    return 0
+
+
+def cmd_blind_runs(args) -> int:
+    from minitrain import blind
+
+    folder = Path(args.experiments) / Path(blind.LABS[args.lab]["folder"]).name
+    if args.random not in ("0", "1", ""):
+        raise UserError(f"--random expects 0 or 1, got {args.random!r}")
+    sets = list(args.set or [])
+    if args.no_progress:
+        sets.append("progress=false")
+    for line in blind.make_lab(args.lab, folder, sets, randomize=args.random == "1", only=args.run, force=args.force):
+        print(line)
+    print(f"sealed: which fault each run of {folder} carries is hidden until the reveal "
+          f"(mapping hash in {blind.public_path(folder)})")
+    return 0
+
+
+def cmd_remediate(args) -> int:
+    from minitrain.remedies import remediate
+
+    rep = remediate(Path(args.run), args.remedy, Path(args.baseline) if args.baseline else None, force=args.force)
+    print(f"{rep['remediated']}: {rep['summary']}")
+    print("dashboards: " + ", ".join(rep["dashboards"]))
+    return 0
+
+
+def cmd_diagnose(args) -> int:
+    """Walk the stability check over RUN's metrics; print the path, the leaf and its evidence."""
+    from minitrain import stability
+
+    run = Path(args.run)
+    result = stability.diagnose_run(run, Path(args.baseline) if args.baseline else None)
+    if args.write:
+        stability.write_diagnosis(run, result)
+    if args.json:
+        print(json.dumps(result, indent=2, ensure_ascii=False))
+    else:
+        print(stability.format_report(result, run.name))
+        if args.write:
+            print(f"wrote {run / stability.DIAGNOSIS_NAME}")
+    return 0
+
+
+def cmd_stability_md(args) -> int:
+    from minitrain import stability
+
+    path, ok = stability.write_markdown(Path(args.root), check=args.check)
+    if args.check:
+        if not ok:
+            raise UserError(f"{path} is stale (the tree in stability.py changed); regenerate it with "
+                            "'minitrain stability-md'")
+        print(f"{path} is up to date")
+    else:
+        print(f"wrote {path}")
+    return 0
+
+
+def _add_learner_parsers(sub) -> None:
+    def common(q, experiments=True):
+        from minitrain.learner import LABS
+
+        q.add_argument("--lab", choices=list(LABS), default="spike",
+                       help="spike (19-injection-A/B/C, default), blind (19-blind/01..03) or break-it (19-break-it/01..03)")
+        q.add_argument("--learners", default="learners", metavar="DIR", help="where learner folders live")
+        if experiments:
+            q.add_argument("--experiments", default="experiments", metavar="DIR", help="where the runs live")
+        q.add_argument("--solutions", metavar="DIR", help="reference solutions folder (default: the repository's)")
+
+    le = sub.add_parser("learner", help="create a learner's folder: learners/NAME/phase-19/",
+                        description="Create learners/NAME/phase-19/ with spike-diagnoses.md (one section per run: "
+                                    "run, node, cause, diagnosis, remediation), the same for the blind and break-it "
+                                    "labs, and notes/lessons.md. Refuses an existing folder.")
+    le_sub = le.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser, required=True)
+    li = le_sub.add_parser("init", help="create the folder")
+    li.add_argument("name", metavar="NAME", help="letters, digits, '-' or '_' (no slashes or dots)")
+    li.add_argument("--learners", default="learners", metavar="DIR")
+    li.set_defaults(func=cmd_learner)
+
+    rv = sub.add_parser("reveal", help="seal NAME's diagnoses, then show the reference solutions",
+                        description="Seal learners/NAME/phase-19/<lab>-diagnoses.md (sha256 + UTC time, written "
+                                    "to a .seal.json beside it) and only then print the reference solutions, "
+                                    "completed with numbers measured on NAME's own runs. Refuses to seal a file "
+                                    "with unfilled sections unless --force.")
+    rv.add_argument("name", metavar="NAME")
+    common(rv)
+    rv.add_argument("--force", action="store_true", help="seal and reveal even with unfilled sections")
+    rv.set_defaults(func=cmd_reveal)
+
+    gr = sub.add_parser("grade", help="score NAME's sealed diagnoses out of 3, explaining each miss",
+                        description="Score the sealed diagnoses: correct when the node is on the reference's "
+                                    "documented path to the correct leaf and the cause matches (see docs/learner.md). "
+                                    "Flags a diagnoses file edited after the seal.")
+    gr.add_argument("name", metavar="NAME")
+    common(gr)
+    gr.set_defaults(func=cmd_grade)
+
+    ck = sub.add_parser("check", help="the lab's Definition of Done and stop condition, one line each",
+                        description="Check, one line each: the maybe_inject hook exists and is a no-op by default "
+                                    "(for real: a short run with and without it), the three runs exist with manifests, "
+                                    "diagnoses filled in and sealed before the reveal, 3/3 correct, three new lines "
+                                    "in notes/lessons.md. Exit 0 when all hold, 1 otherwise.")
+    ck.add_argument("name", metavar="NAME")
+    common(ck)
+    ck.set_defaults(func=cmd_check)
+
+    pm = sub.add_parser("postmortem", help="fill the post-mortem template from a run's evidence",
+                        description="Fill theory/04-loss-spike-postmortem-template.md from RUN's metrics, manifest, "
+                                    "results, the stability walker and the baseline, into RUN/postmortem.md (or --out) "
+                                    "for you to edit. Never overwrites an existing file without --force.")
+    pm.add_argument("run", metavar="RUN")
+    pm.add_argument("--baseline", metavar="RUN", help="the run to measure against (default: the run it forked "
+                                                      "from, or experiments/18-baseline)")
+    pm.add_argument("--out", metavar="FILE")
+    pm.add_argument("--experiments", default="experiments", metavar="DIR")
+    pm.add_argument("--force", action="store_true")
+    pm.set_defaults(func=cmd_postmortem)
+
+    br = sub.add_parser("blind-runs", help="train a shuffled, sealed lab: spike -> 19-blind, break-it -> 19-break-it",
+                        description="Draw which fault each of 01, 02, 03 carries (sealed: only a salted hash is "
+                                    "published in SEALED.json until the reveal), then train the runs in folder order "
+                                    "with blind=true, so names, manifests, config.yaml, metrics and dashboards do not "
+                                    "say which is which. An existing sealed lab is reused; --force draws a new one.")
+    br.add_argument("lab", choices=["spike", "break-it"])
+    br.add_argument("--run", choices=["01", "02", "03"], help="train only this run (the sealed draw is made if needed)")
+    br.add_argument("--random", default="0", metavar="0|1", help="1: draw K and the magnitude per run too (spike)")
+    br.add_argument("--experiments", default="experiments", metavar="DIR")
+    br.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field of every run")
+    br.add_argument("--force", action="store_true", help="draw a new lab (or, with --run, re-train that run)")
+    br.add_argument("--no-progress", action="store_true")
+    br.set_defaults(func=cmd_blind_runs)
+
+    rm = sub.add_parser("remediate", help="re-run RUN from before its anomaly with the leaf's remedy, walk again",
+                        description="Walk RUN with the stability check, re-run it from the last checkpoint before "
+                                    "the anomaly with the leaf's registered remedy (skip_batch, restore_moments, zclip; "
+                                    "config fixes re-run from step 0) into RUN-remediated, walk that again, and write "
+                                    "its dashboards against the baseline and against the original. Numbers go to "
+                                    "RUN-remediated/remediation.json.")
+    rm.add_argument("run", metavar="RUN")
+    rm.add_argument("--remedy", metavar="NAME", help="override the leaf's remedy (skip_batch, restore_moments, zclip)")
+    rm.add_argument("--baseline", metavar="RUN")
+    rm.add_argument("--force", action="store_true", help="replace an existing RUN-remediated")
+    rm.set_defaults(func=cmd_remediate)
 
 
 # --- parser --------------------------------------------------------------------------------------
@@ -247,6 +475,21 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Print the default config as YAML: every key --set accepts.")
     cf.set_defaults(func=cmd_config)
 
+    sg = sub.add_parser("signature", help="measure what an injection did, against its baseline (signature.json)",
+                        description="Write RUN/signature.json: loss at K, largest excess over the baseline, "
+                                    "pre/post-clip norm ratios, recovery time, and the lab's predictions marked "
+                                    "holds / does not hold. The baseline is the sibling run with the same config "
+                                    "and no injection, unless --baseline names one.")
+    sg.add_argument("run", metavar="RUN")
+    sg.add_argument("--baseline", metavar="RUN")
+    sg.set_defaults(func=cmd_signature)
+
+    rp = sub.add_parser("report", help="the lab report: expected vs observed for every injection run",
+                        description="Write EXPERIMENTS/lab-report.md (and each run's signature.json): measured "
+                                    "values per injection next to the lab text's predictions.")
+    rp.add_argument("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS")
+    rp.set_defaults(func=cmd_report)
+
     d = sub.add_parser("dashboard", help="write a run's self-contained dashboard.html (no network needed)",
                        description="Write RUN/dashboard.html: one static page with every plot of the run sharing "
                                    "the step axis, the injection marker, the health summary and the manifest. "
@@ -264,6 +507,25 @@ def build_parser() -> argparse.ArgumentParser:
     ix.add_argument("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
                     help="folder holding the run folders (default experiments)")
     ix.set_defaults(func=cmd_index)
+
+    dg = sub.add_parser("diagnose", help="walk the stability check over a run's metrics and name the cause",
+                        description="Walk stability-check.md from §1 over RUN/metrics.jsonl alone (never the "
+                                    "injection settings, the metrics' 'injected' field or the folder name): "
+                                    "each node with its measured value and threshold, then the first leaf "
+                                    "reached, its diagnosis, remediation and evidence steps.")
+    dg.add_argument("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-A")
+    dg.add_argument("--baseline", metavar="RUN", help="also report difference curves against this run")
+    dg.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    dg.add_argument("--write", action="store_true", help="also write RUN/diagnosis.json (the dashboard shows it)")
+    dg.set_defaults(func=cmd_diagnose)
+
+    sm = sub.add_parser("stability-md", help="regenerate stability-check.md from the tree in stability.py",
+                        description="Write ROOT/stability-check.md from the decision tree defined in "
+                                    "src/minitrain/stability.py; --check only tells whether it is stale.")
+    sm.add_argument("--root", default=".", metavar="DIR", help="repository root (default: current folder)")
+    sm.add_argument("--check", action="store_true", help="exit 2 if the file is stale, write nothing")
+    sm.set_defaults(func=cmd_stability_md)
+    _add_learner_parsers(sub)  # learner, reveal, grade, check, postmortem, blind-runs, remediate
     return p
 
 

@@ -313,7 +313,8 @@ def health(r: dict, spikes: list[int]) -> list[dict]:
         share = n_clip / len(finite)
         item("clip rate", f"{n_clip} of {len(finite)} steps ({100 * share:.1f}%) at {cfg.get('grad_clip', '?')}",
              "warn" if share > 0.5 else "ok",
-             "clipping engages on most steps: the clipped norm is the step size" if share > 0.5 else "occasional")
+             "clipping engages on most steps (a healthy run clips only occasionally)" if share > 0.5
+             else "clipping engages occasionally")
         top = max(finite, key=lambda row: row["grad_norm"])
         item("max grad norm", f"{top['grad_norm']:.4g} at step {top['step']}",
              "ok" if top["grad_norm"] <= 10 else "warn", "within [0.1, 10]" if top["grad_norm"] <= 10 else "above 10")
@@ -330,8 +331,8 @@ def health(r: dict, spikes: list[int]) -> list[dict]:
             val, where = vals[-1]["val_loss"], f"last (step {vals[-1]['step']})"
     if val is not None and ngram is not None:
         margin = ngram - val
-        item(f"{where} val loss", f"{val:.3f} (ppl {math.exp(min(val, 50)):.1f}) vs n-gram {ngram:.3f} "
-             f"(ppl {math.exp(ngram):.1f})", "ok" if margin > 0 else "bad",
+        item(f"{where} val loss", f"{val:.3f} (ppl {math.exp(min(val, 700)):.4g}) vs n-gram {ngram:.3f} "
+             f"(ppl {math.exp(ngram):.4g})", "ok" if margin > 0 else "bad",
              f"{margin:.3f} below the n-gram baseline" if margin > 0 else f"{-margin:.3f} above the n-gram baseline")
     elif ngram is not None:
         item("val loss", f"none yet (n-gram {ngram:.3f})", "warn")
@@ -354,7 +355,7 @@ def health(r: dict, spikes: list[int]) -> list[dict]:
     return out
 
 
-def _baseline_payload(b: dict, run_steps: list[int], run_cols: dict, run_rows: list[dict]) -> dict:
+def _baseline_payload(b: dict, run_rows: list[dict]) -> dict:
     """The baseline's curves (for the overlay) and the exact difference injected minus baseline."""
     cols = _series(b["rows"])
     steps = [row["step"] for row in b["rows"]]
@@ -424,7 +425,7 @@ def build_payload(run: Path, baseline: Path | None = None) -> dict:
     }
     if baseline is not None:
         b = load_run(baseline)
-        payload["baseline"] = _baseline_payload(b, steps, cols, rows)
+        payload["baseline"] = _baseline_payload(b, rows)
         if b["manifest"].get("trunk_hash") != r["manifest"].get("trunk_hash"):
             payload["notes"].append(f"baseline {b['name']} has another trunk hash (config differs beyond the "
                                     "injection): differences before K are not the injection's")
@@ -514,7 +515,7 @@ def run_summary(run: Path) -> dict:
         if rows:
             flags = spike_flags([row["step"] for row in rows], [_num(row.get("loss")) for row in rows])
             if flags:
-                anomaly = f"loss spike flag at step {flags[0]}" + (f" (+{len(flags) - 1} more)" if len(flags) > 1 else "")
+                anomaly = f"course spike flag (loss > 3 sigma) at step {flags[0]}" + (f" (+{len(flags) - 1} more)" if len(flags) > 1 else "")
         if note:
             anomaly = (anomaly + "; " if anomaly else "") + note
     return {"name": run.name, "status": status, "injection": injection, "steps": results.get("steps_done"),

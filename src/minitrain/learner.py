@@ -14,8 +14,10 @@ Three labs share the procedure (`--lab`):
     break-it  the companion lab shuffled: experiments/19-break-it/01..03   reference solutions/02-break-it-ref.md
 
 The grading rule (also in docs/learner.md): a diagnosis is correct when
-  1. its `node` is a node id of the stability check that lies on the reference's documented path to the
-     correct leaf (the leaf itself, or a node the walk passes on the way to it), and
+  1. its `node` is a node id of the stability check on the reference's documented path to the correct
+     leaf where the walk stops or turns toward it: the leaf itself, the leaf's section (§4 for §4.A), or a
+     question of the path answered "yes" (§4.1 for §4.A; §6.1 and §6.2 for §6.A). A question the walk
+     passes with "no" (§1.1 on the way to §4.A) is a miss: the learner stopped too early. And
   2. its cause is the run's cause. The cause is read, first match wins, from: an explicit `cause:` field
      (a cause name or words that name one); the node, when the node is a leaf (its cause); the
      one-sentence diagnosis, by the keyword table CAUSE_WORDS (ambiguous or no match: no cause, a miss).
@@ -59,31 +61,30 @@ LABS = {
                     "solutions/02-break-it-ref.md", ("19-break-it/01", "19-break-it/02", "19-break-it/03")),
 }
 
-# Words that name each cause in a learner's sentence (lower case; English and Spanish). A sentence names a
-# cause when it contains one of its words; it must name exactly one cause, or the cause stays unknown.
+# Patterns (regular expressions, lower case, English and Spanish) that name each cause in a learner's text.
+# A text names a cause when one of its patterns matches at a word start; it must name exactly one cause
+# (gradient words alongside another cause are taken as mechanism, not cause), or the cause stays unknown.
+_NEAR = r"(?:\W+\w+){0,4}?\W+"  # up to four words in between
 CAUSE_WORDS = {
-    "healthy": ("healthy", "no anomaly", "nothing wrong", "sano", "sin anomal"),
-    "gradient_explosion": ("gradient explosion", "exploding gradient", "gradient spike", "grad-norm spike",
-                           "grad norm spike", "gradient norm spike", "scaled gradient", "gradients scaled",
-                           "gradient scaled", "gradient x", "gradients x", "gradient multiplied",
-                           "explosión de gradiente", "explosion de gradiente", "gradiente escalado",
-                           "gradientes escalados", "pico de gradiente", "pico de grad"),
-    "bad_batch": ("bad batch", "bad-batch", "bad_batch", "repeated sentence", "same sentence", "duplicate row",
-                  "duplicated row", "copies of", "rare token", "rare-token", "long tail", "long-tail",
-                  "batch malo", "lote malo", "frase repetida", "misma frase", "token raro", "tokens raros",
-                  "cola larga"),
-    "optimizer_state_corruption": ("optimizer state", "optimiser state", "second moment", "adam state",
-                                   "adam moment", "adam's v", "v_t", "exp_avg_sq", "moments corrupt",
-                                   "corrupted moment", "state corruption", "v corrupt", "v_corrupt",
-                                   "estado del optimizador", "segundo momento", "momentos de adam"),
-    "bad_init": ("bad init", "initialization", "initialisation", "init scale", "init_scale", "weights x100",
-                 "weights scaled", "inicializaci"),
-    "no_warmup": ("warmup", "warm-up", "warm up", "calentamiento"),
-    "broken_mask": ("causal mask", "attention mask", "broken mask", "all-ones mask", "mask", "máscara",
-                    "mascara", "future tokens", "tokens futuros"),
-    "non_finite": ("nan", "non-finite", "non finite", "inf ", "infinite", "no finito"),
-    "lr_schedule": ("learning rate schedule", "lr schedule", "scheduler", "schedule never", "constant lr",
-                    "lr constant", "programa de lr"),
+    "healthy": (r"healthy", r"no anomal", r"nothing wrong", r"sano", r"sin anomal"),
+    "gradient_explosion": (r"explod\w* gradient", r"gradient\w* explo", r"gradient" + _NEAR + r"(?:scaled|multiplied|x\s?\d)",
+                           r"(?:scaled|multiplied)" + _NEAR + r"gradient", r"grad(?:ient)?[- ]norm spike",
+                           r"gradient spike", r"explosi[oó]n de(?:l)? gradiente", r"gradientes? escalad",
+                           r"gradientes?" + _NEAR + r"multiplicad", r"pico de(?:l)? (?:norma de(?:l)? )?gradiente"),
+    "bad_batch": (r"bad[-_ ]batch", r"(?:repeated|same|duplicated?) (?:rare )?(?:sentence|row)", r"copies of",
+                  r"rare[- ]token", r"long[- ]tail", r"batch (?:malo|raro)", r"lote malo", r"frase repetida",
+                  r"misma frase", r"copias de", r"tokens? raros?", r"cola larga"),
+    "optimizer_state_corruption": (r"optimi[sz]er(?:'s)? state", r"second moment", r"adam(?:'s)? (?:state|moment|v\b)",
+                                   r"\bv_t\b", r"exp_avg_sq", r"moments?" + _NEAR + r"corrupt", r"corrupt\w*" + _NEAR + r"moment",
+                                   r"state corruption", r"v_corrupt", r"estado del optimizador", r"segundo momento",
+                                   r"momentos de adam"),
+    "bad_init": (r"bad init", r"initiali[sz]", r"init[_ ]scale", r"weights (?:x|scaled|multiplied)", r"inicializ"),
+    "no_warmup": (r"(?:no|without|missing|skipped) (?:lr )?warm[- ]?up", r"warm[- ]?up", r"calentamiento"),
+    "broken_mask": (r"(?:causal|attention|broken|all[- ]ones) mask", r"\bmask", r"m[aá]scara", r"future tokens",
+                    r"tokens futuros", r"sees? (?:the )?future"),
+    "non_finite": (r"\bnan\b", r"non[- ]finite", r"\binf\b", r"infinit", r"no finito"),
+    "lr_schedule": (r"(?:learning[- ]rate|lr) schedul", r"scheduler", r"(?:lr|learning rate) (?:is )?constant",
+                    r"constant (?:lr|learning rate)", r"programa de lr"),
 }
 CAUSES = tuple(CAUSE_WORDS) + ("unknown",)
 
@@ -96,38 +97,45 @@ CAUSES = tuple(CAUSE_WORDS) + ("unknown",)
 @dataclass
 class TreeNode:
     id: str
+    kind: str  # section | question | leaf
     title: str
     parent: str | None
-    children: list[str] = field(default_factory=list)
+    yes: str | None = None  # questions: where "yes" and "no" lead
+    no: str | None = None
     cause: str | None = None  # leaves only
     diagnosis: str = ""
     remediation: str = ""
 
 
 def node_key(text: str) -> str | None:
-    """The canonical id of the first node reference in `text`: '§4.2', '4.2', '§ 4.2.' -> '§4.2'."""
-    m = re.search(r"§\s*(\d+(?:\.\d+)*)", text or "") or re.search(r"(?<![\d.])(\d+(?:\.\d+)*)(?![\d])", text or "")
-    return f"§{m.group(1)}" if m else None
+    """The canonical id of the first node reference in `text`: '§4.A', '4.a', '§ 6.2.' -> '§4.A', '§6.2'."""
+    m = (re.search(r"§\s*(\d+(?:\.[0-9A-Za-z]+)*)", text or "")
+         or re.search(r"(?<![\w.])(\d+(?:\.[0-9A-Za-z]+)*)(?!\w)", text or ""))
+    return f"§{m.group(1).upper()}" if m else None
 
 
 def stability_tree() -> dict[str, TreeNode]:
-    """Every node of the stability check by canonical id, built from stability.py's tree data."""
+    """Every node of the stability check by id, read from stability.py's tree data (never copied)."""
     from minitrain import stability
 
-    return _tree_from(stability)
+    return {n["id"]: TreeNode(n["id"], n["kind"], n.get("title", ""), n.get("parent"), n.get("yes"), n.get("no"),
+                              n.get("cause"), n.get("diagnosis", ""), n.get("remediation", ""))
+            for n in stability.iter_nodes()}
 
 
-def _tree_from(stability) -> dict[str, TreeNode]:
-    nodes: dict[str, TreeNode] = {}
-    for raw in stability.iter_nodes():
-        nid = node_key(raw["id"])
-        nodes[nid] = TreeNode(nid, raw.get("title", ""), node_key(raw["parent"]) if raw.get("parent") else None,
-                              cause=raw.get("cause"), diagnosis=raw.get("diagnosis", ""),
-                              remediation=raw.get("remediation", ""))
-    for n in nodes.values():
-        if n.parent in nodes:
-            nodes[n.parent].children.append(n.id)
-    return nodes
+def section_of(nid: str) -> str:
+    return nid.split(".")[0]
+
+
+def accepted_nodes(tree: dict[str, TreeNode], path: list[str]) -> list[str]:
+    """Where a learner may stop and still be right: the leaf, its section, and every node of the documented
+    path at which the walk turns toward the leaf (its answer is "yes"). A node the walk passes with "no" is
+    one the learner should have walked past."""
+    if not path:
+        return []
+    leaf = path[-1]
+    turns = [a for a, b in zip(path, path[1:]) if a in tree and tree[a].yes == b]
+    return [*turns, section_of(leaf), leaf]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -136,7 +144,7 @@ def _tree_from(stability) -> dict[str, TreeNode]:
 
 
 def check_name(name: str) -> str:
-    if not NAME_RE.match(name or ""):
+    if not NAME_RE.fullmatch(name or ""):
         raise UserError(f"learner name {name!r} is not valid: use 1-40 letters, digits, '-' or '_', starting with a "
                         "letter or digit (no slashes, dots or spaces), e.g. ana or team-3")
     return name
@@ -279,7 +287,7 @@ def cause_from_words(text: str) -> tuple[str | None, list[str]]:
     hits = [c for c in CAUSES if "_" in c and re.search(rf"(?<![a-z_]){c}(?![a-z_])", low.replace("-", "_"))]
     if not hits:
         hits = [c for c, words in CAUSE_WORDS.items()
-                if any(re.search(r"(?<![a-z])" + re.escape(w), low) for w in words)]
+                if any(re.search(r"(?<![a-z])" + w, low) for w in words)]
         # gradient words in a bad-batch or optimizer-state sentence explain the mechanism, not the cause
         if len(hits) > 1 and "gradient_explosion" in hits:
             hits.remove("gradient_explosion")
@@ -332,52 +340,25 @@ def read_reference(lab: Lab, solutions: Path | None = None) -> tuple[str, dict[s
 
 
 def check_reference(refs: dict[str, Reference], tree: dict[str, TreeNode]) -> list[str]:
-    """Every way the reference disagrees with the tree (empty when in sync)."""
+    """Every way the reference disagrees with the tree (empty when in sync): unknown node ids, a leaf that is
+    not a leaf or has another cause, a documented path that the tree's yes/no links do not allow."""
     problems = []
     for r in refs.values():
-        for nid in r.path + [r.leaf]:
+        for nid in dict.fromkeys(r.path + [r.leaf]):
             if nid not in tree:
                 problems.append(f"{r.fault}: node {nid} does not exist in the stability tree")
         if r.leaf in tree:
-            if tree[r.leaf].children:
+            if tree[r.leaf].kind != "leaf":
                 problems.append(f"{r.fault}: {r.leaf} is not a leaf")
-            if tree[r.leaf].cause != r.cause:
+            elif tree[r.leaf].cause != r.cause:
                 problems.append(f"{r.fault}: leaf {r.leaf} has cause {tree[r.leaf].cause}, the reference says {r.cause}")
-        if not r.path or r.path[-1] != r.leaf:
-            problems.append(f"{r.fault}: the documented path must end at the leaf {r.leaf}")
+        first = next((n.id for n in tree.values() if n.kind == "question"), None)
+        if not r.path or r.path[0] != first or r.path[-1] != r.leaf:
+            problems.append(f"{r.fault}: the documented path must start at {first} and end at the leaf {r.leaf}")
         for a, b in zip(r.path, r.path[1:]):
-            if a in tree and b in tree and not _reachable(tree, a, b):
-                problems.append(f"{r.fault}: the path goes from {a} to {b}, which the tree does not allow")
+            if a in tree and b in tree and b not in (tree[a].yes, tree[a].no):
+                problems.append(f"{r.fault}: the path goes from {a} to {b}, which is neither its yes nor its no")
     return problems
-
-
-def _reachable(tree: dict[str, TreeNode], a: str, b: str) -> bool:
-    """b follows a on a walk: b is a descendant of a, or the walk moved on from a to a later section."""
-    n = tree.get(b)
-    while n is not None and n.parent:
-        if n.parent == a:
-            return True
-        n = tree.get(n.parent)
-    return _section_order(a) < _section_order(b)
-
-
-def _section_order(nid: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in nid.lstrip("§").split("."))
-
-
-def documented_path(tree: dict[str, TreeNode], leaf: str) -> list[str]:
-    """The walk to `leaf` as the tree documents it: every top-level section before the leaf's own (each
-    checked and passed, in order), then the leaf's ancestors from its section down to the leaf."""
-    chain, n = [], tree.get(leaf)
-    while n is not None:
-        chain.append(n.id)
-        n = tree.get(n.parent) if n.parent else None
-    chain.reverse()
-    if not chain:
-        return []
-    before = sorted((nid for nid, node in tree.items() if node.parent is None and _section_order(nid) < _section_order(chain[0])),
-                    key=_section_order)
-    return before + chain
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -455,8 +436,6 @@ def baseline_for(run: Path, experiments: Path) -> Path | None:
 # Numbers measured on a run against its baseline
 # ---------------------------------------------------------------------------------------------------
 
-RECOVERY_TOL = 0.01  # a run has recovered when |loss - baseline loss| stays below 1% of the baseline loss
-RECOVERY_HOLD = 10  # ... for this many steps in a row
 AFTER_WINDOW = 50  # "after K" means steps K+1 .. K+50
 
 
@@ -512,10 +491,10 @@ def measure(run: Path, baseline: Path | None, k: int | None) -> dict:
             settle = None
             for s in later:
                 pr_s, pb_s = rows[s].get("params") or {}, base.get(s, {}).get("params") or {}
-                if top in pr_s and top in pb_s and pb_s[top].get("vm") and pr_s[top]["vm"] / pb_s[top]["vm"] < 2.0:
+                if top in pr_s and top in pb_s and pb_s[top].get("vm") and abs(pr_s[top]["vm"] / pb_s[top]["vm"] - 1) <= 0.1:
                     settle = s - k
                     break
-            out["v_steps_to_within_2x"] = settle
+            out["v_steps_to_within_10pct"] = settle
         diffs = [(s, rows[s]["loss"] - base[s]["loss"]) for s in range(k + 1, k + 1 + AFTER_WINDOW)
                  if s in rows and s in base and rows[s].get("loss") is not None and base[s].get("loss") is not None]
         if diffs:
@@ -538,21 +517,19 @@ def measure(run: Path, baseline: Path | None, k: int | None) -> dict:
 
 
 def recovery_steps(rows: dict, base: dict, k: int) -> int | None:
-    """Steps after K until |loss - baseline| < 1% of the baseline loss for 10 steps in a row (0: never left)."""
-    run_len, start = 0, None
-    for s in sorted(x for x in rows if x >= k):
-        a, b = rows[s].get("loss"), base.get(s, {}).get("loss")
-        if a is None or b is None:
-            return None
-        if abs(a - b) <= RECOVERY_TOL * abs(b):
-            if run_len == 0:
-                start = s
-            run_len += 1
-            if run_len >= RECOVERY_HOLD:
-                return max(0, start - k)
-        else:
-            run_len = 0
-    return None
+    """The first n such that |loss - baseline loss| <= signature.TOL at every step >= K + n (0: never left;
+    None: not back by the end), the lab signature's definition."""
+    from minitrain.signature import TOL
+
+    steps = [s for s in sorted(rows) if s >= k and s in base]
+    last_bad = None
+    for s in steps:
+        a, b = rows[s].get("loss"), base[s].get("loss")
+        if a is None or b is None or abs(a - b) > TOL:
+            last_bad = s
+    if not steps or last_bad == steps[-1]:
+        return None
+    return 0 if last_bad is None else last_bad + 1 - k
 
 
 def _results(run: Path | None) -> dict:
@@ -577,10 +554,10 @@ MEASURE_LINES = {
                   ("duplicated rows in the batch at K", "dup_rows_at_K", "baseline_dup_rows_at_K"),
                   ("rare-token share at K", "rare_share_at_K", "baseline_rare_share_at_K"),
                   ("largest loss difference after K (step)", "max_loss_diff_after_K", "max_loss_diff_step"),
-                  ("recovery steps (|diff| < 1% for 10 steps)", "recovery_steps", None)),
+                  ("recovery steps (loss within 0.02 nats of the baseline from then on)", "recovery_steps", None)),
     "v_corrupt": (("Adam v jump at K (run / baseline)", "v_jump_ratio_at_K", None),
                   ("tensor with the v jump", "v_jump_param", None),
-                  ("steps until its v is within 2x of the baseline", "v_steps_to_within_2x", None),
+                  ("steps until its v is within 10% of the baseline", "v_steps_to_within_10pct", None),
                   ("loss at K", "loss_at_K", "baseline_loss_at_K"),
                   ("pre-clip grad norm at K", "grad_norm_at_K", "baseline_grad_norm_at_K"),
                   ("mean loss difference over K+1..K+50", "mean_loss_diff_after_K", None),
@@ -765,7 +742,9 @@ class Verdict:
 
 def judge(d: Diagnosis | None, ref: Reference, tree: dict[str, TreeNode]) -> tuple[bool, str, str | None, str]:
     """(correct, explanation, cause read, where the cause was read from). The rule is in the module doc."""
-    right = f"the reference leaf is {ref.leaf} ({ref.cause}), reached by {' → '.join(ref.path)}"
+    turns = [n for n in accepted_nodes(tree, ref.path) if n not in (ref.leaf, section_of(ref.leaf))]
+    right = (f"the reference leaf is {ref.leaf} ({ref.cause}), where the walk turns at "
+             f"{' → '.join(turns + [ref.leaf])}")
     if d is None:
         return False, f"no diagnosis for this run; {right}", None, ""
     if not d.node.strip():
@@ -775,7 +754,10 @@ def judge(d: Diagnosis | None, ref: Reference, tree: dict[str, TreeNode]) -> tup
         return False, f"'{d.node}' names no node id (write it as stability-check.md prints it, e.g. §1); {right}", None, ""
     if nid not in tree:
         return False, f"node {nid} does not exist in stability-check.md; {right}", None, ""
-    if nid not in ref.path:
+    if nid not in accepted_nodes(tree, ref.path):
+        if nid in ref.path:
+            return False, (f"stopped at {nid} ({tree[nid].title}), which this run's walk passes with 'no': "
+                           f"keep walking; {right}"), None, ""
         return False, (f"stopped at {nid} ({tree[nid].title or 'untitled'}), which is not on the documented path; "
                        f"{right}"), None, ""
     if d.cause.strip():
@@ -784,7 +766,7 @@ def judge(d: Diagnosis | None, ref: Reference, tree: dict[str, TreeNode]) -> tup
         if cause is None:
             return False, (f"the cause field '{d.cause}' names {'several causes: ' + ', '.join(hits) if hits else 'no known cause'} "
                            f"(use one of {', '.join(CAUSES)}); {right}"), None, source
-    elif tree[nid].cause:
+    elif tree[nid].kind == "leaf":
         cause, source = tree[nid].cause, f"leaf {nid}"
     else:
         cause, hits = cause_from_words(d.diagnosis)

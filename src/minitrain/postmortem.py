@@ -110,7 +110,7 @@ def render(run: Path, baseline: Path | None, template: str) -> str:
     impact = []
     for label, key in (("mean loss difference over K+1..K+50", "mean_loss_diff_after_K"),
                        ("largest loss difference after K", "max_loss_diff_after_K"),
-                       ("steps to recover (|loss diff| < 1% for 10 steps)", "recovery_steps"),
+                       ("steps to recover (loss within 0.02 nats of the baseline from then on)", "recovery_steps"),
                        ("final validation loss difference", "final_val_loss_diff")):
         if key in m:
             impact.append(f"- {label}: {_fmt(m[key])}" + (f" (step {m['max_loss_diff_step']})" if key == "max_loss_diff_after_K" else ""))

@@ -160,7 +160,7 @@
     var hlines = (o.hlines || []).filter(function (l) { return isNum(l.y) && (!log || l.y > 0); });
     // reference lines widen the range, except a 'soft' one far from the data (e.g. ln V when zoomed in)
     var tr = log ? function (v) { return Math.log10(v); } : function (v) { return v; };
-    var dlo = lo, dhi = hi;
+    var dlo = lo, dhi = hi, noData = !(lo <= hi);
     hlines.forEach(function (l) {
       if (l.soft && dlo <= dhi) {
         var pad = Math.max(tr(dhi) - tr(dlo), 1e-9) * 0.5;
@@ -221,10 +221,13 @@
       var x = xmap(mk.step), grp = sv('g', { 'class': 'marker marker-' + mk.kind, 'data-step': mk.step });
       grp.appendChild(sv('line', { x1: x, x2: x, y1: m.t, y2: m.t + ph }));
       body.appendChild(grp);
-      var right = x > m.l + pw * 0.72;
+      var text = o.longMarkers ? mk.label : mk.short, tw = text.length * 6.3;  // about 6.3 px per bold character
+      var tx = x + 4, anchor = 'start';
+      if (tx + tw > m.l + pw) {  // no room on the right: put it left of the line, or as far right as it fits
+        if (x - 4 - tw >= m.l) { tx = x - 4; anchor = 'end'; } else tx = Math.max(m.l + 2, m.l + pw - tw);
+      }
       var lab = sv('g', { 'class': 'marker marker-' + mk.kind + ' mlabel' });
-      lab.appendChild(sv('text', { x: right ? x - 4 : x + 4, y: m.t + 11 + 12 * shown, 'text-anchor': right ? 'end' : 'start' },
-                         o.longMarkers ? mk.label : mk.short));
+      lab.appendChild(sv('text', { x: tx, y: m.t + 11 + 12 * shown, 'text-anchor': anchor }, text));
       labels.push(lab);
       shown++;
     });
@@ -287,17 +290,18 @@
 
     // the course's spike flags (loss panel)
     if (o.flags) {
-      o.flags.forEach(function (st) {
-        if (st < x0 || st > x1) return;
-        var x = xmap(st);
-        body.appendChild(sv('path', { 'class': 'spike-flag', d: 'M' + (x - 4) + ' ' + m.t + 'L' + (x + 4) + ' ' + m.t +
-                                      'L' + x + ' ' + (m.t + 7) + 'Z', fill: '#cf222e' }));
+      o.flags.forEach(function (st) {  // a small triangle pointing down at the flagged loss
+        var j = lowerBound(steps, st);
+        if (st < x0 || st > x1 || steps[j] !== st || !isNum(S.loss[j])) return;
+        var x = xmap(st), y = Math.max(m.t + 8, ymap(S.loss[j]) - 3);
+        body.appendChild(sv('path', { 'class': 'spike-flag', d: 'M' + (x - 4) + ' ' + (y - 8) + 'L' + (x + 4) + ' ' + (y - 8) +
+                                      'L' + x + ' ' + y + 'Z', fill: '#cf222e' }));
       });
     }
 
-    labels.forEach(function (lab) { body.appendChild(lab); });
+    labels.forEach(function (lab) { svg.appendChild(lab); });
 
-    if (empty) svg.appendChild(sv('text', { x: m.l + pw / 2, y: m.t + ph / 2, 'text-anchor': 'middle', 'class': 'empty' },
+    if (noData) svg.appendChild(sv('text', { x: m.l + pw / 2, y: m.t + ph / 2, 'text-anchor': 'middle', 'class': 'empty' },
                                   o.emptyText || 'no data in this step range'));
     this.gapnote.textContent = gaps ? (gaps + ' values ' + (o.gapReason || 'missing (non-finite)') +
                                        (log ? ' or \u2264 0' : '') + ': drawn as gaps') : '';
@@ -609,7 +613,7 @@
       }, hlines: [{ y: 0, label: '0', color: '#888', dash: '1 0', legend: false }], sub: 'runs are deterministic, so every non-zero value is the injection\u2019s doing' });
     }
     specs.push({ id: 'lr', title: 'Learning rate', includeZero: true, series: function () { return [line('learning rate', S.lr, '#1a5fb4', { digits: 4 })]; },
-                 sub: 'linear warmup over ' + (cfg.warmup_steps || 0) + ' steps, then cosine decay' });
+                 sub: 'linear warmup over ' + (isNum(cfg.warmup_steps) ? cfg.warmup_steps : '?') + ' steps, then cosine decay' });
     specs.push({ id: 'classes', title: 'Loss on regular vs irregular verbs (log scale)', log: true, series: classSeries,
                  gapReason: 'missing (batches without that class)',
                  sub: 'batch loss over each verb class\u2019s rows (gaps: batches without that class), with EMAs' });

@@ -1,0 +1,365 @@
+"""How good is the stability walker? Generate a suite of runs, diagnose each blind, score it.
+
+    python bench/eval_diagnosis.py --quick            # short runs, a few minutes of CPU: tests / CI
+    python bench/eval_diagnosis.py                    # the full suite (2000-step runs), run once, see docs/diagnosis.md
+    python bench/eval_diagnosis.py --suite DIR --jobs 2
+
+The suite: clean runs on several seeds; each injection across seeds, injection steps (early, middle,
+late), magnitudes and parameters; the three break-it faults; the two LR-schedule bugs. Each seed has
+its clean run in SUITE/seedN/clean, and every injection run of that seed lands beside it, so it forks
+from the clean run's checkpoint instead of recomputing steps 0..K-1. Runs already in the suite with the
+same config are reused.
+
+Each run is diagnosed with `stability.diagnose_run` (metrics only; the truth is kept here, never shown to
+the walker) and with the field's detectors (`detectors.py`). Written: SUITE/report.md, SUITE/results.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections import Counter, defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from minitrain import detectors, stability
+from minitrain.config import build_config
+
+CAUSE_OF_INJECTION = {"scale": "gradient_explosion", "bad_batch": "bad_batch", "v_corrupt": "optimizer_state_corruption"}
+DETECT_WINDOW = 20  # a detector "detects" an injection at K if it flags a step in [K, K + 20]
+
+
+@dataclass
+class Case:
+    name: str  # folder: seedN/name
+    seed: int
+    sets: list[str]  # config overrides beyond the suite's base
+    truth: str  # the cause that was put in
+    expect: str  # what a correct walker says: the truth, or "healthy" for a designed no-trace case
+    kind: str  # clean | injection | break | lr_bug
+    k: int | None = None
+    magnitude: str = ""  # scale / factor / sentence, for the by-magnitude table
+    param: str = ""
+    borderline: bool = False  # within natural variation: either verdict is accepted, reported apart
+    result: dict = field(default_factory=dict)
+
+    @property
+    def folder(self) -> str:
+        return f"seed{self.seed}/{self.name}"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The suite
+# ---------------------------------------------------------------------------------------------------
+
+FULL_BASE = ["progress=false"]
+QUICK_BASE = ["steps=300", "warmup_steps=20", "ckpt_every=50", "eval_every=50", "spectral_every=0", "progress=false"]
+
+RARE_SENTENCES = ["She has written the letter.", "You have eaten an apple.", "It has gone.", "I have seen."]
+COMMON_SENTENCE = "You finish the project."
+
+
+def _k(slot: int, seed: int, steps: int) -> int:
+    """Injection step: early / middle / late, jittered by seed so no threshold can lean on one step."""
+    if steps >= 2000:
+        return [140 + 11 * seed, 900 + 37 * seed, 1700 + 13 * seed][slot]
+    return [40 + 7 * seed, 130 + 11 * seed, 230 + 9 * seed][slot]
+
+
+def full_suite() -> list[Case]:
+    cases: list[Case] = []
+    for seed in (1, 2, 3, 4, 5):
+        cases.append(Case("clean", seed, [], "healthy", "healthy", "clean"))
+    for seed in (1, 2, 3):
+        i = 0
+
+        def slot():
+            nonlocal i
+            i += 1
+            return _k((i + seed) % 3, seed, 2000)
+
+        # scale: 0.5 is absorbed by clipping (pre-clip trace 2x smaller, within natural variation);
+        # 2 is within the natural variation of the pre-clip norm (borderline); 5-200 must be caught;
+        # 0.05 takes the norm under the clip value: a real, downward, uniform change
+        for s in (0.5, 2, 5, 10, 20, 50, 200, 0.05):
+            k = slot()
+            expect = "healthy" if s == 0.5 else "gradient_explosion"
+            cases.append(Case(f"scale-x{s:g}-k{k}", seed, ["injection=scale", f"injection_step={k}",
+                                                            f"injection_scale={s}"], "gradient_explosion", expect,
+                              "injection", k, f"scale x{s:g}", borderline=(s == 2)))
+        for sentence in RARE_SENTENCES + [COMMON_SENTENCE]:
+            k = slot()
+            tag = "common" if sentence == COMMON_SENTENCE else "rare"
+            cases.append(Case(f"bad_batch-{tag}{RARE_SENTENCES.index(sentence) if tag == 'rare' else ''}-k{k}", seed,
+                              ["injection=bad_batch", f"injection_step={k}", f"injection_sentence={sentence}"],
+                              "bad_batch", "bad_batch", "injection", k, f"{tag}: {sentence}"))
+        for param, factor in (("lm_head.bias", 100), ("lm_head.bias", 0.01), ("tok_emb.weight", 1000),
+                              ("blocks.0.attn.qkv.weight", 0.1), ("blocks.1.mlp.fc.weight", 10),
+                              ("ln_f.weight", 0.01), ("blocks.1.attn.proj.weight", 2), ("blocks.0.ln1.weight", 0.5),
+                              ("blocks.1.mlp.proj.weight", 1.05), ("lm_head.bias", 1.001)):
+            k = slot()
+            expect = "healthy" if factor == 1.001 else "optimizer_state_corruption"
+            cases.append(Case(f"v-{param}-x{factor:g}-k{k}", seed, ["injection=v_corrupt", f"injection_step={k}",
+                                                                   f"injection_param={param}",
+                                                                   f"injection_factor={factor}"],
+                              "optimizer_state_corruption", expect, "injection", k, f"factor x{factor:g}", param))
+        if seed == 1:  # v_corrupt at step 0 is a no-op (Adam has no state yet): no trace at all
+            cases.append(Case("v-lm_head.bias-x100-k0", seed, ["injection=v_corrupt", "injection_step=0"],
+                              "optimizer_state_corruption", "healthy", "injection", 0, "factor x100 at step 0",
+                              "lm_head.bias"))
+    for seed in (1, 2):
+        cases += [Case("break-init-x100", seed, ["init_scale=100"], "bad_init", "bad_init", "break"),
+                  Case("break-no-warmup", seed, ["warmup_steps=0"], "no_warmup", "no_warmup", "break"),
+                  Case("break-no-mask", seed, ["causal_mask=false"], "broken_mask", "broken_mask", "break")]
+    short = ["steps=300", "ckpt_every=100"]
+    cases += [Case("lr-constant", 1, [*short, "warmup_steps=0", "lr_min=0.0003"], "lr_schedule", "lr_schedule", "lr_bug"),
+              Case("lr-zero", 1, [*short, "lr_max=0", "lr_min=0"], "lr_schedule", "lr_schedule", "lr_bug")]
+    return cases
+
+
+def quick_suite() -> list[Case]:
+    """Short runs (300 steps): the pipeline and the clear-cut leaves, in a few minutes of CPU."""
+    cases = [Case("clean", s, [], "healthy", "healthy", "clean") for s in (1, 2)]
+    seed = 1
+    inj = [("scale", 50, None, 1), ("scale", 0.5, None, 2), ("bad_batch", None, None, 0),
+           ("v_corrupt", 100, "lm_head.bias", 2), ("v_corrupt", 0.01, "blocks.0.attn.qkv.weight", 1)]
+    for name, mag, param, slot in inj:
+        k = _k(slot, seed, 300)
+        sets = [f"injection={name}", f"injection_step={k}"]
+        if name == "scale":
+            sets.append(f"injection_scale={mag}")
+        if name == "v_corrupt":
+            sets += [f"injection_factor={mag}", f"injection_param={param}"]
+        truth = CAUSE_OF_INJECTION[name]
+        expect = "healthy" if (name == "scale" and mag == 0.5) else truth
+        tag = f"-x{mag:g}" if mag is not None else ""
+        cases.append(Case(f"{name}{tag}-k{k}", seed, sets, truth, expect, "injection", k,
+                          f"{'scale' if name == 'scale' else 'factor'} x{mag:g}" if mag else "rare", param or ""))
+    cases += [Case("break-init-x100", seed, ["init_scale=100"], "bad_init", "bad_init", "break"),
+              Case("break-no-warmup", seed, ["warmup_steps=0"], "no_warmup", "no_warmup", "break"),
+              Case("lr-constant", seed, ["warmup_steps=0", "lr_min=0.0003"], "lr_schedule", "lr_schedule", "lr_bug"),
+              Case("lr-zero", seed, ["lr_max=0", "lr_min=0"], "lr_schedule", "lr_schedule", "lr_bug")]
+    return cases
+
+
+# ---------------------------------------------------------------------------------------------------
+# Training (reusing what is there)
+# ---------------------------------------------------------------------------------------------------
+
+
+def _config(case: Case, base: list[str]):
+    return build_config({}, [*base, f"seed={case.seed}", *case.sets])
+
+
+def _up_to_date(out: Path, cfg) -> bool:
+    try:
+        m = json.loads((out / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return (out / "results.json").exists() and m.get("config_hash") == cfg.hash() and \
+        m.get("status") in ("finished", "non_finite")
+
+
+def _train_one(args: tuple[str, list[str], str]) -> tuple[str, float]:
+    folder, sets, suite = args
+    from minitrain import loop
+
+    cfg = build_config({}, sets)
+    t0 = time.perf_counter()
+    out = Path(suite) / folder
+    import contextlib
+    import io
+
+    with contextlib.redirect_stderr(io.StringIO()):  # the per-run dashboard warning, if any, is not ours
+        loop.train(cfg, out, force=True)
+    return folder, time.perf_counter() - t0
+
+
+def ensure_runs(cases: list[Case], suite: Path, base: list[str], jobs: int) -> None:
+    todo_first, todo_then = [], []
+    for c in cases:
+        cfg = _config(c, base)
+        if _up_to_date(suite / c.folder, cfg):
+            continue
+        job = (c.folder, [*base, f"seed={c.seed}", *c.sets], str(suite))
+        (todo_then if c.kind == "injection" else todo_first).append(job)
+    for batch in (todo_first, todo_then):  # clean runs first: the injection runs fork from them
+        if not batch:
+            continue
+        print(f"training {len(batch)} run(s) with {jobs} job(s) ...", file=sys.stderr)
+        if jobs > 1:
+            with ProcessPoolExecutor(jobs) as pool:
+                for folder, secs in pool.map(_train_one, batch):
+                    print(f"  {folder}: {secs:.1f}s", file=sys.stderr)
+        else:
+            for job in batch:
+                folder, secs = _train_one(job)
+                print(f"  {folder}: {secs:.1f}s", file=sys.stderr)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Scoring
+# ---------------------------------------------------------------------------------------------------
+
+
+def evaluate(cases: list[Case], suite: Path) -> None:
+    for c in cases:
+        run = suite / c.folder
+        t0 = time.perf_counter()
+        verdict = stability.diagnose_run(run)
+        secs = time.perf_counter() - t0
+        ev = stability.load_evidence(run)
+        flags = detectors.run_detectors(ev.loss, ev.grad_norm)
+        steps = ev.steps
+        c.result = {
+            "leaf": verdict["leaf"], "cause": verdict["cause"], "anomaly_step": verdict["anomaly_step"],
+            "seconds": round(secs, 3),
+            "detectors": {name: [int(steps[i]) for i in idx] for name, idx in flags.items()},
+        }
+        if c.kind == "injection":
+            clean = suite / f"seed{c.seed}" / "clean"
+            if clean.exists():
+                cmp = stability.compare(ev, stability.load_evidence(clean), c.k)
+                c.result["trace"] = {"first_differing_step": cmp.get("first_differing_step"),
+                                     "max_abs_loss_diff": cmp.get("max_abs_loss_diff"),
+                                     "grad_norm_ratio_at_k": _at(ev, stability.load_evidence(clean), c.k)}
+
+
+def _at(ev, base, k):
+    i = int(np.searchsorted(ev.steps, k))
+    if i >= len(ev.steps) or i >= len(base.steps):
+        return None
+    r = ev.grad_norm[i] / base.grad_norm[i]
+    return float(r) if math.isfinite(r) else None
+
+
+def correct(c: Case) -> bool:
+    if c.result["cause"] != c.expect:
+        return False
+    if c.kind == "injection" and c.expect != "healthy":
+        return c.result["anomaly_step"] == c.k
+    return True
+
+
+def detector_rows(cases: list[Case]) -> list[dict]:
+    out = []
+    by_truth = defaultdict(list)
+    for c in cases:
+        if c.kind != "clean" and c.expect != "healthy":
+            by_truth[c.truth].append(c)
+    clean = [c for c in cases if c.kind == "clean"]
+    names = [d.name for d in detectors.DETECTORS] + ["walker"]
+    for name in names:
+        row = {"detector": name}
+        for truth, cs in sorted(by_truth.items()):
+            hits, delays = 0, []
+            for c in cs:
+                if name == "walker":
+                    ok = c.result["cause"] == c.expect and (c.kind != "injection" or c.result["anomaly_step"] == c.k)
+                    if ok:
+                        hits += 1
+                        if c.k is not None:
+                            delays.append(0)
+                    continue
+                flagged = c.result["detectors"][name]
+                if c.k is None:
+                    if flagged:
+                        hits += 1
+                        delays.append(flagged[0])
+                else:
+                    inside = [s for s in flagged if c.k <= s <= c.k + DETECT_WINDOW]
+                    if inside:
+                        hits += 1
+                        delays.append(inside[0] - c.k)
+            row[truth] = {"hit": hits, "of": len(cs), "median_delay": float(np.median(delays)) if delays else None}
+        if name == "walker":
+            fa = [c for c in clean if c.result["cause"] != "healthy"]
+            row["clean_runs_alarmed"], row["clean_flags"] = len(fa), len(fa)
+        else:
+            row["clean_runs_alarmed"] = sum(1 for c in clean if c.result["detectors"][name])
+            row["clean_flags"] = sum(len(c.result["detectors"][name]) for c in clean)
+        row["clean_runs"] = len(clean)
+        out.append(row)
+    return out
+
+
+def render(cases: list[Case], mode: str, secs: float) -> str:
+    causes = [c for c in stability.CAUSES]
+    rows_present = [x for x in causes if any(c.expect == x for c in cases)]
+    cols_present = [x for x in causes if any(c.result["cause"] == x for c in cases) or x in rows_present]
+    m = Counter((c.expect, c.result["cause"]) for c in cases if not c.borderline)
+    lines = [f"# Diagnosis evaluation ({mode} suite)", "",
+             f"{len(cases)} runs; walker correct on {sum(correct(c) for c in cases if not c.borderline)} of "
+             f"{sum(1 for c in cases if not c.borderline)} (borderline cases apart). Cause AND step must match for an "
+             f"injection. Largest walker time on one run: {max(c.result['seconds'] for c in cases):.2f}s. "
+             f"Suite time (training + scoring, this session): {secs:.0f}s.", "",
+             "## Confusion matrix (rows: expected cause, columns: diagnosed cause; borderline cases excluded)", "",
+             "| expected \\ diagnosed | " + " | ".join(cols_present) + " |",
+             "|---|" + "---|" * len(cols_present)]
+    for r in rows_present:
+        lines.append(f"| {r} | " + " | ".join(str(m.get((r, col), 0) or ".") for col in cols_present) + " |")
+    inj = [c for c in cases if c.kind == "injection" and c.expect != "healthy" and not c.borderline]
+    step_ok = sum(1 for c in inj if c.result["anomaly_step"] == c.k)
+    lines += ["", f"Anomaly step exactly right on {step_ok} of {len(inj)} injections that must be caught.", "",
+              "## Every run", "",
+              "| run | truth | expected | diagnosed | leaf | K | step found | ok |", "|---|---|---|---|---|---|---|---|"]
+    for c in cases:
+        ok = "borderline" if c.borderline else ("yes" if correct(c) else "**NO**")
+        lines.append(f"| {c.folder} | {c.truth} {c.magnitude} {c.param} | {c.expect} | {c.result['cause']} | "
+                     f"{c.result['leaf']} | {c.k if c.k is not None else ''} | "
+                     f"{c.result['anomaly_step'] if c.result['anomaly_step'] is not None else ''} | {ok} |")
+    lines += ["", "## The field's detectors over the same runs", "",
+              f"A detector detects an injection when it flags a step in [K, K+{DETECT_WINDOW}] (delay = first such "
+              "flag - K); a break when it flags any step (delay = first flagged step). None of them names a cause; "
+              "the walker's row counts a hit only with the right cause (and step).", ""]
+    drows = detector_rows(cases)
+    truths = [k for k in drows[0] if k not in ("detector", "clean_runs_alarmed", "clean_flags", "clean_runs")]
+    lines.append("| detector | " + " | ".join(truths) + " | clean runs with a flag | flags on clean runs |")
+    lines.append("|---|" + "---|" * (len(truths) + 2))
+    for r in drows:
+        cells = []
+        for t in truths:
+            v = r[t]
+            d = "" if v["median_delay"] is None else f" (delay {v['median_delay']:g})"
+            cells.append(f"{v['hit']}/{v['of']}{d}")
+        lines.append(f"| {r['detector']} | " + " | ".join(cells) +
+                     f" | {r['clean_runs_alarmed']}/{r['clean_runs']} | {r['clean_flags']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="short runs (300 steps) for tests and CI")
+    ap.add_argument("--suite", metavar="DIR", help="where the suite's runs live (default experiments/diagnosis-suite[-quick])")
+    ap.add_argument("--jobs", type=int, default=1, help="training processes in parallel (default 1)")
+    ap.add_argument("--no-train", action="store_true", help="score the runs already there, train nothing")
+    args = ap.parse_args(argv)
+    mode = "quick" if args.quick else "full"
+    suite = Path(args.suite or f"experiments/diagnosis-suite{'-quick' if args.quick else ''}")
+    cases = quick_suite() if args.quick else full_suite()
+    base = QUICK_BASE if args.quick else FULL_BASE
+    t0 = time.perf_counter()
+    if not args.no_train:
+        ensure_runs(cases, suite, base, max(1, args.jobs))
+    cases = [c for c in cases if (suite / c.folder / "metrics.jsonl").exists()]
+    evaluate(cases, suite)
+    text = render(cases, mode, time.perf_counter() - t0)
+    from minitrain.stability import atomic_write_text
+
+    suite.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(suite / "report.md", text)
+    atomic_write_text(suite / "results.json", json.dumps(
+        {"mode": mode, "cases": [asdict(c) for c in cases], "detectors": detector_rows(cases)}, indent=1) + "\n")
+    print(text)
+    wrong = [c.folder for c in cases if not c.borderline and not correct(c)]
+    print(f"wrong: {', '.join(wrong) if wrong else 'none'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

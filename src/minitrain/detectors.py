@@ -1,0 +1,137 @@
+"""The field's loss / gradient-norm spike rules, re-implemented as baselines over a run's metrics.
+
+Each detector reads the same per-step series the walker reads (training loss, pre-clip gradient norm) and
+returns the steps it flags. None of them names a cause; `minitrain diagnose` does. The parameter choices
+follow each system's rule as summarised in ../shared/anchor-notes.md; where the rule leaves a choice open,
+it is fixed here and written next to it:
+
+  megatron       loss > 10 x the largest loss seen so far, once 100 samples (13 steps of batch 8) are seen;
+                 a NaN/Inf loss always flags (Megatron-LM's rerun state machine)
+  llmc_loss      z-score of the loss against the previous 128 steps (mean, std) > 3  (llm.c outlier detector;
+                 the z threshold is a run flag there; 3 is this project's choice); needs a full window
+  llmc_grad      the same rule on the pre-clip gradient norm
+  lightning      loss >= 3 x the running mean of the previous 10 losses, or a NaN loss (Lightning SpikeDetection)
+  foundry        loss >= 2 x the mean of the previous 100 losses for more than 4 steps in a row; flags the
+                 5th such step (llm-foundry KillLossSpike)
+  zclip          z-score of the pre-clip norm against its EMA mean and EMA variance (alpha 0.97) > 2.5, after 25
+                 warm-up steps; a flagged value enters the EMA clipped to mean + 2.5 std, as ZClip does
+  course         loss > mean + 3 std of the previous 100 losses (the course's spike flag)
+
+OLMo 2's "spike score" is a whole-run metric (share of values >= 7 sigma off a 1000-step mean), not a per-step
+alarm, so it is not a detector here.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Detector:
+    name: str
+    system: str
+    rule: str
+    series: str  # "loss" or "grad_norm"
+    flags: Callable[[np.ndarray], np.ndarray]  # series -> boolean array, one per step
+
+
+def _window_stats(x: np.ndarray, window: int, min_count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation of the `window` values before each step (NaN until `min_count` exist)."""
+    n = len(x)
+    mean, std = np.full(n, np.nan), np.full(n, np.nan)
+    finite = np.where(np.isfinite(x), x, 0.0)
+    ok = np.isfinite(x).astype(float)
+    c1, c2, cn = (np.concatenate([[0.0], np.cumsum(a)]) for a in (finite, finite ** 2, ok))
+    for t in range(n):
+        lo = max(0, t - window)
+        k = cn[t] - cn[lo]
+        if k >= min_count:
+            m = (c1[t] - c1[lo]) / k
+            mean[t] = m
+            std[t] = math.sqrt(max(0.0, (c2[t] - c2[lo]) / k - m * m))
+    return mean, std
+
+
+def megatron(loss: np.ndarray, factor: float = 10.0, after_steps: int = 13) -> np.ndarray:
+    out = ~np.isfinite(loss)
+    running_max = -np.inf
+    for t, x in enumerate(loss):
+        if t >= after_steps and np.isfinite(x) and x > factor * running_max:
+            out[t] = True
+        if np.isfinite(x):
+            running_max = max(running_max, x)
+    return out
+
+
+def zscore(x: np.ndarray, window: int = 128, z: float = 3.0) -> np.ndarray:
+    mean, std = _window_stats(x, window, window)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.isfinite(x) & (std > 0) & ((x - mean) / std > z)
+
+
+def lightning(loss: np.ndarray, window: int = 10, factor: float = 3.0) -> np.ndarray:
+    mean, _ = _window_stats(loss, window, window)
+    with np.errstate(invalid="ignore"):
+        return ~np.isfinite(loss) | (loss >= factor * mean)
+
+
+def foundry(loss: np.ndarray, window: int = 100, factor: float = 2.0, patience: int = 4) -> np.ndarray:
+    mean, _ = _window_stats(loss, window, window)
+    with np.errstate(invalid="ignore"):
+        high = loss >= factor * mean
+    out = np.zeros(len(loss), bool)
+    run = 0
+    for t, h in enumerate(high):
+        run = run + 1 if h else 0
+        out[t] = run > patience
+    return out
+
+
+def zclip(gn: np.ndarray, alpha: float = 0.97, z: float = 2.5, warmup: int = 25) -> np.ndarray:
+    out = np.zeros(len(gn), bool)
+    seen = [float(x) for x in gn[:warmup] if np.isfinite(x)]
+    if len(seen) < 2:
+        return out
+    mean, var = float(np.mean(seen)), float(np.var(seen))
+    for t in range(warmup, len(gn)):
+        x = gn[t]
+        if not np.isfinite(x):
+            out[t] = True
+            continue
+        std = math.sqrt(var)
+        if std > 0 and (x - mean) / std > z:
+            out[t] = True
+            x = mean + z * std  # the spike enters the statistics clipped, so one spike does not blind it
+        mean = alpha * mean + (1 - alpha) * x
+        var = alpha * var + (1 - alpha) * (x - mean) ** 2
+    return out
+
+
+def course(loss: np.ndarray, window: int = 100, sigma: float = 3.0) -> np.ndarray:
+    mean, std = _window_stats(loss, window, window)
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(loss) & (loss > mean + sigma * std)
+
+
+DETECTORS: tuple[Detector, ...] = (
+    Detector("megatron", "Megatron-LM rerun state machine", "loss > 10x max seen (after 100 samples); NaN",
+             "loss", megatron),
+    Detector("llmc_loss", "llm.c outlier detector (loss)", "loss z-score > 3 over the previous 128 steps",
+             "loss", zscore),
+    Detector("llmc_grad", "llm.c outlier detector (grad norm)", "grad-norm z-score > 3 over the previous 128 steps",
+             "grad_norm", zscore),
+    Detector("lightning", "Lightning SpikeDetection", "loss >= 3x mean of the previous 10; NaN", "loss", lightning),
+    Detector("foundry", "llm-foundry KillLossSpike", "loss >= 2x mean of the previous 100, > 4 steps in a row",
+             "loss", foundry),
+    Detector("zclip", "ZClip", "grad-norm z-score vs EMA (alpha 0.97) > 2.5", "grad_norm", zclip),
+    Detector("course", "the course's spike flag", "loss > mean + 3 std of the previous 100", "loss", course),
+)
+
+
+def run_detectors(loss: np.ndarray, grad_norm: np.ndarray) -> dict[str, list[int]]:
+    """{detector name: flagged row indices} over one run's series."""
+    series = {"loss": np.asarray(loss, float), "grad_norm": np.asarray(grad_norm, float)}
+    return {d.name: np.flatnonzero(d.flags(series[d.series])).tolist() for d in DETECTORS}

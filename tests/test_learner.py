@@ -1,0 +1,480 @@
+"""The learner's workflow: init, diagnoses, seal, reveal, grade, check; blind labs; remedies; post-mortems.
+
+Small runs (120 steps, K = 60, checkpoints every 20). The lab's runs are shared with test_injections.py
+(same names and configs in the session's experiments folder)."""
+import json
+import re
+import shutil
+
+import pytest
+
+from conftest import assert_one_line_error, run_cli, small_args, small_config
+from minitrain import blind, learner, loop, remedies
+from minitrain.config import build_config
+from minitrain.errors import UserError
+
+K = 60
+SPIKE_FAULTS = ("scale", "bad_batch", "v_corrupt")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Fixtures
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lab(small_baseline):
+    """experiments/ with 18-baseline and 19-injection-A/B/C at K (forked from the baseline)."""
+    exp = small_baseline.parent
+    for name, letter in learner.LAB_LETTERS.items():
+        out = exp / f"19-injection-{letter}"
+        if not out.exists():
+            loop.train(small_config(f"injection={name}", f"injection_step={K}"), out)
+    return exp
+
+
+@pytest.fixture(scope="module")
+def blind_lab(small_baseline):
+    """A sealed, shuffled spike lab in experiments/19-blind/ (small runs)."""
+    exp = small_baseline.parent
+    sets = [kv for kv in small_args() if kv != "--set"]
+    blind.make_lab("spike", exp / "19-blind", sets)
+    return exp
+
+
+@pytest.fixture()
+def workdir(tmp_path, monkeypatch):
+    """A working directory with learners/ (the CLI's defaults are relative to it)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def write_sections(path, sections: dict[str, dict]):
+    """Fill a diagnoses file: {run id: {field: value}} (fields as the template names them)."""
+    text = path.read_text()
+    for run_id, fields in sections.items():
+        block = re.search(rf"(?ms)^## [^\n]*\n- run: {re.escape(run_id)}\n.*?(?=^## |\Z)", text)
+        assert block, run_id
+        new = f"## Run {run_id}\n- run: {run_id}\n" + "".join(f"- {k}: {v}\n" for k, v in fields.items()) + "\n"
+        text = text[:block.start()] + new + text[block.end():]
+    path.write_text(text)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Learner folder, names, parsing
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_init_creates_the_folder_and_refuses_to_overwrite(workdir):
+    proc = run_cli("learner", "init", "ana", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    d = workdir / "learners" / "ana" / "phase-19"
+    assert (d / "spike-diagnoses.md").exists() and (d / "notes" / "lessons.md").exists()
+    sections = learner.parse_diagnoses((d / "spike-diagnoses.md").read_text())
+    assert [s.run for s in sections] == ["19-injection-A", "19-injection-B", "19-injection-C"]
+    assert not any(s.filled() for s in sections)
+    (d / "notes" / "lessons.md").write_text("mine\n")
+    assert_one_line_error(run_cli("learner", "init", "ana", cwd=workdir), "already exists")
+    assert (d / "notes" / "lessons.md").read_text() == "mine\n"  # nothing overwritten
+
+
+@pytest.mark.parametrize("name", ["../evil", "a/b", "..", ".hidden", "a b", "", "x" * 41, "ana/../../etc", "ana\n"])
+def test_bad_learner_names_are_refused(workdir, name):
+    assert_one_line_error(run_cli("learner", "init", name, cwd=workdir), "learner name")
+    assert not (workdir / "learners").exists() or not any((workdir / "learners").iterdir())
+
+
+def test_diagnoses_parser_tolerates_the_learners_formatting():
+    text = """# mine
+<!-- a comment with node: §9 -->
+## Injection A
+* **Node:** §4.2 (gradient spike)
+* **Diagnosis**: the gradient was scaled
+  by a large factor at K.
+* Remediation: keep clipping.
+
+### inyección B
+- nodo: 4.3
+- causa: bad batch
+- diagnóstico: 8 copias de una frase rara
+- remediación: saltar el batch
+
+## 03
+1. run: `experiments/19-blind/03/`
+2. node: § 4.4.
+3. cause: optimizer_state_corruption
+4. diagnosis: v of the LM-head bias inflated
+5. remedy: reload the moments
+"""
+    a, b, c = learner.parse_diagnoses(text)
+    assert (a.run, learner.node_key(a.node), a.diagnosis) == (
+        "19-injection-A", "§4.2", "the gradient was scaled by a large factor at K.")
+    assert a.remediation == "keep clipping." and a.filled()
+    assert (b.run, learner.node_key(b.node), b.cause) == ("19-injection-B", "§4.3", "bad batch")
+    assert b.remediation == "saltar el batch"
+    assert (c.run, learner.node_key(c.node), c.remediation) == ("19-blind/03", "§4.4", "reload the moments")
+
+
+@pytest.mark.parametrize("text,cause", [
+    ("bad_batch", "bad_batch"),
+    ("Bad batch", "bad_batch"),
+    ("8 copies of one rare sentence concentrate the gradient on rare-token rows", "bad_batch"),
+    ("Adam's second moment of the LM-head bias was inflated", "optimizer_state_corruption"),
+    ("every gradient was scaled x50 before clipping", "gradient_explosion"),
+    ("no warmup: the LR starts at its maximum", "no_warmup"),
+    ("weights x100 at init", "bad_init"),
+    ("the attention mask lets positions see future tokens", "broken_mask"),
+    ("something odd", None),
+    ("a bad batch or a corrupted optimizer state", None),  # two causes: ambiguous
+])
+def test_cause_from_words(text, cause):
+    assert learner.cause_from_words(text)[0] == cause
+
+
+# ---------------------------------------------------------------------------------------------------
+# Remedies
+# ---------------------------------------------------------------------------------------------------
+
+
+def _train_rows(cfg):
+    run = loop.build_run(cfg)
+    rows = []
+    loop.run_steps(run, 0, rows.append)
+    return run, rows
+
+
+def test_remedy_fields_at_their_defaults_leave_the_config_hash_alone():
+    cfg = small_config()
+    import hashlib
+
+    d = {k: v for k, v in cfg.to_dict().items()
+         if k not in ("progress", "device", "blind") and not k.startswith("remedy")}
+    assert cfg.hash() == hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+    assert small_config("remedy=zclip").hash() != cfg.hash()
+    assert small_config("blind=true").hash() == cfg.hash()  # blind changes no number
+
+
+def test_bad_remedy_settings_are_one_line_errors():
+    with pytest.raises(UserError, match="unknown remedy"):
+        small_config("remedy=skip")
+    with pytest.raises(UserError, match="remedy_step"):
+        small_config("remedy=skip_batch")
+    assert_one_line_error(run_cli("train", "--out", "/tmp/never", *small_args("remedy=nope")), "unknown remedy")
+
+
+def test_skip_batch_makes_no_update_at_its_step():
+    run, rows = _train_rows(small_config("steps=70", "injection=bad_batch", f"injection_step={K}",
+                                         "remedy=skip_batch", f"remedy_step={K}"))
+    assert all(p["u"] == 0 for p in rows[K]["params"].values())  # weights untouched at K
+    assert all(p["u"] > 0 for p in rows[K - 1]["params"].values())
+    assert rows[K]["batch"]["dup_rows"] == 7  # the bad batch is still seen (and logged)
+    assert [a["step"] for a in remedies.remedy_record(run.remedy)["actions"]] == [K]
+    _, plain = _train_rows(small_config("steps=70", "injection=bad_batch", f"injection_step={K}"))
+    assert rows[:K] == plain[:K] and rows[K + 1]["loss"] != plain[K + 1]["loss"]
+
+
+def test_restore_moments_puts_back_the_pre_spike_second_moment():
+    cfg = small_config("steps=70", "injection=v_corrupt", f"injection_step={K}")
+    _, corrupt = _train_rows(cfg)
+    run, fixed = _train_rows(cfg.replace(remedy="restore_moments", remedy_step=K + 1))
+    _, base = _train_rows(small_config("steps=70"))
+    vm = lambda rows, s: rows[s]["params"]["lm_head.bias"]["vm"]  # noqa: E731
+    assert vm(corrupt, K + 1) / vm(base, K + 1) > 20
+    assert 0.5 < vm(fixed, K + 1) / vm(base, K + 1) < 2
+    action = remedies.remedy_record(run.remedy)["actions"][0]
+    assert action["step"] == K + 1 and action["from_checkpoint_step"] == K  # ckpt_every=20: boundary at K
+
+
+def test_zclip_down_weights_the_scaled_step_only():
+    cfg = small_config("steps=70", "injection=scale", f"injection_step={K}")
+    run, rows = _train_rows(cfg.replace(remedy="zclip"))
+    _, plain = _train_rows(cfg)
+    actions = remedies.remedy_record(run.remedy)["actions"]
+    at_k = [a for a in actions if a["step"] == K]
+    assert at_k and at_k[0]["factor"] < 0.1 and at_k[0]["z"] > 2.5
+    assert len(actions) <= 3  # a detector, not a second clip: it acts on outliers only
+    if all(a["step"] >= K for a in actions):
+        assert rows[:K] == plain[:K]  # nothing changes before the first action
+    assert rows[K + 1]["loss"] != plain[K + 1]["loss"]  # the down-weighted step changed the trajectory
+
+
+def test_remedy_none_is_byte_identical_to_the_plain_loop(small_baseline):
+    _, rows = _train_rows(small_config())
+    from minitrain.runfiles import dumps_row
+
+    assert b"".join(dumps_row(r).encode() for r in rows) == (small_baseline / "metrics.jsonl").read_bytes()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Blind labs: nothing in the run folders tells which run carries which fault before the reveal
+# ---------------------------------------------------------------------------------------------------
+
+SECRET_WORDS = ("bad_batch", "v_corrupt", '"scale"', "She has written", "letter.", "injection_step",
+                "injection_scale", "injection_factor", "injection_param", "injection_sentence", "init_scale",
+                "causal_mask", "lm_head.bias x")
+VOLATILE = ("started", "ended", "name", "hardware", "versions", "git_sha")
+
+
+def _public_files(folder):
+    return [p for p in folder.rglob("*") if p.is_file() and ".sealed" not in p.parts]
+
+
+def _check_no_leak(folder):
+    for path in _public_files(folder):
+        if path.suffix in (".safetensors",):
+            continue
+        text = path.read_text(errors="replace")
+        if path.name == "SEALED.json":
+            continue
+        for word in SECRET_WORDS:
+            assert word not in text, (path, word)
+    runs = [folder / r for r in blind.RUN_IDS]
+    assert len({(r / "config.yaml").read_bytes() for r in runs}) == 1  # identical config files
+    manifests = [json.loads((r / "manifest.json").read_text()) for r in runs]
+    for m in manifests:
+        assert m["injection"] == {"withheld": blind.WITHHELD}
+        assert m["config_hash"] == m["trunk_hash"] == blind.WITHHELD
+    stripped = [{k: v for k, v in m.items() if k not in VOLATILE} for m in manifests]
+    assert stripped[0] == stripped[1] == stripped[2]  # the manifests differ only in names and times
+    for r in runs:
+        for line in (r / "metrics.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            assert row["injected"] is None and row["batch"]["rows"] == [None] * 8
+        for ck in (r / "checkpoints").glob("*/manifest.json"):
+            meta = json.loads(ck.read_text())
+            assert meta["config_hash"] == meta["injection_fired"] == blind.WITHHELD
+    pages = [r / "dashboard.html" for r in runs if (r / "dashboard.html").exists()]
+    payloads = [re.search(r'id="dashboard-data">(.*?)</script>', p.read_text(), re.S).group(1) for p in pages]
+    assert len({json.dumps(json.loads(x)["injection"]) for x in payloads}) <= 1
+
+
+def test_blind_spike_lab_does_not_leak_the_mapping(blind_lab):
+    folder = blind_lab / "19-blind"
+    _check_no_leak(folder)
+    public = json.loads((folder / "SEALED.json").read_text())
+    secret = json.loads((folder / ".sealed" / "mapping.json").read_text())
+    assert public["mapping_sha256"] == blind.mapping_digest(secret["salt"], secret["mapping"])
+    assert sorted(v["fault"] for v in secret["mapping"].values()) == sorted(SPIKE_FAULTS)
+    # the runs do carry their faults: the v_corrupt run's v jumps at K, the scale run's grad norm does
+    by_fault = {v["fault"]: k for k, v in secret["mapping"].items()}
+    row = lambda f: json.loads((folder / by_fault[f] / "metrics.jsonl").read_text().splitlines()[K])  # noqa: E731
+    assert row("scale")["grad_norm"] > 20 * row("v_corrupt")["grad_norm"]
+    assert row("bad_batch")["batch"]["dup_rows"] == 7
+    # the sealed store is checked against the published hash
+    tampered = dict(secret, mapping={**secret["mapping"], "01": secret["mapping"]["02"]})
+    (folder / ".sealed" / "mapping.json").write_text(json.dumps(tampered))
+    try:
+        with pytest.raises(UserError, match="changed after the runs"):
+            blind.open_mapping(folder)
+    finally:
+        (folder / ".sealed" / "mapping.json").write_text(json.dumps(secret))
+
+
+
+def test_a_blind_run_cannot_be_resumed(blind_lab, tmp_path):
+    copy = tmp_path / "01"
+    shutil.copytree(blind_lab / "19-blind" / "01", copy)
+    m = json.loads((copy / "manifest.json").read_text())
+    (copy / "manifest.json").write_text(json.dumps({**m, "status": "running"}))
+    assert_one_line_error(run_cli("train", "--resume", str(copy)), "blind run")
+
+
+def test_break_it_lab_runs_one_run_at_a_time_and_does_not_leak(tmp_path):
+    sets = [kv for kv in small_args() if kv != "--set"]
+    proc = run_cli("blind-runs", "break-it", "--run", "02", "--experiments", str(tmp_path), *small_args())
+    assert proc.returncode == 0, proc.stderr
+    folder = tmp_path / "19-break-it"
+    assert (folder / "02" / "manifest.json").exists() and not (folder / "01").exists()
+    mapping = blind.open_mapping(folder)
+    for run_id in ("01", "03"):
+        blind.make_lab("break-it", folder, sets, only=run_id)
+    _check_no_leak(folder)
+    for run_id, entry in mapping.items():
+        cfg = json.loads((folder / run_id / "manifest.json").read_text())["config"]
+        assert "init_scale" not in cfg and "warmup_steps" not in cfg and "causal_mask" not in cfg
+        rows = [json.loads(x) for x in (folder / run_id / "metrics.jsonl").read_text().splitlines()]
+        if entry["fault"] == "no_warmup":
+            assert rows[0]["lr"] == small_config().lr_max  # the evidence stays: LR at its maximum from step 0
+    # other settings than the sealed lab's are refused; a new draw needs --force
+    assert_one_line_error(run_cli("blind-runs", "break-it", "--experiments", str(tmp_path)), "--force")
+
+
+# ---------------------------------------------------------------------------------------------------
+# The reference solutions stay in sync with the stability tree
+# ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lab_key", ["spike", "break-it"])
+def test_reference_node_ids_exist_in_the_tree_and_paths_follow_it(lab_key):
+    tree = learner.stability_tree()
+    _, refs = learner.read_reference(learner.LABS[lab_key])
+    assert sorted(refs) == sorted(learner.lab_faults(learner.LABS[lab_key]))
+    assert learner.check_reference(refs, tree) == []
+    for ref in refs.values():  # the reference's cause is the leaf's, read from the tree
+        assert tree[ref.leaf].kind == "leaf" and tree[ref.leaf].cause == ref.cause
+    # the check can fail: a renamed leaf, a wrong cause and an impossible step are all reported
+    ref = next(iter(refs.values()))
+    broken = {"x": learner.Reference("x", "§9.Z", ref.cause, ref.path[:-1] + ["§9.Z"], "", "", ""),
+              "y": learner.Reference("y", ref.leaf, "healthy", ref.path, "", "", ""),
+              "z": learner.Reference("z", ref.leaf, ref.cause, [ref.path[0], ref.leaf], "", "", "")}
+    problems = " | ".join(learner.check_reference(broken, tree))
+    assert "§9.Z does not exist" in problems and "has cause" in problems and "neither its yes nor its no" in problems
+
+
+# ---------------------------------------------------------------------------------------------------
+# The whole procedure, end to end
+# ---------------------------------------------------------------------------------------------------
+
+
+def _reference_sections(refs, runs, overrides=None):
+    out = {}
+    for fault, run_id in runs.items():
+        ref = refs[fault]
+        out[run_id] = {"node": f"{ref.leaf} ({ref.cause})", "diagnosis": ref.diagnosis, "remediation": ref.remediation}
+        out[run_id].update((overrides or {}).get(fault, {}))
+    return out
+
+
+def test_the_lab_end_to_end(lab, workdir):
+    exp = ["--experiments", str(lab)]
+    assert run_cli("learner", "init", "ana", cwd=workdir).returncode == 0
+    d = workdir / "learners" / "ana" / "phase-19"
+    # revealing an empty file is refused, and seals nothing
+    assert_one_line_error(run_cli("reveal", "ana", *exp, cwd=workdir), "0 of 3 diagnoses filled")
+    assert not (d / "spike-diagnoses.seal.json").exists()
+    _, refs = learner.read_reference(learner.LABS["spike"])
+    runs = {f: f"19-injection-{letter}" for f, letter in learner.LAB_LETTERS.items()}
+    write_sections(d / "spike-diagnoses.md", _reference_sections(refs, runs, {
+        # B stops at the question that turns to the leaf, so its cause comes from the cause field
+        "bad_batch": {"node": "4.1", "cause": "bad batch"}}))
+    proc = run_cli("reveal", "ana", *exp, cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    seal = json.loads((d / "spike-diagnoses.seal.json").read_text())
+    assert seal["sha256"] == learner.sha256_text((d / "spike-diagnoses.md").read_text())
+    assert seal["sealed_at"] <= seal["revealed_at"]
+    # the reference, completed with the learner's own numbers
+    assert "Injection A" in proc.stdout and "§7.A" in proc.stdout
+    base_gn = json.loads((lab / "18-baseline" / "metrics.jsonl").read_text().splitlines()[K])["grad_norm"]
+    a_gn = json.loads((lab / "19-injection-A" / "metrics.jsonl").read_text().splitlines()[K])["grad_norm"]
+    assert f"pre-clip grad norm at K: {a_gn:.4g} (baseline {base_gn:.4g})" in proc.stdout
+    assert "duplicated rows in the batch at K: 7 (baseline 0)" in proc.stdout
+    assert "<!-- measured:" not in proc.stdout and (d / "reveal-spike.md").exists()
+    proc = run_cli("grade", "ana", *exp, cwd=workdir)
+    assert proc.returncode == 0 and "3/3 correct" in proc.stdout, proc.stdout + proc.stderr
+    # check: everything but the stop condition holds until lessons.md has three new lines
+    proc = run_cli("check", "ana", *exp, cwd=workdir)
+    assert proc.returncode == 1 and proc.stdout.count("[PASS]") == 5 and "[FAIL] stop condition" in proc.stdout, proc.stdout
+    with open(d / "notes" / "lessons.md", "a") as f:
+        f.write("A scaled gradient shows only in the pre-clip norm when clipping is always on.\n"
+                "A bad batch: duplicated rows and rare tokens, its own loss high at K.\n"
+                "Corrupted Adam v: no spike, one tensor's v jumps and decays at beta2.\n")
+    proc = run_cli("check", "ana", *exp, cwd=workdir)
+    assert proc.returncode == 0 and proc.stdout.count("[PASS]") == 6, proc.stdout
+    assert "no-op by default" in proc.stdout
+    # an edit after the reveal is flagged; the sealed text is still what counts
+    text = (d / "spike-diagnoses.md").read_text()
+    (d / "spike-diagnoses.md").write_text(text.replace("§7.A (gradient_explosion)", "§4.A"))
+    proc = run_cli("grade", "ana", *exp, cwd=workdir)
+    assert "3/3 correct" in proc.stdout and "EDITED AFTER THE REVEAL" in proc.stdout
+    assert "would score 2/3" in proc.stdout
+    proc = run_cli("check", "ana", *exp, cwd=workdir)
+    assert proc.returncode == 1 and "EDITED after the seal" in proc.stdout
+
+
+def test_one_wrong_diagnosis_scores_two_and_is_explained(lab, workdir):
+    learner.init_learner("bob", workdir / "learners")
+    d = workdir / "learners" / "bob" / "phase-19"
+    _, refs = learner.read_reference(learner.LABS["spike"])
+    runs = {f: f"19-injection-{letter}" for f, letter in learner.LAB_LETTERS.items()}
+    write_sections(d / "spike-diagnoses.md", _reference_sections(refs, runs, {
+        "v_corrupt": {"node": "§7.A", "diagnosis": "the gradients were scaled at K"}}))
+    learner.reveal("bob", learner.LABS["spike"], workdir / "learners", lab)
+    g = learner.grade("bob", learner.LABS["spike"], workdir / "learners", lab)
+    assert g.score == 2 and not g.edited
+    miss = next(v for v in g.verdicts if not v.correct)
+    assert miss.fault == "v_corrupt" and "§7.A" in miss.why and "§6.A" in miss.why
+    report = learner.grade_report("bob", g)
+    assert "2/3 correct" in report and "MISS" in report
+
+
+@pytest.mark.parametrize("node,cause,diagnosis,ok,why", [
+    ("§4.A", "", "x", True, "from leaf §4.A"),
+    ("§4", "", "8 copies of one rare sentence", True, "your diagnosis sentence"),
+    ("§4.1", "bad_batch", "x", True, "on the path above the leaf"),
+    ("§1.1", "bad_batch", "x", False, "passes with 'no'"),
+    ("§6.A", "", "x", False, "not on the documented path"),
+    ("§4.A", "gradient_explosion", "x", False, "cause gradient_explosion"),
+    ("§4.1", "", "something odd happened", False, "add a 'cause:' line"),
+    ("§9.9", "", "x", False, "does not exist"),
+    ("", "", "x", False, "no node given"),
+])
+def test_the_grading_rule(node, cause, diagnosis, ok, why):
+    tree = learner.stability_tree()
+    _, refs = learner.read_reference(learner.LABS["spike"])
+    d = learner.Diagnosis("t", "19-injection-B", node, cause, diagnosis, "y")
+    correct, text, _, _ = learner.judge(d, refs["bad_batch"], tree)
+    assert correct == ok and why in text, text
+
+
+def test_grade_and_reveal_need_the_right_state(workdir, lab):
+    assert_one_line_error(run_cli("grade", "nobody", cwd=workdir), "learner init nobody")
+    learner.init_learner("dee", workdir / "learners")
+    assert_one_line_error(run_cli("grade", "dee", "--experiments", str(lab), cwd=workdir), "not sealed yet")
+    # --force reveals an unfilled file; the empty sections then score 0
+    proc = run_cli("reveal", "dee", "--force", "--experiments", str(lab), cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert "0/3 correct" in run_cli("grade", "dee", "--experiments", str(lab), cwd=workdir).stdout
+
+
+def test_blind_lab_is_graded_through_the_sealed_mapping(blind_lab, workdir):
+    folder = blind_lab / "19-blind"
+    learner.init_learner("cy", workdir / "learners")
+    d = workdir / "learners" / "cy" / "phase-19"
+    mapping = json.loads((folder / ".sealed" / "mapping.json").read_text())["mapping"]  # the test may peek
+    _, refs = learner.read_reference(learner.LABS["blind"])
+    runs = {entry["fault"]: f"19-blind/{run_id}" for run_id, entry in mapping.items()}
+    write_sections(d / "blind-diagnoses.md", _reference_sections(refs, runs))
+    assert not (folder / "REVEALED.json").exists()
+    proc = run_cli("reveal", "cy", "--lab", "blind", "--experiments", str(blind_lab), cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((folder / "REVEALED.json").read_text())["mapping"] == mapping
+    assert "sealed mapping:" in proc.stdout
+    proc = run_cli("grade", "cy", "--lab", "blind", "--experiments", str(blind_lab), cwd=workdir)
+    assert "3/3 correct" in proc.stdout, proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------------------------------------------
+# Post-mortem and remediation
+# ---------------------------------------------------------------------------------------------------
+
+
+def test_postmortem_fills_the_template_and_never_overwrites(lab):
+    run = lab / "19-injection-B"
+    out = run / "postmortem.md"
+    out.unlink(missing_ok=True)
+    proc = run_cli("postmortem", str(run))
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert "{{" not in text and "## 5. Impact, measured against the baseline" in text
+    assert "`18-baseline`" in text and f"at step {K}" in text and "7 duplicated rows" in text
+    out.write_text("my edits\n")
+    assert_one_line_error(run_cli("postmortem", str(run)), "--force")
+    assert out.read_text() == "my edits\n"
+    assert run_cli("postmortem", str(run), "--force").returncode == 0 and out.read_text() != "my edits\n"
+
+
+@pytest.mark.parametrize("fault,remedy", [("bad_batch", "skip_batch"), ("v_corrupt", "restore_moments")])
+def test_remediate_reruns_from_before_the_anomaly(lab, fault, remedy):
+    run = lab / f"19-injection-{learner.LAB_LETTERS[fault]}"
+    rep = remedies.remediate(run, remedy, force=True)
+    out = lab / f"{run.name}-remediated"
+    assert rep["remedy"] == remedy and (out / "remediation.json").exists()
+    assert rep["from_checkpoint"]["step"] <= K  # the last checkpoint before the anomaly (in the baseline it forked from)
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    orig = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(len(orig)))
+    assert rows[:K] == orig[:K]
+    assert json.loads((out / "manifest.json").read_text())["remedy"]["actions"]
+    assert (out / "dashboard.html").exists() and (out / "vs-original.html").exists()
+    m_before, m_after = rep["measured_before"], rep["measured_after"]
+    assert abs(m_after["mean_loss_diff_after_K"]) < abs(m_before["mean_loss_diff_after_K"])
