@@ -66,6 +66,18 @@ postmortem run *args:
 remediate run *args:
     minitrain remediate {{run}} {{args}}
 
+# walk the stability check over a run's metrics: just diagnose experiments/19-injection-A [--json] [--write]
+diagnose run *args:
+    minitrain diagnose {{run}} {{args}}
+
+# regenerate stability-check.md from the tree in src/minitrain/stability.py
+stability-md:
+    minitrain stability-md
+
+# score the walker and the field's detectors on a generated suite (quick=1: short runs, about a minute)
+eval-diagnosis *args:
+    python bench/eval_diagnosis.py $([ "${quick:-0}" = 1 ] && echo --quick) {{args}}
+
 # run the whole test suite (installs the test tools and a headless Chromium if missing)
 test *args:
     ./dev --setup-only --test-tools
@@ -74,3 +86,12 @@ test *args:
 # benchmarks: step time of the project's loop against a bare PyTorch loop, telemetry cost
 bench:
     python bench/run.py
+
+# train with PyTorch DDP on $nproc processes (default 2; gloo on CPU, nccl on GPU); rank 0 writes the run folder:
+#   nproc=2 just ddp-train --out experiments/ddp-2 [--preset medium] [--device auto]   (or --resume DIR)
+ddp-train *args:
+    python -m torch.distributed.run --standalone --nproc_per_node "${nproc:-2}" -m minitrain train {{args}}
+
+# step time, tokens/s and peak memory of each preset on the device found here (markdown table)
+device-bench *args:
+    python bench/device_bench.py {{args}}

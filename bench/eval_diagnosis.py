@@ -58,7 +58,7 @@ class Case:
 # ---------------------------------------------------------------------------------------------------
 
 FULL_BASE = ["progress=false"]
-QUICK_BASE = ["steps=300", "warmup_steps=20", "ckpt_every=50", "eval_every=50", "spectral_every=0", "progress=false"]
+QUICK_BASE = ["steps=200", "warmup_steps=20", "ckpt_every=50", "eval_every=50", "spectral_every=0", "progress=false"]
 
 RARE_SENTENCES = ["She has written the letter.", "You have eaten an apple.", "It has gone.", "I have seen."]
 COMMON_SENTENCE = "You finish the project."
@@ -68,7 +68,7 @@ def _k(slot: int, seed: int, steps: int) -> int:
     """Injection step: early / middle / late, jittered by seed so no threshold can lean on one step."""
     if steps >= 2000:
         return [140 + 11 * seed, 900 + 37 * seed, 1700 + 13 * seed][slot]
-    return [40 + 7 * seed, 130 + 11 * seed, 230 + 9 * seed][slot]
+    return [30 + 7 * seed, 90 + 11 * seed, 150 + 9 * seed][slot]
 
 
 def full_suite() -> list[Case]:
@@ -117,19 +117,22 @@ def full_suite() -> list[Case]:
                   Case("break-no-warmup", seed, ["warmup_steps=0"], "no_warmup", "no_warmup", "break"),
                   Case("break-no-mask", seed, ["causal_mask=false"], "broken_mask", "broken_mask", "break")]
     short = ["steps=300", "ckpt_every=100"]
+    # LR 100 without clipping: NaN within ~10 steps (the LR schedule itself is normal)
+    cases.append(Case("break-nonfinite", 1, [*short, "lr_max=100", "lr_min=0", "warmup_steps=10", "grad_clip=1e9"],
+                      "non_finite", "non_finite", "break"))
     cases += [Case("lr-constant", 1, [*short, "warmup_steps=0", "lr_min=0.0003"], "lr_schedule", "lr_schedule", "lr_bug"),
               Case("lr-zero", 1, [*short, "lr_max=0", "lr_min=0"], "lr_schedule", "lr_schedule", "lr_bug")]
     return cases
 
 
 def quick_suite() -> list[Case]:
-    """Short runs (300 steps): the pipeline and the clear-cut leaves, in a few minutes of CPU."""
+    """Short runs (200 steps): the pipeline and the clear-cut leaves, in about a minute of CPU."""
     cases = [Case("clean", s, [], "healthy", "healthy", "clean") for s in (1, 2)]
     seed = 1
-    inj = [("scale", 50, None, 1), ("scale", 0.5, None, 2), ("bad_batch", None, None, 0),
+    inj = [("scale", 50, None, 1), ("scale", 0.5, None, 2), ("scale", 0.01, None, 2), ("bad_batch", None, None, 0),
            ("v_corrupt", 100, "lm_head.bias", 2), ("v_corrupt", 0.01, "blocks.0.attn.qkv.weight", 1)]
     for name, mag, param, slot in inj:
-        k = _k(slot, seed, 300)
+        k = _k(slot, seed, 200)
         sets = [f"injection={name}", f"injection_step={k}"]
         if name == "scale":
             sets.append(f"injection_scale={mag}")
@@ -142,6 +145,8 @@ def quick_suite() -> list[Case]:
                           f"{'scale' if name == 'scale' else 'factor'} x{mag:g}" if mag else "rare", param or ""))
     cases += [Case("break-init-x100", seed, ["init_scale=100"], "bad_init", "bad_init", "break"),
               Case("break-no-warmup", seed, ["warmup_steps=0"], "no_warmup", "no_warmup", "break"),
+              Case("break-nonfinite", seed, ["lr_max=100", "lr_min=0", "warmup_steps=10", "grad_clip=1e9"],
+                   "non_finite", "non_finite", "break"),
               Case("lr-constant", seed, ["warmup_steps=0", "lr_min=0.0003"], "lr_schedule", "lr_schedule", "lr_bug"),
               Case("lr-zero", seed, ["lr_max=0", "lr_min=0"], "lr_schedule", "lr_schedule", "lr_bug")]
     return cases
@@ -221,6 +226,8 @@ def evaluate(cases: list[Case], suite: Path) -> None:
             "seconds": round(secs, 3),
             "detectors": {name: [int(steps[i]) for i in idx] for name, idx in flags.items()},
         }
+        if c.kind == "clean":
+            c.result["margins"] = clean_margins(ev)
         if c.kind == "injection":
             clean = suite / f"seed{c.seed}" / "clean"
             if clean.exists():
@@ -228,6 +235,31 @@ def evaluate(cases: list[Case], suite: Path) -> None:
                 c.result["trace"] = {"first_differing_step": cmp.get("first_differing_step"),
                                      "max_abs_loss_diff": cmp.get("max_abs_loss_diff"),
                                      "grad_norm_ratio_at_k": _at(ev, stability.load_evidence(clean), c.k)}
+
+
+def clean_margins(ev) -> dict:
+    """How close a clean run comes to each statistical threshold (the exact checks have no near misses)."""
+    with np.errstate(all="ignore"):
+        up = ev.gn_log_ratio - np.maximum(np.nan_to_num(ev.loss_log_ratio, nan=0.0), 0)
+        down = ev.gn_log_ratio - np.minimum(np.nan_to_num(ev.loss_log_ratio, nan=0.0), 0)
+        uniform = ev.g_spread <= stability.T["gn_uniform"]
+        rare = ev.batch("rare_share")
+        rare_ratio = rare / stability._trailing_median_fast(rare)
+        excess = ev.loss - np.exp(stability._trailing_median_fast(np.log(ev.loss)))
+        vf = ev.v_factor
+        idx = np.flatnonzero(np.isfinite(ev.val_loss))
+        val = ev.val_loss[idx]
+        return {
+            "v_factor_max_dev": float(math.exp(abs(vf["log_factor"]))) if vf else None,
+            "gn_jump_uniform_max": float(np.exp(np.nanmax(np.where(uniform, up, np.nan)))),
+            "gn_drop_uniform_min": float(np.exp(np.nanmin(np.where(uniform, down, np.nan)))),
+            "gn_jump_any_max": float(np.exp(np.nanmax(up))),
+            "loss_excess_max_nats": float(np.nanmax(excess)),
+            "loss_excess_max_with_rare_4x": float(np.nanmax(np.where(rare_ratio >= stability.T["outlier_rare"],
+                                                                     excess, np.nan))) if (rare_ratio >= 4).any() else None,
+            "best_val_over_ngram": float(val.min() / ev.ngram_val_loss) if len(val) and ev.ngram_val_loss else None,
+            "last_val_over_best": float(val[-1] / val.min()) if len(val) else None,
+        }
 
 
 def _at(ev, base, k):
@@ -313,6 +345,19 @@ def render(cases: list[Case], mode: str, secs: float) -> str:
         lines.append(f"| {c.folder} | {c.truth} {c.magnitude} {c.param} | {c.expect} | {c.result['cause']} | "
                      f"{c.result['leaf']} | {c.k if c.k is not None else ''} | "
                      f"{c.result['anomaly_step'] if c.result['anomaly_step'] is not None else ''} | {ok} |")
+    clean = [c for c in cases if c.kind == "clean" and "margins" in c.result]
+    if clean:
+        lines += ["", "## How close clean runs come to each threshold", "",
+                  "| clean run | v factor (§6.1: 1.02) | uniform jump (§7.1: 4) | uniform drop (§7.2: 0.25) | "
+                  "any jump (§7.3: 30) | loss excess nats (§4.2: 1, with rare x4) | best val / n-gram (§3.2: 0.85) | "
+                  "last / best val (§3.2: 1.15) |", "|---|---|---|---|---|---|---|---|"]
+        for c in clean:
+            mg = c.result["margins"]
+            f = lambda x, d=3: "n/a" if x is None else f"{x:.{d}g}"  # noqa: E731
+            lines.append(f"| {c.folder} | {f(mg['v_factor_max_dev'], 6)} | {f(mg['gn_jump_uniform_max'])} | "
+                         f"{f(mg['gn_drop_uniform_min'])} | {f(mg['gn_jump_any_max'])} | "
+                         f"{f(mg['loss_excess_max_nats'])} ({f(mg['loss_excess_max_with_rare_4x'])}) | "
+                         f"{f(mg['best_val_over_ngram'])} | {f(mg['last_val_over_best'])} |")
     lines += ["", "## The field's detectors over the same runs", "",
               f"A detector detects an injection when it flags a step in [K, K+{DETECT_WINDOW}] (delay = first such "
               "flag - K); a break when it flags any step (delay = first flagged step). None of them names a cause; "
@@ -334,7 +379,7 @@ def render(cases: list[Case], mode: str, secs: float) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="short runs (300 steps) for tests and CI")
+    ap.add_argument("--quick", action="store_true", help="short runs (200 steps) for tests and CI")
     ap.add_argument("--suite", metavar="DIR", help="where the suite's runs live (default experiments/diagnosis-suite[-quick])")
     ap.add_argument("--jobs", type=int, default=1, help="training processes in parallel (default 1)")
     ap.add_argument("--no-train", action="store_true", help="score the runs already there, train nothing")

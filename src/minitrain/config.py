@@ -29,10 +29,25 @@ INJECTION_FIELDS = (
     "injection_factor",
 )
 # Fields that never change the numbers a run produces (where it runs, how it reports).
-NON_NUMERIC_FIELDS = ("progress", "device", "blind")
-# Remedy fields (remedies.py) stay out of the hash while at their defaults, so every run made before they
-# existed keeps its config hash (and stays resumable and "up to date").
-HASH_OMIT_AT_DEFAULT = ("remedy", "remedy_step", "remedy_zclip_z", "remedy_zclip_alpha", "remedy_zclip_warmup")
+# (`preset` only names where the other fields' defaults came from; the resolved fields are hashed.)
+NON_NUMERIC_FIELDS = ("progress", "device", "blind", "preset")
+# Remedy fields (remedies.py), corpus_scale and precision stay out of the hash while at their defaults, so
+# every run made before they existed keeps its config hash (and stays resumable and "up to date").
+HASH_OMIT_AT_DEFAULT = ("remedy", "remedy_step", "remedy_param", "remedy_zclip_z", "remedy_zclip_alpha", "remedy_zclip_warmup",
+                        "corpus_scale", "precision")
+
+# Named sets of defaults (`--preset NAME` or `preset: NAME`); any field given explicitly overrides them.
+# Measured memory and step time of each: docs/benchmarks.md, "Devices and presets".
+PRESETS: dict[str, dict[str, Any]] = {
+    "course": {},  # the course's ~130k-parameter model and corpus: the field defaults below
+    # ~3.4M parameters: still trains on CPU (see the measured step time)
+    "medium": {"n_layer": 4, "d_model": 256, "n_head": 8, "d_ff": 1024, "context": 64, "vocab_size": 1024,
+               "corpus_scale": 4, "batch_size": 16},
+    # GPT-2-small shaped (12 x 768, 12 heads, d_ff 3072; ~86M parameters with this vocabulary): a GPU preset.
+    # The template grammar caps BPE near 1050 tokens, so its vocabulary is 1024, not GPT-2's 50257.
+    "gpt2-small-shaped": {"n_layer": 12, "d_model": 768, "n_head": 12, "d_ff": 3072, "context": 64,
+                          "vocab_size": 1024, "corpus_scale": 8, "batch_size": 32},
+}
 
 
 @dataclass
@@ -43,6 +58,7 @@ class TrainConfig:
     # corpus and tokenizer
     val_verbs: list[str] = field(default_factory=lambda: ["walk", "talk", "want", "see"])
     vocab_size: int = 512
+    corpus_scale: int = 1  # >1: a wider grammar and corpus_scale x the rows per cell (bigger presets)
     # model (course defaults: ~130k parameters)
     n_layer: int = 2
     d_model: int = 64
@@ -70,7 +86,9 @@ class TrainConfig:
     telemetry: str = "full"  # full | basic (basic: no per-parameter stats, no spectral norms)
     spectral_every: int = 50  # power-iteration spectral norms every N steps (0 = never)
     threads: int = 1  # torch CPU threads; fixed so results do not depend on the machine
-    device: str = "cpu"  # cpu | cuda | auto
+    device: str = "cpu"  # cpu | cuda | auto (auto: cuda when PyTorch sees a GPU)
+    precision: str = "fp32"  # fp32 | bf16 (bf16 autocast of the training forward; GPU only)
+    preset: str = "course"  # where the defaults come from (PRESETS); explicit fields override it
     progress: bool = True
     # injection (the lab's maybe_inject knob)
     injection: str = "none"
@@ -84,6 +102,7 @@ class TrainConfig:
     # remedy (remedies.py): the fix a stability-check leaf prescribes, applied inside the training step
     remedy: str = "none"  # none | skip_batch | restore_moments | zclip
     remedy_step: int = -1  # skip_batch: the step not applied; restore_moments: the step it restores at
+    remedy_param: str = ""  # restore_moments: the one tensor whose moments are restored ("" = every tensor)
     remedy_zclip_z: float = 2.5  # zclip: z-score of the pre-clip norm (vs its EMA) that counts as a spike
     remedy_zclip_alpha: float = 0.97  # zclip: EMA decay of the norm's mean and variance
     remedy_zclip_warmup: int = 25  # zclip: steps of statistics before it may act
@@ -174,7 +193,10 @@ def build_config(base: dict[str, Any] | None = None, overrides: list[str] | None
         if key not in FIELD_TYPES:
             raise unknown_key_error(key)
         values[key] = _coerce(key, yaml.safe_load(value) if FIELD_TYPES[key] == "list[str]" else value)
-    cfg = TrainConfig(**values)
+    preset = values.get("preset", "course")
+    if preset not in PRESETS:
+        raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
+    cfg = TrainConfig(**{**PRESETS[preset], **values})
     validate(cfg)
     return cfg
 
@@ -222,6 +244,10 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.telemetry in ("full", "basic"), f"telemetry must be 'full' or 'basic', got {cfg.telemetry!r}")
     need(cfg.threads > 0, "threads must be positive")
     need(cfg.device in ("cpu", "cuda", "auto"), f"device must be cpu, cuda or auto, got {cfg.device!r}")
+    need(cfg.precision in ("fp32", "bf16"), f"precision must be fp32 or bf16, got {cfg.precision!r}")
+    need(cfg.precision == "fp32" or cfg.device != "cpu",
+         "precision=bf16 is a GPU option and device=cpu; use --device cuda (or auto), or precision=fp32")
+    need(cfg.corpus_scale >= 1, f"corpus_scale must be at least 1, got {cfg.corpus_scale}")
     need(len(cfg.val_verbs) >= 1, "val_verbs must name at least one verb")
     # the injection itself is validated by minitrain.injections (it knows the registered names)
     from minitrain.injections import validate_injection_config

@@ -42,6 +42,28 @@ ADVERBS = {
     "going_to": [("", ""), ("soon", "pronto")],
 }
 
+# corpus_scale > 1 (the bigger presets): more subjects and time adverbs widen every cell, and each cell
+# samples corpus_scale times as many rows. The perfect keeps no adverb, so it stays the rare tail.
+# corpus_scale = 1 never reads these: the default corpus is unchanged.
+EXTRA_SUBJECTS = (
+    ("Tom", "Tom", "3sg"),
+    ("Maria", "María", "3sg"),
+    ("My brother", "Mi hermano", "3sg"),
+    ("My sister", "Mi hermana", "3sg"),
+    ("The teacher", "El profesor", "3sg"),
+    ("The doctor", "La doctora", "3sg"),
+    ("Our neighbour", "Nuestro vecino", "3sg"),
+    ("The boy", "El niño", "3sg"),
+)
+EXTRA_ADVERBS = {
+    "infinitive": [("today", "hoy"), ("again", "otra vez")],
+    "present": [("every day", "todos los días"), ("on Mondays", "los lunes")],
+    "past": [("last week", "la semana pasada"), ("last night", "anoche")],
+    "perfect": [],
+    "will": [("next week", "la próxima semana"), ("later", "más tarde")],
+    "going_to": [("tonight", "esta noche"), ("next year", "el próximo año")],
+}
+
 
 @dataclass(frozen=True)
 class Verb:
@@ -216,26 +238,29 @@ class Row:
         return asdict(self)
 
 
-def cell_candidates(v: Verb, tense: str, person: str) -> list[tuple[str, str, str, str]]:
-    """Every sentence the grammar allows for one (verb, tense, person) cell: (english, spanish, ...)."""
-    subjects = [s for s in SUBJECTS if s[2] == person]
+def cell_candidates(v: Verb, tense: str, person: str, scale: int = 1) -> list[tuple[str, str, str, str]]:
+    """Every sentence the grammar allows for one (verb, tense, person) cell: (english, spanish, ...).
+    scale > 1 widens the grammar with EXTRA_SUBJECTS and EXTRA_ADVERBS."""
+    subjects = [s for s in SUBJECTS + (EXTRA_SUBJECTS if scale > 1 else ()) if s[2] == person]
     objects = (("", ""),) + v.objects
+    adverbs = ADVERBS[tense] + (EXTRA_ADVERBS[tense] if scale > 1 else [])
     out = []
-    for subj, obj, adv in itertools.product(subjects, objects, ADVERBS[tense]):
+    for subj, obj, adv in itertools.product(subjects, objects, adverbs):
         out.append(render(v, tense, subj, obj, adv))
     return out
 
 
-def generate(seed: int) -> list[Row]:
-    """All rows, deterministic from `seed`, deduplicated by fingerprint, in a stable order."""
+def generate(seed: int, scale: int = 1) -> list[Row]:
+    """All rows, deterministic from `seed` (and `scale`, the corpus_scale knob), deduplicated by fingerprint,
+    in a stable order."""
     rng = random.Random(seed)
     rows: list[Row] = []
     seen: set[str] = set()
     for v in VERBS:
         for tense in TENSES:
             for person in PERSONS:
-                pool = cell_candidates(v, tense, person)
-                want = ROWS_PER_CELL * REGULARITY_WEIGHT[v.regularity] * TENSE_WEIGHT[tense]
+                pool = cell_candidates(v, tense, person, scale)
+                want = ROWS_PER_CELL * scale * REGULARITY_WEIGHT[v.regularity] * TENSE_WEIGHT[tense]
                 n = max(1, min(len(pool), round(want)))
                 for english, spanish in rng.sample(pool, n):
                     fp = fingerprint(english)
@@ -295,7 +320,8 @@ def format_sequence(spanish: str, english: str) -> tuple[str, str]:
     return f"es:{spanish} / en:", english
 
 
-def data_manifest(rows: list[Row], train: list[Row], val: list[Row], seed: int, val_verbs: list[str]) -> dict:
+def data_manifest(rows: list[Row], train: list[Row], val: list[Row], seed: int, val_verbs: list[str],
+                  scale: int = 1) -> dict:
     def count(rs, key):
         out: dict[str, int] = {}
         for r in rs:
@@ -315,5 +341,7 @@ def data_manifest(rows: list[Row], train: list[Row], val: list[Row], seed: int, 
         "train_by_regularity": count(train, "regularity"),
         "train_by_verb": count(train, "verb_lemma"),
     }
+    if scale != 1:  # absent at 1, so the default corpus keeps its data hash
+        body["corpus_scale"] = scale
     body["hash"] = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
     return body

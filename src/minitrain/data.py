@@ -25,7 +25,7 @@ class RunData:
     tokenizer: Tokenizer
     train: EncodedSet
     val: EncodedSet
-    val_batch: Batch
+    val_batches: list[Batch]  # the fixed validation subset, in length buckets (less padding to compute)
     token_counts: torch.Tensor  # per token id, over the training split (non-pad)
     rare_mask: torch.Tensor
     ngram: dict
@@ -114,8 +114,8 @@ def ngram_baseline(train: EncodedSet, val: EncodedSet, vocab: int) -> dict:
 
 @lru_cache(maxsize=8)
 def _prepare(corpus_seed: int, val_verbs: tuple[str, ...], vocab_size: int, context: int,
-             val_max_rows: int) -> RunData:
-    rows = corpus.generate(corpus_seed)
+             val_max_rows: int, corpus_scale: int = 1) -> RunData:
+    rows = corpus.generate(corpus_seed, corpus_scale)
     train_rows, val_rows = corpus.split(rows, list(val_verbs), corpus_seed)
     tok = train_tokenizer(training_texts(train_rows), vocab_size)
     # Rows longer than the context are dropped (and counted): mostly held-out verbs, whose words the
@@ -133,10 +133,12 @@ def _prepare(corpus_seed: int, val_verbs: tuple[str, ...], vocab_size: int, cont
     train = encode_rows(tok, train_rows, context)
     val = encode_rows(tok, val_rows, context)
     counts, rare = rare_token_mask(train.ids, vocab_size)
-    manifest = corpus.data_manifest(rows, train_rows, val_rows, corpus_seed, list(val_verbs))
+    manifest = corpus.data_manifest(rows, train_rows, val_rows, corpus_seed, list(val_verbs), corpus_scale)
     manifest["dropped_longer_than_context"] = dropped
     manifest["tokenizer_vocab_sha256"] = _vocab_hash(tok)
-    return RunData(rows, train_rows, val_rows, tok, train, val, make_batch(val, list(range(len(val)))),
+    by_length = sorted(range(len(val)), key=lambda i: (int(val.lengths[i]), i))
+    buckets = [make_batch(val, by_length[i:i + 64]) for i in range(0, len(by_length), 64)]
+    return RunData(rows, train_rows, val_rows, tok, train, val, buckets,
                    counts, rare, ngram_baseline(train, val, vocab_size), manifest)
 
 
@@ -148,7 +150,8 @@ def _vocab_hash(tok: Tokenizer) -> str:
 
 
 def prepare(cfg) -> RunData:
-    return _prepare(cfg.corpus_seed, tuple(cfg.val_verbs), cfg.vocab_size, cfg.context, cfg.val_max_rows)
+    return _prepare(cfg.corpus_seed, tuple(cfg.val_verbs), cfg.vocab_size, cfg.context, cfg.val_max_rows,
+                    cfg.corpus_scale)
 
 
 def token_report(data: RunData, sentence: str) -> list[tuple[str, int]]:

@@ -56,6 +56,7 @@ class InjectContext:
     make_rows_batch: Callable[[str, int], tuple[Any, dict]] | None = None  # (sentence, copies) -> Batch
     param_shapes: dict[str, list[int]] = field(default_factory=dict)
     record: dict = field(default_factory=dict)
+    fired: list[int] = field(default_factory=list)  # steps it fired at in this process (DDP checks every rank)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -107,6 +108,7 @@ def maybe_inject(point: str, step: int, target: Any, ctx: InjectContext | None) 
     if inj.point != point:
         return target
     ctx.step = step
+    ctx.fired.append(step)
     ctx.record.update(injection=inj.name, point=point, step=step)
     return inj.apply(target, ctx)
 

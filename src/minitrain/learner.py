@@ -38,7 +38,6 @@ from minitrain.errors import UserError
 
 PHASE = "phase-19"
 LAB_LETTERS = {"scale": "A", "bad_batch": "B", "v_corrupt": "C"}
-FIELDS = ("run", "node", "cause", "diagnosis", "remediation")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
 REPO_ROOT = Path(__file__).resolve().parents[2]  # src/minitrain/learner.py -> the checkout (editable install)
 
@@ -398,7 +397,8 @@ def spike_run_id(fault: str, experiments: Path) -> str:
     name = f"19-injection-{LAB_LETTERS[fault]}"
     if (Path(experiments) / name).is_dir():
         return name
-    others = sorted(p.name for p in Path(experiments).glob(f"{name}-*") if (p / "manifest.json").exists())
+    others = sorted(p.name for p in Path(experiments).glob(f"{name}-*")
+                    if (p / "manifest.json").exists() and not p.name.endswith("-remediated"))
     return others[0] if len(others) == 1 else name
 
 
@@ -421,7 +421,8 @@ def baseline_for(run: Path, experiments: Path) -> Path | None:
         donor = (m.get("forked_from") or {}).get("run")
     except (OSError, ValueError):
         donor = None
-    for cand in ([Path(run).parent / donor] if donor else []) + [Path(experiments) / "18-baseline"]:
+    near = [Path(experiments) / "18-baseline", Path(run).parent / "18-baseline", Path(run).parent.parent / "18-baseline"]
+    for cand in ([Path(run).parent / donor] if donor else []) + near:  # a blind run's baseline is one level up
         if (cand / "metrics.jsonl").exists() and cand.resolve() != Path(run).resolve():
             try:
                 cfg = json.loads((cand / "manifest.json").read_text()).get("config") or {}
@@ -637,7 +638,9 @@ def reveal(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pa
     dfile = d / lab.file
     if not dfile.exists():
         raise UserError(f"{dfile} is missing; restore it from a fresh 'minitrain learner init' of another name")
-    _, refs = read_reference(lab, solutions)  # fail before sealing if the solutions are missing
+    read_reference(lab, solutions)  # fail before sealing if the solutions are missing ...
+    if lab.key != "spike":
+        blind.read_public(blind_folder(lab, experiments))  # ... or the shuffled lab was never made
     seal = read_seal(d, lab)
     text = dfile.read_text()
     if seal is None:
@@ -937,7 +940,8 @@ def check(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pat
     filled = [x for x in parse_diagnoses(seal["text"] if seal else text) if x.filled()]
     items.append((len(filled) >= 3, f"{lab.file} filled in: {len(filled)} of 3 sections have node, diagnosis and remediation"))
     if seal is None:
-        items.append((False, f"{lab.file} sealed before the reveal: not sealed yet (run 'minitrain reveal {name}')"))
+        flag = "" if lab.key == "spike" else f" --lab {lab.key}"
+        items.append((False, f"{lab.file} sealed before the reveal: not sealed yet (run 'minitrain reveal {name}{flag}')"))
     else:
         before = seal["sealed_at"] <= (seal.get("revealed_at") or seal["sealed_at"])
         unchanged = sha256_text(text) == seal["sha256"]

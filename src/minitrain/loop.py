@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from minitrain import blind, runfiles
+from minitrain import blind, distributed, runfiles
 from minitrain.config import TrainConfig
 from minitrain.data import RunData, prepare
 from minitrain.injections import InjectContext, maybe_inject, validate_injection_config
@@ -41,22 +41,31 @@ def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=cfg.lr_max, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, foreach=True)
 
 
-def masked_loss(logits: torch.Tensor, batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token-mean cross-entropy over target tokens only; also the per-token losses (masked)."""
+def masked_loss(logits: torch.Tensor, batch,
+                target_tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token-mean cross-entropy over target tokens only; also the per-token losses (masked).
+    `target_tokens` (default: the batch's own) divides the sum: under DDP, the global batch's count."""
     tok = F.cross_entropy(logits.flatten(0, 1).float(), batch.y.flatten(), reduction="none").view_as(batch.y)
     tok = tok * batch.loss_mask
-    return tok.sum() / batch.loss_mask.sum(), tok
+    return tok.sum() / (batch.loss_mask.sum() if target_tokens is None else target_tokens), tok
 
 
 @torch.no_grad()
-def evaluate(model: GPT, batch) -> float:
-    """Validation loss on the fixed validation batch, always with the causal mask (as at generation)."""
+def evaluate(model: GPT, batches) -> float:
+    """Validation loss (token mean over the whole fixed validation subset), always with the causal mask,
+    as at generation: the broken-mask break corrupts training, not the measurement."""
     model.eval()
     record, model.record_activations = model.record_activations, False
-    loss, _ = masked_loss(model(batch.x, batch.key_pad, causal=True), batch)
+    total, tokens = torch.zeros(()), torch.zeros(())
+    device = next(model.parameters()).device
+    for batch in batches:
+        batch = batch.to(device)  # the same batch on CPU
+        _, tok = masked_loss(model(batch.x, batch.key_pad, causal=True), batch)
+        total += tok.sum().cpu()
+        tokens += batch.loss_mask.sum().cpu()
     model.record_activations = record
     model.train()
-    return float(loss)
+    return float(total / tokens)
 
 
 @dataclass
@@ -73,25 +82,33 @@ class Run:
     metrics: runfiles.MetricsWriter | None = None
     last_batch: object = field(default=None, repr=False)
     remedy: RemedyContext | None = None  # REMEDY (remedies.py): None unless cfg.remedy is set
+    device: torch.device = torch.device("cpu")
+    forward: torch.nn.Module | None = None  # what the training forward calls: DDP(model) under torchrun, else model
 
 
 def train_step(run: Run, step: int) -> dict:
-    """One step of training. Returns its metrics row (also written to metrics.jsonl by the caller)."""
+    """One step of training. Returns its metrics row (also written to metrics.jsonl by the caller).
+    Under torchrun every rank runs it on its share of the same global batch (see distributed.py)."""
     cfg, model, opt = run.cfg, run.model, run.opt
-    # 1. batch, then INJECT at the batch (B: bad_batch)
+    # 1. the global batch, then INJECT at the batch (B: bad_batch), then this rank's rows of it, on the device
     batch = run.data.train_batch(step, cfg.batch_size, cfg.seed)
     batch = maybe_inject("batch", step, batch, run.inject)
     run.last_batch = batch
-    val_loss = evaluate(model, run.data.val_batch) if step % cfg.eval_every == 0 else None
+    local = distributed.local_rows(batch).to(run.device)
+    evaluating = step % cfg.eval_every == 0 and distributed.is_main()  # DDP: rank 0 alone measures and logs
+    val_loss = evaluate(model, run.data.val_batches) if evaluating else None
     # 2. schedule, forward (loss measured before this step's update), backward
     lr = lr_at(step, cfg)
     for group in opt.param_groups:
         group["lr"] = lr
-    logits = model(batch.x, batch.key_pad, causal=cfg.causal_mask)
-    loss, tok_loss = masked_loss(logits, batch)
+    with distributed.autocast(cfg, run.device):
+        logits = run.forward(local.x, local.key_pad, causal=cfg.causal_mask)
+    # this rank's share of the GLOBAL token mean: every rank holds the global batch, so its target-token
+    # count needs no all-reduce
+    loss, tok_loss = masked_loss(logits, local, batch.loss_mask.sum().to(run.device))
     opt.zero_grad(set_to_none=True)
-    loss.backward()
-    # 3. INJECT at the gradients (A: scale), then clip-and-step
+    (loss * distributed.backward_scale()).backward()  # x world size: DDP averages gradients (x 1 alone)
+    # 3. INJECT at the gradients (A: scale; after backward, i.e. after DDP's all-reduce), then clip-and-step
     params = dict(model.named_parameters())
     grads = maybe_inject("grads", step, {n: p.grad for n, p in params.items()}, run.inject)
     for n, g in grads.items():
@@ -104,16 +121,18 @@ def train_step(run: Run, step: int) -> dict:
     run.telemetry.before_step()
     if take_step:  # False only when a remedy skips this batch
         opt.step()
-    # 5. log
-    return metrics_row(run, step, lr, loss, tok_loss, batch, logits, grad_norm, val_loss)
+    # 5. log (global numbers: summed over ranks)
+    return metrics_row(run, step, lr, loss, tok_loss, local, logits, grad_norm, val_loss)
 
 
 def metrics_row(run: Run, step, lr, loss, tok_loss, batch, logits, grad_norm, val_loss) -> dict:
     cfg = run.cfg
-    irr = batch.irregular
+    irr = batch.irregular  # on the host (Batch.to): masking with it does not sync the device
     per_row, tokens = tok_loss.detach().sum(1), batch.loss_mask.sum(1)
-    core = torch.stack([loss.detach(), grad_norm.detach(), per_row[~irr].sum(), tokens[~irr].sum(),
-                        per_row[irr].sum(), tokens[irr].sum()]).tolist()
+    # this rank's loss share and regular/irregular sums, summed over ranks (as they are on one process)
+    sums = distributed.all_reduce(torch.stack([loss.detach(), per_row[~irr].sum(), tokens[~irr].sum(),
+                                               per_row[irr].sum(), tokens[irr].sum()]), "sum")
+    core = torch.cat([sums[:1], grad_norm.detach().reshape(1), sums[1:]]).tolist()  # one host sync for all
     loss_f, gn = core[0], core[1]
     clipped_norm = min(gn, cfg.grad_clip) if math.isfinite(gn) else gn
     fired = run.inject is not None and step == cfg.injection_step and cfg.injection != "none"
@@ -129,7 +148,7 @@ def metrics_row(run: Run, step, lr, loss, tok_loss, batch, logits, grad_norm, va
         "val_loss": finite_or_none(val_loss) if val_loss is not None else None,
         "injected": cfg.injection if fired else None,
     }
-    row.update(run.telemetry.row(step, batch, logits, loss, grad_norm))
+    row.update(run.telemetry.row(step, run.last_batch, logits, sums[0], grad_norm))  # composition: global batch
     return blind.withhold_row(row) if cfg.blind else row  # BLIND (blind.py): no injection fields
 
 
@@ -155,8 +174,12 @@ def optimizer_moments(model: GPT, opt: torch.optim.Optimizer) -> dict:
 def build_run(cfg: TrainConfig, out: Path | None = None) -> Run:
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
+    device = distributed.resolve_device(cfg)
+    distributed.setup(device)  # joins torchrun's process group when WORLD_SIZE > 1; else nothing
+    distributed.check_batch_size(cfg.batch_size)
     data = prepare(cfg)
-    model = build_model(cfg, torch.Generator().manual_seed(cfg.seed))
+    # initialised on the CPU with a CPU generator, then moved: the same weights on every device
+    model = build_model(cfg, torch.Generator().manual_seed(cfg.seed)).to(device)
     if cfg.injection_param in PARAM_ALIASES:  # lm_head.weight is tok_emb.weight (tied)
         cfg = cfg.replace(injection_param=PARAM_ALIASES[cfg.injection_param])
     validate_injection_config(cfg, [n for n, _ in model.named_parameters()])
@@ -171,7 +194,8 @@ def build_run(cfg: TrainConfig, out: Path | None = None) -> Run:
         if cfg.injection == "bad_batch":  # fail now, not at step K, if the sentence cannot be used
             data.sentence_batch(cfg.injection_sentence, cfg.batch_size, cfg.context)
     return Run(cfg, data, model, opt, Telemetry(model, opt, cfg, data.rare_mask), ctx, out,
-               remedy=make_context(cfg, model, opt))
+               remedy=make_context(cfg, model, opt), device=device,
+               forward=distributed.wrap_model(model, device))
 
 
 def checkpoint_meta(run: Run, step: int) -> dict:
@@ -223,7 +247,7 @@ def run_steps(run: Run, start: int, on_row=None, stop_at: int | None = None) -> 
 
 
 def _progress(cfg: TrainConfig, start: int, end: int, out: Path | None):
-    if not cfg.progress or not sys.stderr.isatty() or end <= start:
+    if not cfg.progress or not sys.stderr.isatty() or end <= start or not distributed.is_main():
         return None
     from tqdm import tqdm
 
@@ -240,7 +264,7 @@ def now_iso() -> str:
 # ---------------------------------------------------------------------------------------------------
 
 
-def environment() -> dict:
+def environment(device: torch.device | None = None) -> dict:
     import platform
 
     import safetensors
@@ -253,7 +277,8 @@ def environment() -> dict:
                      "tokenizers": tokenizers.__version__, "safetensors": safetensors.__version__},
         "hardware": {"platform": platform.platform(), "machine": platform.machine(),
                      "cpu_count": __import__("os").cpu_count(), "torch_threads": torch.get_num_threads(),
-                     "device": "cpu"},
+                     "device": str(device or "cpu"), "world_size": distributed.world_size(),
+                     **({"gpu": torch.cuda.get_device_name(device)} if device and device.type == "cuda" else {})},
         "git_sha": _git_sha(),
     }
 
@@ -336,26 +361,32 @@ def train(cfg: TrainConfig, out: Path, force: bool = False, fork: bool = True,
     (or from `donor` = (run folder, checkpoint step) when given: remediation forks from the faulty run)."""
     out = Path(out)
     run = build_run(cfg, out)  # validates everything before the folder is touched
-    runfiles.prepare_run_dir(out, force)
-    run.data.tokenizer.save(str(out / "tokenizer.json"))
-    runfiles.write_config_yaml(out / "config.yaml", blind.public_config(cfg))  # BLIND: withheld fields
+    donor = donor or (find_donor(cfg, out) if fork else None)  # before the folder is touched: every rank agrees
+    distributed.on_main(runfiles.prepare_run_dir, out, force)  # DDP: rank 0 alone writes; its refusal stops all
+    if not distributed.is_main():
+        run.out = None
+    if run.out:
+        run.data.tokenizer.save(str(out / "tokenizer.json"))
+        runfiles.write_config_yaml(out / "config.yaml", blind.public_config(cfg))  # BLIND: withheld fields
     start, forked = 0, None
-    donor = donor or (find_donor(cfg, out) if fork else None)
     if donor:
         donor_dir, step = donor
         weights, opt_t, meta = runfiles.load_checkpoint(runfiles.checkpoint_dir(donor_dir, step))
         runfiles.restore(run.model, run.opt, weights, opt_t, runfiles.checkpoint_dir(donor_dir, step))
-        with open(donor_dir / "metrics.jsonl", "rb") as f:
-            runfiles.atomic_write_bytes(out / "metrics.jsonl", f.read(meta["metrics_bytes"]))
+        if run.out:
+            with open(donor_dir / "metrics.jsonl", "rb") as f:
+                runfiles.atomic_write_bytes(out / "metrics.jsonl", f.read(meta["metrics_bytes"]))
         start, forked = step, {"run": donor_dir.name, "checkpoint_step": step}
-    run.metrics = runfiles.MetricsWriter(out / "metrics.jsonl")
-    write_manifest(run, "running", {**environment(), "forked_from": forked, "started": now_iso()})
+    if run.out:
+        run.metrics = runfiles.MetricsWriter(out / "metrics.jsonl")
+        write_manifest(run, "running", {**environment(run.device), "forked_from": forked, "started": now_iso()})
     return _drive(run, start, {"forked_from": forked})
 
 
-def resume(out: Path) -> dict:
+def resume(out: Path, device: str | None = None) -> dict:
     """Continue a stopped (or SIGKILLed) run from its last checkpoint; rows after it are dropped and redone,
-    so the finished metrics file is byte-identical to an uninterrupted run."""
+    so the finished metrics file is byte-identical to an uninterrupted run. `device` (cpu | cuda | auto)
+    continues it elsewhere; checkpoints are CPU tensors, and under torchrun any number of processes works."""
     from minitrain.config import build_config, load_yaml
 
     out = Path(out)
@@ -364,7 +395,7 @@ def resume(out: Path) -> dict:
     manifest = runfiles.read_json(out / "manifest.json", "manifest")
     if manifest.get("status") in ("finished", "non_finite"):
         raise runfiles.UserError(f"{out} already ended ({manifest['status']}); nothing to resume")
-    cfg = build_config(load_yaml(out / "config.yaml"))
+    cfg = build_config(load_yaml(out / "config.yaml"), [f"device={device}"] if device else [])
     if cfg.blind:  # BLIND: its config.yaml lacks the withheld fields, so it cannot be rebuilt from it
         raise runfiles.UserError(f"{out} is a blind run and cannot be resumed; re-make it with --force")
     run = build_run(cfg, out)
@@ -382,12 +413,16 @@ def resume(out: Path) -> dict:
     if metrics_path.exists() and metrics_path.stat().st_size < metrics_bytes:
         raise runfiles.UserError(f"{metrics_path} is shorter than its checkpoint says; the file was truncated, "
                                  "start over with --force")
-    with open(metrics_path, "ab") as f:
-        f.truncate(metrics_bytes)
     if cfg.injection != "none" and start > cfg.injection_step:
         _replay_injection_record(run, manifest)
+    if not distributed.is_main():  # DDP: rank 0 alone writes (checkpoints hold no rank: any world size resumes)
+        run.out = None
+        return _drive(run, start, {})
+    with open(metrics_path, "ab") as f:
+        f.truncate(metrics_bytes)
     run.metrics = runfiles.MetricsWriter(metrics_path)
-    write_manifest(run, "running", {"resumed_from_step": start, **environment()})
+    extra = {"distributed": None} if "distributed" in manifest else {}  # a DDP run resumed on one process
+    write_manifest(run, "running", {"resumed_from_step": start, **environment(run.device), **extra})
     return _drive(run, start, {"resumed_from_step": start})
 
 
@@ -406,20 +441,36 @@ def _drive(run: Run, start: int, extra: dict) -> dict:
         nonlocal recorded
         last.update(row)
         if run.inject and run.inject.record and not recorded:  # the injection fired: record it at once
-            write_manifest(run, "running", {})
+            if run.out:
+                write_manifest(run, "running", {})
             recorded = True
 
     try:
         status = run_steps(run, start, on_row)
     finally:
-        run.metrics.close()
+        if run.metrics:
+            run.metrics.close()
     seconds = time.perf_counter() - t0
+    if distributed.world_size() > 1:  # every rank takes part; rank 0 records it
+        extra = {**extra, "distributed": _check_ranks(run)}
+    if run.out is None:  # DDP: ranks other than 0 write nothing
+        return {"status": status}
     results = final_results(run, status, last)
     results["seconds_this_session"] = round(seconds, 3)
     runfiles.atomic_write_json(run.out / "results.json", results)
     write_manifest(run, status, {"ended": now_iso(), **extra})
     _write_dashboard(run.out)
     return results
+
+
+def _check_ranks(run: Run) -> dict:
+    """DDP: at the end of a session, did every rank fire the injection at the same steps, and do all ranks
+    still hold bit-identical weights? (A collective: every rank calls it.)"""
+    fired = distributed.gather(run.inject.fired if run.inject else [])
+    if any(fired):
+        run.inject.record["fired_steps_by_rank"] = fired
+    return {"world_size": distributed.world_size(), "backend": torch.distributed.get_backend(),
+            "replicas_agree": distributed.replicas_agree(run.model)}
 
 
 def _write_dashboard(out: Path) -> None:
@@ -435,7 +486,7 @@ def _write_dashboard(out: Path) -> None:
 
 def final_results(run: Run, status: str, last: dict) -> dict:
     ngram = run.data.ngram
-    val = evaluate(run.model, run.data.val_batch) if status == "finished" else None
+    val = evaluate(run.model, run.data.val_batches) if status == "finished" else None
     res = {
         "status": status,
         "steps_done": (last.get("step", -1) + 1) if last else None,

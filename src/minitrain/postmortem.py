@@ -36,8 +36,7 @@ PREVENTION = {
     "lr_schedule": "Log the LR every step and check warmup and decay against the configured schedule.",
     "healthy": "Nothing to prevent: keep the baseline's settings and monitoring.",
 }
-CAUSE_REMEDY = {"gradient_explosion": "zclip", "bad_batch": "skip_batch", "optimizer_state_corruption": "restore_moments",
-                "bad_init": "init_scale=1", "no_warmup": "warmup_steps=100", "broken_mask": "causal_mask=true"}
+
 
 
 def template_path(explicit: Path | None = None) -> Path:
@@ -116,7 +115,9 @@ def render(run: Path, baseline: Path | None, template: str) -> str:
             impact.append(f"- {label}: {_fmt(m[key])}" + (f" (step {m['max_loss_diff_step']})" if key == "max_loss_diff_after_K" else ""))
     if not impact:
         impact.append(f"- no step-by-step comparison: {'no baseline' if baseline is None else 'no anomaly step'}")
-    remedy = CAUSE_REMEDY.get(cause)
+    from minitrain.remedies import CAUSE_REMEDY, CONFIG_FIXES
+
+    remedy = CAUSE_REMEDY.get(cause) or CONFIG_FIXES.get(cause)
     remediation = (v.get("remediation") or "") + (f"\n\nRegistered remedy: `minitrain remediate {run}` (applies `{remedy}`)."
                                                    if remedy else "")
     remediated = run.parent / f"{run.name}-remediated" / "remediation.json"

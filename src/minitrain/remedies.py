@@ -90,12 +90,14 @@ def skip_batch(step: int, grad_norm: float, ctx: RemedyContext) -> bool:
     return False
 
 
-@remedy("restore_moments", params=("remedy_step", "ckpt_every"), cause="optimizer_state_corruption")
+@remedy("restore_moments", params=("remedy_step", "remedy_param", "ckpt_every"), cause="optimizer_state_corruption")
 def restore_moments(step: int, grad_norm: float, ctx: RemedyContext) -> bool:
-    """Restore Adam's moments from the last checkpoint boundary before remedy_step, at remedy_step."""
+    """Restore Adam's moments (of remedy_param, or of every tensor) from the last checkpoint boundary before
+    remedy_step, at remedy_step."""
     cfg = ctx.cfg
     if step % cfg.ckpt_every == 0 and step < cfg.remedy_step:  # what a checkpoint at this step holds
-        ctx.state["snapshot"] = (step, {n: (m.clone(), v.clone()) for n, (m, v) in ctx.moments().items()})
+        ctx.state["snapshot"] = (step, {n: (m.clone(), v.clone()) for n, (m, v) in ctx.moments().items()
+                                        if not cfg.remedy_param or n == cfg.remedy_param})
     if step == cfg.remedy_step:
         if "snapshot" not in ctx.state:
             ctx.note(step, "nothing restored: no checkpoint boundary seen before remedy_step")
@@ -105,7 +107,8 @@ def restore_moments(step: int, grad_norm: float, ctx: RemedyContext) -> bool:
         for name, (m, v) in saved.items():
             live[name][0].copy_(m)
             live[name][1].copy_(v)
-        ctx.note(step, "restored Adam's m and v", from_checkpoint_step=source, tensors=len(saved))
+        ctx.note(step, "restored Adam's m and v", from_checkpoint_step=source, tensors=len(saved),
+                 **({"param": cfg.remedy_param} if cfg.remedy_param else {}))
     return True
 
 
@@ -175,8 +178,18 @@ def validate_remedy_config(cfg) -> None:
     if "remedy_step" in REGISTRY[cfg.remedy].params and not 0 <= cfg.remedy_step < cfg.steps:
         raise UserError(f"remedy {cfg.remedy} needs remedy_step within [0, {cfg.steps - 1}], got {cfg.remedy_step}; "
                         "e.g. --set remedy_step=500")
+    if cfg.remedy_param and cfg.remedy_param not in _param_names(cfg):
+        close = difflib.get_close_matches(cfg.remedy_param, _param_names(cfg), n=3, cutoff=0.4)
+        raise UserError(f"unknown parameter '{cfg.remedy_param}' for remedy_param"
+                        + (f"; close matches: {', '.join(close)}" if close else "; see docs/metrics.md for the names"))
     if not (cfg.remedy_zclip_z > 0 and 0 < cfg.remedy_zclip_alpha < 1 and cfg.remedy_zclip_warmup >= 2):
         raise UserError("zclip needs remedy_zclip_z > 0, 0 < remedy_zclip_alpha < 1 and remedy_zclip_warmup >= 2")
+
+
+def _param_names(cfg) -> list[str]:
+    from minitrain.model import build_model
+
+    return [n for n, _ in build_model(cfg, torch.Generator().manual_seed(0)).named_parameters()]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -249,6 +262,9 @@ def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None =
         start_limit = anomaly - cfg.remedy_zclip_warmup if name == "zclip" else anomaly
         donor = checkpoint_before(run, max(0, start_limit))
         overrides += [f"remedy={name}", f"remedy_step={remedy_step}"]
+        tensor = (verdict.get("evidence") or {}).get("tensor")
+        if name == "restore_moments" and tensor:  # the walker names the tensor whose v moved: restore only it
+            overrides.append(f"remedy_param={tensor}")
     elif "=" in name:
         overrides.append(name)  # a config fix: the whole run again from step 0
     else:
@@ -270,6 +286,7 @@ def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None =
               "from_checkpoint": {"run": donor[0].name, "step": donor[1]} if donor else None,
               "status": res.get("status"), "measured_before": before_m, "measured_after": after_m,
               "actions": (json.loads((out / "manifest.json").read_text()).get("remedy") or {}).get("actions"),
+              "action_count": (json.loads((out / "manifest.json").read_text()).get("remedy") or {}).get("action_count"),
               "dashboards": [str(p) for p in pages], "summary": summary}
     runfiles.atomic_write_json(out / "remediation.json", report)
     return report

@@ -46,7 +46,8 @@ T = {
     "lr_flat": 1e-3,            # §2: (max LR - min LR) / max LR below this: the LR never changed
     "warmup_share": 0.5,        # §2: first-step LR at or above this share of the peak LR: no warmup ramp
     "mask_train": 0.5,          # §3: training loss (smoothed) below this share of the n-gram baseline ...
-    "mask_val": 0.85,           # §3: ... while the best validation loss stays above this share of it
+    "mask_val": 0.85,           # §3: ... while the best validation loss stays above this share of it ...
+    "mask_rise": 1.15,          # §3: ... and the last validation loss is this many times the best
     "not_learning": 0.9,        # §3: final training loss above this share of the step-0 loss
     "dup_share": 0.5,           # §4: share of a batch's rows that repeat an earlier row
     "outlier_loss": 1.0,        # §4: loss this many nats above its trailing median ...
@@ -54,9 +55,9 @@ T = {
     "logit0_high": 10.0,        # §5: largest |logit| at step 0 (an untrained model's logits are ~1)
     "v_factor": 1.02,           # §6: Adam's v moved by a factor outside [1/1.02, 1.02] that g^2 does not explain
     "v_noise_mult": 50.0,       # §6: ... and at least this many times the run's own rounding noise
-    "gn_jump": 4.0,             # §7: pre-clip gradient norm this many times its trailing median ...
+    "gn_jump": 4.0,             # §7: pre-clip gradient norm this many times its trailing median, over and
+                                #     above the batch loss's own jump (gradient ratio / loss ratio) ...
     "gn_uniform": 0.3,          # §7: ... with every tensor's g moving by the same factor (median |log dev|)
-    "gn_loss_calm": 2.0,        # §7: ... while that step's loss stays below this many times its trailing median
     "gn_drop": 0.25,            # §7: pre-clip gradient norm this share of its trailing median (uniformly)
     "gn_huge": 30.0,            # §7: a jump this large is never natural here, uniform or not
 }
@@ -325,18 +326,19 @@ def check_loss0_band(ev: Evidence) -> Finding:
 
 
 def _gn1(ev: Evidence) -> tuple[float, int]:
-    i = 1 if len(ev.rows) > 1 else 0
-    return ev.grad_norm[i], i
+    """The first step's gradient norm (the course's "step 1" counts from 1; our rows count from 0): the only
+    gradient that reflects the initialisation alone, before any update."""
+    return ev.grad_norm[0], 0
 
 
 def check_gn1_high(ev: Evidence) -> Finding:
     x, i = _gn1(ev)
-    return Finding(math.isfinite(x) and x > T["gn1_high"], x, f"step-{ev.step_at(i)} grad norm {_fmt(x)}", i)
+    return Finding(math.isfinite(x) and x > T["gn1_high"], x, f"first-step (step {ev.step_at(i)}) grad norm {_fmt(x)}", i)
 
 
 def check_gn1_low(ev: Evidence) -> Finding:
     x, i = _gn1(ev)
-    return Finding(math.isfinite(x) and x < T["gn1_low"], x, f"step-{ev.step_at(i)} grad norm {_fmt(x)}", i)
+    return Finding(math.isfinite(x) and x < T["gn1_low"], x, f"first-step (step {ev.step_at(i)}) grad norm {_fmt(x)}", i)
 
 
 # --- §2 is the LR schedule applying? ---
@@ -395,22 +397,25 @@ def _train_smooth(ev: Evidence) -> np.ndarray:
 
 
 def check_mask(ev: Evidence) -> Finding:
-    """A model that sees the future in training drives its training loss far below the n-gram baseline
-    but never learns causal prediction, so validation (always causal) stays near that baseline. A healthy
-    model, even one that memorises its split, gets validation well below the baseline first."""
+    """A model that sees the future in training drives its training loss far below the n-gram baseline but
+    never learns causal prediction: validation (always causal) bottoms out near the baseline, then climbs
+    while training loss keeps falling. A healthy model, even one that memorises its split, first gets
+    validation well below the baseline; a short healthy run has not climbed yet."""
     idx, val = _val_points(ev)
-    if not ev.ngram_val_loss or len(idx) < 2:
-        return _miss("no n-gram baseline or fewer than 2 validation points")
+    if not ev.ngram_val_loss or len(idx) < 3:
+        return _miss("no n-gram baseline or fewer than 3 validation points")
     base = ev.ngram_val_loss
     train = _train_smooth(ev)
+    best_at = int(np.argmin(val))
+    best_val, last_val = float(val[best_at]), float(val[-1])
     below = np.flatnonzero(train < T["mask_train"] * base)
-    best_val = float(val.min())
-    shown = (f"training loss {_fmt(float(np.nanmin(train)))} (smoothed minimum), best validation loss "
-             f"{_fmt(best_val)}, n-gram baseline {_fmt(base)}: train/baseline {np.nanmin(train) / base:.2f}, "
-             f"best val/baseline {best_val / base:.2f}")
-    matched = len(below) > 0 and best_val > T["mask_val"] * base
-    return Finding(matched, best_val / base, shown, int(below[0]) if len(below) else None,
-                   {"train_min": float(np.nanmin(train)), "best_val": best_val, "ngram_val_loss": base})
+    shown = (f"smoothed training loss down to {_fmt(float(np.nanmin(train)))} = {np.nanmin(train) / base:.2f} x "
+             f"baseline {_fmt(base)}; best validation {_fmt(best_val)} = {best_val / base:.2f} x baseline at step "
+             f"{ev.step_at(int(idx[best_at]))}, last {_fmt(last_val)} = {last_val / best_val:.2f} x best")
+    matched = len(below) > 0 and best_val > T["mask_val"] * base and last_val > T["mask_rise"] * best_val
+    return Finding(matched, best_val / base, shown, int(idx[best_at]),
+                   {"train_min": float(np.nanmin(train)), "best_val": best_val, "last_val": last_val,
+                    "ngram_val_loss": base})
 
 
 def check_not_learning(ev: Evidence) -> Finding:
@@ -465,7 +470,7 @@ def check_logit0(ev: Evidence) -> Finding:
 def check_came_from_s1(ev: Evidence) -> Finding:
     loss0, (gn, i) = ev.loss[0], _gn1(ev)
     off = not math.isfinite(loss0) or abs(loss0 - ev.ln_v) > T["loss0_band"] or (math.isfinite(gn) and gn > T["gn1_high"])
-    return Finding(off, loss0, f"step-0 loss {_fmt(loss0)} (ln V {ev.ln_v:.3f}), step-{ev.step_at(i)} grad norm {_fmt(gn)}", 0)
+    return Finding(off, loss0, f"step-0 loss {_fmt(loss0)} (ln V {ev.ln_v:.3f}), first-step grad norm {_fmt(gn)}", 0)
 
 
 # --- §6 optimizer state / update dynamics ---
@@ -495,15 +500,17 @@ def check_v_up(ev: Evidence) -> Finding:
 
 
 def _uniform_extreme(ev: Evidence, up: bool) -> tuple[int | None, np.ndarray]:
-    """The largest jump (or drop) of the pre-clip norm where every tensor moved by the same factor and the
-    batch's own loss stayed ordinary: the gradient changed, not the data (a natural spike comes with a
-    surprising batch, hence a loss jump, and moves a few tensors)."""
-    r = ev.gn_log_ratio
-    calm = (ev.g_spread <= T["gn_uniform"]) & (ev.loss_log_ratio <= math.log(T["gn_loss_calm"]))
+    """The largest jump (or drop) of the pre-clip norm, beyond what the batch's own loss explains, at a step
+    where every tensor moved by the same factor: the gradient changed, not the data. A natural spike comes
+    with a surprising batch (its loss jumps too, and the gradient grows with it) and moves a few tensors."""
+    r, loss = ev.gn_log_ratio, ev.loss_log_ratio
+    uniform = ev.g_spread <= T["gn_uniform"]
     if up:
-        score = np.where((r >= math.log(T["gn_jump"])) & calm, r, np.nan)
+        excess = r - np.maximum(np.nan_to_num(loss, nan=0.0), 0)
+        score = np.where((excess >= math.log(T["gn_jump"])) & uniform, excess, np.nan)
     else:
-        score = np.where((r <= math.log(T["gn_drop"])) & calm, -r, np.nan)
+        excess = r - np.minimum(np.nan_to_num(loss, nan=0.0), 0)
+        score = np.where((excess <= math.log(T["gn_drop"])) & uniform, -excess, np.nan)
     return (int(np.nanargmax(score)) if np.isfinite(score).any() else None), r
 
 
@@ -538,11 +545,12 @@ def check_gn_drop(ev: Evidence) -> Finding:
 
 
 def check_gn_huge(ev: Evidence) -> Finding:
-    r = ev.gn_log_ratio
+    r = ev.gn_log_ratio - np.maximum(np.nan_to_num(ev.loss_log_ratio, nan=0.0), 0)
     if not np.isfinite(r).any():
         return _miss("too few steps")
     j = int(np.nanargmax(r))
-    return Finding(r[j] >= math.log(T["gn_huge"]), float(math.exp(r[j])), "largest jump: " + _describe_gn(ev, j), j)
+    return Finding(r[j] >= math.log(T["gn_huge"]), float(math.exp(r[j])),
+                   f"largest jump beyond the loss's: x{math.exp(r[j]):.3g}; " + _describe_gn(ev, j), j)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -565,9 +573,9 @@ TREE: tuple[Section, ...] = (
              f"< {T['loss0_low']}", check_loss0_low, yes="§1.A"),
         Node("§1.3", "Is the step-0 loss outside ln V ± 0.5?", "loss at step 0 against ln(vocabulary size)", P_LOSS,
              f"|loss - ln V| > {T['loss0_band']}", check_loss0_band, yes="§5.1"),
-        Node("§1.4", "Is the step-1 gradient norm above 100?", "grad_norm (pre-clip) at step 1", P_GN,
+        Node("§1.4", "Is the step-1 gradient norm above 100?", "grad_norm (pre-clip) of the first step (row step 0)", P_GN,
              f"> {T['gn1_high']:g}", check_gn1_high, yes="§5.1"),
-        Node("§1.5", "Is the step-1 gradient norm below 0.001?", "grad_norm (pre-clip) at step 1", P_GN,
+        Node("§1.5", "Is the step-1 gradient norm below 0.001?", "grad_norm (pre-clip) of the first step (row step 0)", P_GN,
              f"< {T['gn1_low']:g}", check_gn1_low, yes="§1.B"),
         Leaf("§1.A", "bad_init", "not an untrained model",
              "The model already predicts well at step 0: it did not start from its initialisation "
@@ -601,11 +609,11 @@ TREE: tuple[Section, ...] = (
             "Non-finite values end a run; a training loss that falls while validation does not means the "
             "model sees something at training time that it cannot see at validation time.", (
         Node("§3.1", "Is any loss, gradient norm or non-finite count non-finite / non-zero?",
-             "loss, grad_norm, nonfinite", P_LOSS, "any non-finite value", check_nonfinite, yes="§3.A"),
-        Node("§3.2", "Does training loss fall below half the n-gram baseline while validation never gets "
-             "15% below it?", "train loss (21-step median), best val_loss, n-gram baseline (dashed line)", P_LOSS,
-             f"train < {T['mask_train']:g} x baseline and best val > {T['mask_val']:g} x baseline", check_mask,
-             yes="§3.B"),
+             "loss, grad_norm, nonfinite", P_LOSS, "non-finite values > 0", check_nonfinite, yes="§3.A"),
+        Node("§3.2", "Does training loss fall below half the n-gram baseline while validation never gets 15% "
+             "below it and then climbs?", "train loss (21-step median), val_loss (best, last), n-gram baseline "
+             "(dashed line)", P_LOSS, f"train < {T['mask_train']:g} x baseline, best val > {T['mask_val']:g} x "
+             f"baseline, last val > {T['mask_rise']:g} x best val", check_mask, yes="§3.B"),
         Node("§3.3", "Has the training loss failed to fall?", "median training loss of the last 10% of steps / "
              "step-0 loss", P_LOSS, f"> {T['not_learning']:g}", check_not_learning, yes="§3.C"),
         Leaf("§3.A", "non_finite", "non-finite values",
@@ -641,7 +649,7 @@ TREE: tuple[Section, ...] = (
         Node("§5.1", "Is the step-0 largest |logit| above 10?", "logit_max at step 0 (and act)", P_ACT,
              f"> {T['logit0_high']:g}", check_logit0, yes="§5.A"),
         Node("§5.2", "Did §1 send you here (step-0 loss off ln V, or step-1 grad norm > 100)?",
-             "loss at step 0, grad_norm at step 1", P_LOSS,
+             "loss and grad_norm of the first step", P_LOSS,
              f"|loss - ln V| > {T['loss0_band']} or grad norm > {T['gn1_high']:g}", check_came_from_s1,
              yes="§5.B"),
         Leaf("§5.A", "bad_init", "weights initialised too large",
@@ -677,16 +685,15 @@ TREE: tuple[Section, ...] = (
             "Clipping at 1.0 engages on every step of a healthy run here (pre-clip norm 2-5), so 'clipped' "
             "means nothing alone and the clipped norm hides every spike: read the pre-clip norm. Natural "
             "spikes late in training reach several times the median but move a few tensors, not all.", (
-        Node("§7.1", "Does the pre-clip norm jump 4x its trailing median, every tensor's gradient moving by "
-             "that same factor, while the batch's loss stays ordinary?",
-             "grad_norm / 50-step trailing median; per-tensor g ratios; loss / trailing median",
-             P_GN, f">= {T['gn_jump']:g}x, spread <= {T['gn_uniform']:g}, loss < {T['gn_loss_calm']:g}x",
-             check_gn_jump, yes="§7.A"),
-        Node("§7.2", "Does the pre-clip norm drop to a quarter of its trailing median, the same way?",
-             "grad_norm / 50-step trailing median; per-tensor g ratios; loss / trailing median", P_GN,
-             f"<= {T['gn_drop']:g}x, spread <= {T['gn_uniform']:g}, loss < {T['gn_loss_calm']:g}x",
-             check_gn_drop, yes="§7.B"),
-        Node("§7.3", "Is there any pre-clip jump of 30x its trailing median?", "grad_norm / trailing median",
+        Node("§7.1", "Does the pre-clip norm jump 4x its trailing median beyond what the batch's loss "
+             "explains, every tensor's gradient moving by that same factor?",
+             "(grad_norm / 50-step trailing median) / (loss / its trailing median, if > 1); per-tensor g ratios",
+             P_GN, f">= {T['gn_jump']:g}x with spread <= {T['gn_uniform']:g}", check_gn_jump, yes="§7.A"),
+        Node("§7.2", "Does the pre-clip norm drop to a quarter of its trailing median the same way?",
+             "(grad_norm / 50-step trailing median) / (loss / its trailing median, if < 1); per-tensor g ratios",
+             P_GN, f"<= {T['gn_drop']:g}x with spread <= {T['gn_uniform']:g}", check_gn_drop, yes="§7.B"),
+        Node("§7.3", "Is there any pre-clip jump of 30x its trailing median beyond what the loss explains?",
+             "(grad_norm / trailing median) / (loss / its trailing median, if > 1)",
              P_GN, f">= {T['gn_huge']:g}x", check_gn_huge, yes="§7.C", no="§8.A"),
         Leaf("§7.A", "gradient_explosion", "transient gradient explosion",
              "Every gradient was multiplied by one common factor at one step; clipping cut the update back to "
@@ -726,12 +733,12 @@ def _next_node(node_id: str) -> str:
 
 def iter_nodes():
     """Every section, question and leaf as a plain dict, in reading order. `parent` is the section for a
-    section's first-level questions and the question whose "yes" leads to an item within the same section
-    otherwise (the learner workflow uses it to check that a cited node lies on the way to a leaf)."""
+    section's first-level questions and the question whose "yes" (or explicit "no") leads to an item within
+    the same section otherwise (the learner workflow uses it to check that a cited node lies on the way to a leaf)."""
     for s in TREE:
         yield {"id": s.id, "kind": "section", "title": s.title, "parent": None}
         for it in s.items:
-            parent = next((n.id for n in s.items if isinstance(n, Node) and n.yes == it.id), s.id)
+            parent = next((n.id for n in s.items if isinstance(n, Node) and it.id in (n.yes, n.no)), s.id)
             if isinstance(it, Node):
                 yield {"id": it.id, "kind": "question", "title": it.question, "parent": parent,
                        "metric": it.metric, "panel": it.panel, "threshold": it.threshold,
@@ -760,6 +767,11 @@ _validate_tree()
 
 def walk(ev: Evidence) -> dict:
     """Walk from §1; return the verdict and the path of findings."""
+    with np.errstate(all="ignore"):  # ratios over zeros / NaN are expected in broken runs
+        return _walk(ev)
+
+
+def _walk(ev: Evidence) -> dict:
     path = []
     current = "§1.1"
     seen = set()

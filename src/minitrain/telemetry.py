@@ -21,6 +21,7 @@ import math
 
 import torch
 
+from minitrain import distributed
 from minitrain.tokenizer import PAD
 
 SIG = 5  # significant digits kept for telemetry floats (loss, lr and norms keep full precision)
@@ -53,7 +54,8 @@ class Telemetry:
         self.grad_norms: torch.Tensor | None = None
         self.beta2 = cfg.beta2
         self.sizes = [p.numel() for p in self.params]
-        self.numel = torch.tensor(self.sizes, dtype=torch.float32)
+        self.device = self.params[0].device
+        self.numel = torch.tensor(self.sizes, dtype=torch.float32, device=self.device)
 
     # --- called by the loop around the optimizer step ---
     def after_backward(self, grads: list[torch.Tensor]) -> None:
@@ -67,17 +69,18 @@ class Telemetry:
 
     def row(self, step: int, batch, logits: torch.Tensor, loss: torch.Tensor, grad_norm: torch.Tensor) -> dict:
         with torch.no_grad():
-            nonfinite = int(not torch.isfinite(loss)) + (
-                0 if torch.isfinite(grad_norm) else sum(int((~torch.isfinite(p.grad)).sum()) for p in self.params)
-            )
-            scalars = [logits.detach().abs().max()] + list(self.model.last_activations)
-            out: dict = {}
+            # global over DDP ranks (identity on one process): the largest |logit|, and each block's mean
+            # |activation| (ranks hold equal-shaped shares, so the mean of their means is the global mean)
+            logit_max = distributed.all_reduce(logits.detach().abs().max().float().reshape(1), "max")
+            acts = self.model.last_activations
+            acts = distributed.all_reduce(torch.stack(acts).float(), "mean") if acts else logit_max[:0]
+            finite = torch.stack([torch.isfinite(loss), torch.isfinite(grad_norm)]).float()
+            head = torch.cat([logit_max, acts, finite])  # everything goes to the host in ONE .tolist()
+            n_head = len(head)
+            vals = torch.cat([head, self._per_param().flatten()]).tolist() if self.full else head.tolist()
+            out: dict = {"logit_max": rnd(vals[0]), "act": [rnd(a) for a in vals[1 : n_head - 2]]}
             if self.full:
-                per_param = self._per_param()
-                vals = torch.cat([torch.stack(scalars).float(), per_param.flatten()]).tolist()
-                out["logit_max"] = rnd(vals[0])
-                out["act"] = [rnd(a) for a in vals[1 : len(scalars)]]
-                stats = vals[len(scalars):]
+                stats = vals[n_head:]
                 k = 7
                 out["params"] = {
                     name: dict(zip(("g", "u", "ur", "vm", "vx", "vn", "r"), (rnd(x) for x in stats[i * k:(i + 1) * k])))
@@ -85,11 +88,9 @@ class Telemetry:
                 }
                 if self.cfg.spectral_every and step % self.cfg.spectral_every == 0:
                     out["sigma"] = self._spectral()
-            else:
-                vals = torch.stack(scalars).float().tolist()
-                out["logit_max"] = rnd(vals[0])
-                out["act"] = [rnd(a) for a in vals[1:]]
-            out["nonfinite"] = nonfinite
+            loss_finite, norm_finite = vals[n_head - 2], vals[n_head - 1]
+            out["nonfinite"] = int(not loss_finite) + (
+                0 if norm_finite else sum(int((~torch.isfinite(p.grad)).sum()) for p in self.params))
             out["batch"] = self.batch_composition(batch)
         return out
 
@@ -118,8 +119,8 @@ class Telemetry:
             vx = torch.stack(vx)
             vn = torch.stack(torch._foreach_norm(list(v.split(sizes))))
         else:
-            vm = vx = vn = r = torch.zeros(n)
-        gn = self.grad_norms if self.grad_norms is not None else torch.zeros(n)
+            vm = vx = vn = r = torch.zeros(n, device=self.device)
+        gn = self.grad_norms if self.grad_norms is not None else torch.zeros(n, device=self.device)
         return torch.stack([gn, u, u / w.clamp_min(1e-12), vm, vx, vn, r], dim=1)
 
     def _spectral(self) -> dict:

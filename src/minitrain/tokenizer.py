@@ -110,6 +110,14 @@ class Batch:
     irregular: torch.Tensor  # [B] bool
     rows: list[int]  # indices into the split (or -1 for injected rows)
 
+    def to(self, device: torch.device) -> "Batch":
+        """The batch on `device` (itself on CPU). `irregular` stays on the host: masking a device tensor with
+        a host boolean mask needs no device-to-host sync (the mask's nonzero is taken on the host)."""
+        if device.type == "cpu":
+            return self
+        return Batch(x=self.x.to(device), y=self.y.to(device), loss_mask=self.loss_mask.to(device),
+                     key_pad=self.key_pad.to(device), irregular=self.irregular, rows=self.rows)
+
 
 def make_batch(data: EncodedSet, index: list[int]) -> Batch:
     """Slice rows out of an encoded split, trimmed to the batch's longest row ("padded per batch")."""

@@ -1,0 +1,311 @@
+"""The stability check: the tree as data, its generated markdown, and the walker's verdict on real runs.
+
+The real runs are the evaluation's quick suite (bench/eval_diagnosis.py --quick: 200-step runs, one clean
+run per seed with every injection forked beside it); leaves that need long runs or faults the loop cannot
+make are golden-tested on the clean run's metrics edited in one place.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, assert_one_line_error, run_cli
+from minitrain import stability
+from minitrain.errors import UserError
+
+sys.path.insert(0, str(ROOT / "bench"))
+import eval_diagnosis  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def quick_suite(tmp_path_factory):
+    """The quick evaluation suite, trained once and scored: {case name: Case}, plus the folder."""
+    suite = tmp_path_factory.mktemp("diagnosis-suite")
+    cases = eval_diagnosis.quick_suite()
+    eval_diagnosis.ensure_runs(cases, suite, eval_diagnosis.QUICK_BASE, jobs=1)
+    eval_diagnosis.evaluate(cases, suite)
+    return suite, {f"seed{c.seed}/{c.name}": c for c in cases}
+
+
+def run_of(quick_suite, prefix: str) -> tuple[Path, "eval_diagnosis.Case"]:
+    suite, cases = quick_suite
+    [name] = [n for n in cases if n.startswith(prefix)]
+    return suite / name, cases[name]
+
+
+# --- the tree as data ------------------------------------------------------------------------------
+
+
+def test_tree_is_well_formed():
+    ids = [it.id for s in stability.TREE for it in s.items]
+    assert len(ids) == len(set(ids))
+    assert [s.id for s in stability.TREE][:7] == ["§1", "§2", "§3", "§4", "§5", "§6", "§7"]
+    assert stability.SECTIONS["§5"].title.lower().startswith("is the initialisation")
+    leaves = [it for s in stability.TREE for it in s.items if isinstance(it, stability.Leaf)]
+    assert set(stability.CAUSES) - {"unknown"} <= {lf.cause for lf in leaves}
+    for lf in leaves:
+        assert lf.diagnosis.endswith(".") and lf.remediation.endswith(".")
+    for s in stability.TREE:
+        for it in s.items:
+            if isinstance(it, stability.Node):
+                assert it.metric and it.panel and any(ch.isdigit() for ch in it.threshold), it.id
+    # the course's §1 sends a bad step-0 loss to the init section
+    assert stability.ITEMS["§1.1"].yes == "§5.1"
+
+
+def test_every_leaf_is_reachable():
+    reached, todo = set(), ["§1.1"]
+    while todo:
+        cur = todo.pop()
+        if cur in reached:
+            continue
+        reached.add(cur)
+        it = stability.ITEMS[cur]
+        if isinstance(it, stability.Node):
+            todo += [it.yes, it.no or stability._next_node(cur)]
+    assert reached == set(stability.ITEMS)
+
+
+def test_markdown_is_generated_and_committed_file_is_fresh():
+    text = stability.render_markdown()
+    assert text.splitlines()[0] == "# Stability check"
+    assert stability.RULE in text.split("## §1")[0]  # the rule comes first
+    for it_id, it in stability.ITEMS.items():
+        assert f"**{it_id}" in text
+        if isinstance(it, stability.Node):
+            assert it.threshold in text
+    committed = (ROOT / stability.MD_NAME).read_text()
+    assert committed == text, "stability-check.md is stale: run 'minitrain stability-md'"
+
+
+def test_stale_check_fails_on_an_edited_file(tmp_path):
+    (tmp_path / stability.MD_NAME).write_text(stability.render_markdown() + "edited\n")
+    proc = run_cli("stability-md", "--root", str(tmp_path), "--check")
+    assert_one_line_error(proc, "stale")
+    run_cli("stability-md", "--root", str(tmp_path), check=True)
+    assert (tmp_path / stability.MD_NAME).read_text() == stability.render_markdown()
+
+
+# --- golden verdicts on real runs ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prefix, leaf, cause", [
+    ("seed1/clean", "§8.A", "healthy"),
+    ("seed2/clean", "§8.A", "healthy"),
+    ("seed1/scale-x50-", "§7.A", "gradient_explosion"),
+    ("seed1/scale-x0.01-", "§7.B", "gradient_explosion"),
+    ("seed1/scale-x0.5-", "§8.A", "healthy"),  # absorbed by clipping, within natural variation: no guess
+    ("seed1/bad_batch-", "§4.A", "bad_batch"),
+    ("seed1/v_corrupt-x100-", "§6.A", "optimizer_state_corruption"),
+    ("seed1/v_corrupt-x0.01-", "§6.B", "optimizer_state_corruption"),
+    ("seed1/break-init-x100", "§5.A", "bad_init"),
+    ("seed1/break-no-warmup", "§2.C", "no_warmup"),
+    ("seed1/break-nonfinite", "§3.A", "non_finite"),
+    ("seed1/lr-constant", "§2.A", "lr_schedule"),
+    ("seed1/lr-zero", "§2.B", "lr_schedule"),
+])
+def test_golden_leaf_on_real_runs(quick_suite, prefix, leaf, cause):
+    run, case = run_of(quick_suite, prefix)
+    result = stability.diagnose_run(run)
+    assert (result["leaf"], result["cause"]) == (leaf, cause), result["path"]
+    if case.kind == "injection" and cause != "healthy":
+        assert result["anomaly_step"] == case.k
+    assert result["path"][0] == "§1.1" and result["path"][-1] == leaf
+    for key in ("leaf", "cause", "anomaly_step", "diagnosis", "remediation", "path", "evidence"):
+        assert key in result
+
+
+def test_v_corrupt_evidence_names_the_tensor_and_factor(quick_suite):
+    run, case = run_of(quick_suite, "seed1/v_corrupt-x100-")
+    ev = stability.diagnose_run(run)["evidence"]
+    assert ev["tensor"] == "lm_head.bias"
+    assert ev["v_factor"] == pytest.approx(100, rel=1e-3)
+    assert ev["fitted_beta2"] == pytest.approx(0.95, abs=1e-4)
+    assert ev["other_tensors_largest_factor_at_step"] < 1.01
+    assert ev["r_ratio_at_step"] < 0.5  # g^2 / v moves the opposite way
+
+
+def _strip_injection(src: Path, dst: Path) -> None:
+    """A copy of a run with every trace of which injection ran removed (and another folder name)."""
+    shutil.copytree(src, dst)
+    m = json.loads((dst / "manifest.json").read_text())
+    m.pop("injection", None)
+    m["name"] = dst.name
+    for key in list(m.get("config", {})):
+        if key.startswith("injection"):
+            m["config"].pop(key)
+    (dst / "manifest.json").write_text(json.dumps(m))
+    rows = [json.loads(line) for line in (dst / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        r["injected"] = None
+        r["batch"]["rows"] = [i if x == -1 else x for i, x in enumerate(r["batch"]["rows"])]  # -1 = injected row
+    (dst / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (dst / "config.yaml").unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("prefix", ["seed1/scale-x50-", "seed1/bad_batch-", "seed1/v_corrupt-x100-"])
+def test_walker_never_reads_the_injection_record(quick_suite, tmp_path, prefix):
+    run, _ = run_of(quick_suite, prefix)
+    blind = tmp_path / "01"
+    _strip_injection(run, blind)
+    assert stability.diagnose_run(blind) == stability.diagnose_run(run)
+
+
+def test_baseline_adds_difference_curves(quick_suite):
+    run, case = run_of(quick_suite, "seed1/bad_batch-")
+    base = run.parent / "clean"
+    result = stability.diagnose_run(run, base)
+    cmp = result["evidence"]["baseline"]
+    assert cmp["first_differing_step"] == case.k
+    assert cmp["loss_minus_baseline"][str(case.k - 1)] == 0
+    assert cmp["loss_minus_baseline"][str(case.k)] > 0.1
+    assert result["cause"] == stability.diagnose_run(run)["cause"]  # the baseline is evidence, not a vote
+
+
+# --- leaves the loop cannot make in a short run: the clean run's metrics, edited in one place ---------
+
+
+def _edited(quick_suite, tmp_path, edit) -> Path:
+    src, _ = run_of(quick_suite, "seed1/clean")
+    dst = tmp_path / "run"
+    dst.mkdir()
+    for name in ("results.json", "tokenizer.json"):
+        shutil.copy(src / name, dst / name)
+    rows = [json.loads(line) for line in (src / "metrics.jsonl").read_text().splitlines()]
+    edit(rows)
+    (dst / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return dst
+
+
+def _set(key, fn):
+    def edit(rows):
+        for r in rows:
+            r[key] = fn(r)
+    return edit
+
+
+def test_leaf_not_untrained(quick_suite, tmp_path):
+    run = _edited(quick_suite, tmp_path, lambda rows: rows[0].update(loss=3.0))
+    assert stability.diagnose_run(run)["leaf"] == "§1.A"
+
+
+def test_leaf_no_gradient_signal(quick_suite, tmp_path):
+    run = _edited(quick_suite, tmp_path, lambda rows: rows[0].update(grad_norm=1e-5))
+    assert stability.diagnose_run(run)["leaf"] == "§1.B"
+
+
+def test_leaf_wrong_starting_loss_with_small_logits(quick_suite, tmp_path):
+    run = _edited(quick_suite, tmp_path, lambda rows: rows[0].update(loss=7.2))
+    result = stability.diagnose_run(run)
+    assert result["leaf"] == "§5.B" and "§5.1" in result["path"]
+
+
+def test_leaf_broken_mask(quick_suite, tmp_path):
+    """Training loss far below the n-gram baseline while validation (causal) never gets below it: what a
+    2000-step causal_mask=false run shows (the full suite checks that on real runs)."""
+    def edit(rows):
+        n = len(rows)
+        for i, r in enumerate(rows):
+            r["loss"] = 6.2 * (1 - i / n) + 0.05
+            if r["val_loss"] is not None:
+                r["val_loss"] = 6.2 if i == 0 else (3.7 if i < n // 2 else 4.6)
+    run = _edited(quick_suite, tmp_path, edit)
+    result = stability.diagnose_run(run)
+    assert (result["leaf"], result["cause"]) == ("§3.B", "broken_mask")
+
+
+def test_leaf_not_learning(quick_suite, tmp_path):
+    run = _edited(quick_suite, tmp_path, _set("loss", lambda r: 6.25))
+    assert stability.diagnose_run(run)["leaf"] == "§3.C"
+
+
+def test_leaf_data_outlier_without_duplicates(quick_suite, tmp_path):
+    def edit(rows):
+        rows[120]["loss"] += 2.0
+        rows[120]["batch"]["rare_share"] = 0.5
+    run = _edited(quick_suite, tmp_path, edit)
+    result = stability.diagnose_run(run)
+    assert (result["leaf"], result["anomaly_step"]) == ("§4.A", 120) and "§4.2" in result["path"]
+
+
+def test_leaf_unexplained_spike_with_basic_telemetry(quick_suite, tmp_path):
+    def edit(rows):
+        for r in rows:
+            r.pop("params", None)  # telemetry: basic
+        rows[150]["grad_norm"] *= 60
+    run = _edited(quick_suite, tmp_path, edit)
+    result = stability.diagnose_run(run)
+    assert (result["leaf"], result["anomaly_step"]) == ("§7.C", 150)
+    assert "not measurable" in next(p for p in result["walk"] if p["node"] == "§6.1")["measured"]
+
+
+def test_clean_run_with_basic_telemetry_is_healthy(quick_suite, tmp_path):
+    run = _edited(quick_suite, tmp_path, lambda rows: [r.pop("params", None) for r in rows])
+    assert stability.diagnose_run(run)["cause"] == "healthy"
+
+
+# --- bad input ---------------------------------------------------------------------------------------
+
+
+def test_empty_metrics_is_a_clear_error(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("")
+    with pytest.raises(UserError, match="empty"):
+        stability.diagnose_run(tmp_path)
+    assert_one_line_error(run_cli("diagnose", str(tmp_path)), "empty")
+
+
+@pytest.mark.parametrize("content, needle", [
+    ('{"step": 0, "loss": 6.2, "lr": 0.1, "grad_norm": 3}\nnot json\n{"step": 2}\n', "corrupt"),
+    ('{"step": 0, "lr": 0.1}\n', "not a minitrain metrics row"),
+    ('{"step": 1, "loss": 6.2, "lr": 0.1, "grad_norm": 3}\n{"step": 0, "loss": 6.2, "lr": 0.1, "grad_norm": 3}\n',
+     "unordered"),
+    ("[1, 2]\n", "not a minitrain metrics row"),
+])
+def test_corrupt_metrics_are_a_clear_error(tmp_path, content, needle):
+    (tmp_path / "metrics.jsonl").write_text(content)
+    assert_one_line_error(run_cli("diagnose", str(tmp_path)), needle)
+
+
+def test_missing_run_is_a_clear_error(tmp_path):
+    assert_one_line_error(run_cli("diagnose", str(tmp_path / "nope")), "not a folder")
+    assert_one_line_error(run_cli("diagnose", str(tmp_path)), "missing")
+
+
+def test_partial_last_line_is_tolerated(quick_suite, tmp_path):
+    src, _ = run_of(quick_suite, "seed1/clean")
+    dst = tmp_path / "killed"
+    shutil.copytree(src, dst)
+    with open(dst / "metrics.jsonl", "a") as f:
+        f.write('{"step": 200, "loss": 1.')
+    result = stability.diagnose_run(dst)
+    assert result["cause"] == "healthy" and "incomplete" in result["note"]
+
+
+# --- the command ---------------------------------------------------------------------------------------
+
+
+def test_cli_json_text_and_write(quick_suite):
+    run, case = run_of(quick_suite, "seed1/scale-x50-")
+    proc = run_cli("diagnose", str(run), "--json", "--write", check=True)
+    out = json.loads(proc.stdout)
+    assert (out["cause"], out["anomaly_step"]) == ("gradient_explosion", case.k)
+    assert json.loads((run / "diagnosis.json").read_text())["leaf"] == out["leaf"]
+    text = run_cli("diagnose", str(run), "--baseline", str(run.parent / "clean"), check=True).stdout
+    for needle in ("§1.1", "§7.A", "diagnosis:", "remediation:", "threshold", "against baseline", "re-walk from §1"):
+        assert needle in text
+
+
+def test_eval_report_scores_the_quick_suite(quick_suite):
+    suite, cases = quick_suite
+    cs = list(cases.values())
+    text = eval_diagnosis.render(cs, "quick", 0.0)
+    assert "## Confusion matrix" in text and "| walker |" in text
+    assert all(eval_diagnosis.correct(c) for c in cs if not c.borderline), \
+        [(c.name, c.result["cause"], c.result["anomaly_step"]) for c in cs if not eval_diagnosis.correct(c)]
+    rows = {r["detector"]: r for r in eval_diagnosis.detector_rows(cs)}
+    assert rows["walker"]["clean_runs_alarmed"] == 0
+    assert set(rows) == {d.name for d in __import__("minitrain.detectors").detectors.DETECTORS} | {"walker"}
