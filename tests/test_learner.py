@@ -10,6 +10,7 @@ import pytest
 
 from conftest import assert_one_line_error, run_cli, small_args, small_config
 from minitrain import blind, learner, loop, remedies
+from minitrain.config import build_config
 from minitrain.errors import UserError
 
 K = 60
@@ -78,9 +79,14 @@ def test_init_creates_the_folder_and_refuses_to_overwrite(workdir):
 
 
 @pytest.mark.parametrize("name", ["../evil", "a/b", "..", ".hidden", "a b", "", "x" * 41, "ana/../../etc", "ana\n"])
-def test_bad_learner_names_are_refused(workdir, name):
-    assert_one_line_error(run_cli("learner", "init", name, cwd=workdir), "learner name")
-    assert not (workdir / "learners").exists() or not any((workdir / "learners").iterdir())
+def test_bad_learner_names_are_refused(name):
+    with pytest.raises(UserError, match="learner name"):
+        learner.init_learner(name, "learners-never-made")
+
+
+def test_a_bad_name_is_a_one_line_error_and_makes_nothing(workdir):
+    assert_one_line_error(run_cli("learner", "init", "../evil", cwd=workdir), "learner name")
+    assert not (workdir / "learners").exists() and not (workdir.parent / "evil").exists()
 
 
 def test_diagnoses_parser_tolerates_the_learners_formatting():
@@ -270,6 +276,25 @@ def test_blind_spike_lab_does_not_leak_the_mapping(blind_lab):
     finally:
         (folder / ".sealed" / "mapping.json").write_text(json.dumps(secret))
 
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_draws_shuffle_the_faults_and_stay_in_range(seed):
+    import random
+
+    mapping = blind.draw_mapping("spike", True, 2000, rng=random.Random(seed))
+    assert sorted(e["fault"] for e in mapping.values()) == sorted(SPIKE_FAULTS)
+    for entry in mapping.values():
+        o = entry["overrides"]
+        assert 400 <= o["injection_step"] <= 1400
+        assert 20 <= o.get("injection_scale", 50) <= 100 and 30 <= o.get("injection_factor", 100) <= 320
+        build_config({}, [f"{k}={v}" for k, v in o.items()])  # every draw is a valid config
+    fixed = blind.draw_mapping("break-it", False, 120, rng=random.Random(seed))
+    assert sorted(e["fault"] for e in fixed.values()) == ["bad_init", "broken_mask", "no_warmup"]
+
+
+def test_random_must_be_0_or_1():
+    assert_one_line_error(run_cli("blind-runs", "spike", "--random", "2"), "--random expects 0 or 1")
 
 
 def test_a_blind_run_cannot_be_resumed(blind_lab, tmp_path):

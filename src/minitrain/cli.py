@@ -295,6 +295,8 @@ def cmd_blind_runs(args) -> int:
         print(line)
     print(f"sealed: which fault each run of {folder} carries is hidden until the reveal "
           f"(mapping hash in {blind.public_path(folder)})")
+    if not (Path(args.experiments) / "18-baseline" / "metrics.jsonl").exists():
+        print("compare each run with a baseline of the same settings: 'just phase-18-train' makes experiments/18-baseline")
     return 0
 
 

@@ -624,7 +624,7 @@ def walk(run: Path) -> dict | None:
         return None
     try:
         return stability.diagnose_run(Path(run))
-    except UserError:
+    except (UserError, ValueError, KeyError, IndexError):  # an informational line: never fail the reveal over it
         return None
 
 
