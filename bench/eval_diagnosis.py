@@ -83,15 +83,14 @@ def full_suite() -> list[Case]:
             i += 1
             return _k((i + seed) % 3, seed, 2000)
 
-        # scale: 0.5 is absorbed by clipping (pre-clip trace 2x smaller, within natural variation);
-        # 2 is within the natural variation of the pre-clip norm (borderline); 5-200 must be caught;
-        # 0.05 takes the norm under the clip value: a real, downward, uniform change
+        # scale: 0.5 and 2 leave a pre-clip trace of the size natural steps show (the clipped update is
+        # unchanged): borderline, reported apart; 5-200 must be caught; 0.05 takes the norm under the clip
+        # value: a real, downward change of every gradient
         for s in (0.5, 2, 5, 10, 20, 50, 200, 0.05):
             k = slot()
-            expect = "healthy" if s == 0.5 else "gradient_explosion"
             cases.append(Case(f"scale-x{s:g}-k{k}", seed, ["injection=scale", f"injection_step={k}",
-                                                            f"injection_scale={s}"], "gradient_explosion", expect,
-                              "injection", k, f"scale x{s:g}", borderline=(s == 2)))
+                                                            f"injection_scale={s}"], "gradient_explosion",
+                              "gradient_explosion", "injection", k, f"scale x{s:g}", borderline=s in (0.5, 2)))
         for sentence in RARE_SENTENCES + [COMMON_SENTENCE]:
             k = slot()
             tag = "common" if sentence == COMMON_SENTENCE else "rare"
@@ -129,19 +128,21 @@ def quick_suite() -> list[Case]:
     """Short runs (200 steps): the pipeline and the clear-cut leaves, in about a minute of CPU."""
     cases = [Case("clean", s, [], "healthy", "healthy", "clean") for s in (1, 2)]
     seed = 1
-    inj = [("scale", 50, None, 1), ("scale", 0.5, None, 2), ("scale", 0.01, None, 2), ("bad_batch", None, None, 0),
-           ("v_corrupt", 100, "lm_head.bias", 2), ("v_corrupt", 0.01, "blocks.0.attn.qkv.weight", 1)]
+    inj = [("scale", 50, None, 1), ("scale", 0.01, None, 2), ("bad_batch", None, None, 0),
+           ("v_corrupt", 100, "lm_head.bias", 2), ("v_corrupt", 0.01, "blocks.0.attn.qkv.weight", 1),
+           ("v_corrupt", 100, "lm_head.bias", None)]  # at step 0: Adam has no state yet, a no-op: no trace
     for name, mag, param, slot in inj:
-        k = _k(slot, seed, 200)
+        k = _k(slot, seed, 200) if slot is not None else 0
         sets = [f"injection={name}", f"injection_step={k}"]
         if name == "scale":
             sets.append(f"injection_scale={mag}")
         if name == "v_corrupt":
             sets += [f"injection_factor={mag}", f"injection_param={param}"]
         truth = CAUSE_OF_INJECTION[name]
-        expect = "healthy" if (name == "scale" and mag == 0.5) else truth
+        expect = "healthy" if k == 0 else truth
         tag = f"-x{mag:g}" if mag is not None else ""
-        cases.append(Case(f"{name}{tag}-k{k}", seed, sets, truth, expect, "injection", k,
+        folder = f"{name}{tag}-k{k}" if k else f"{name}-at-step0{tag}"
+        cases.append(Case(folder, seed, sets, truth, expect, "injection", k,
                           f"{'scale' if name == 'scale' else 'factor'} x{mag:g}" if mag else "rare", param or ""))
     cases += [Case("break-init-x100", seed, ["init_scale=100"], "bad_init", "bad_init", "break"),
               Case("break-no-warmup", seed, ["warmup_steps=0"], "no_warmup", "no_warmup", "break"),
@@ -239,10 +240,11 @@ def evaluate(cases: list[Case], suite: Path) -> None:
 
 def clean_margins(ev) -> dict:
     """How close a clean run comes to each statistical threshold (the exact checks have no near misses)."""
+    import warnings
+
+    warnings.simplefilter("ignore", RuntimeWarning)
     with np.errstate(all="ignore"):
         up = ev.gn_log_ratio - np.maximum(np.nan_to_num(ev.loss_log_ratio, nan=0.0), 0)
-        down = ev.gn_log_ratio - np.minimum(np.nan_to_num(ev.loss_log_ratio, nan=0.0), 0)
-        uniform = ev.g_spread <= stability.T["gn_uniform"]
         rare = ev.batch("rare_share")
         rare_ratio = rare / stability._trailing_median_fast(rare)
         excess = ev.loss - np.exp(stability._trailing_median_fast(np.log(ev.loss)))
@@ -251,8 +253,8 @@ def clean_margins(ev) -> dict:
         val = ev.val_loss[idx]
         return {
             "v_factor_max_dev": float(math.exp(abs(vf["log_factor"]))) if vf else None,
-            "gn_jump_uniform_max": float(np.exp(np.nanmax(np.where(uniform, up, np.nan)))),
-            "gn_drop_uniform_min": float(np.exp(np.nanmin(np.where(uniform, down, np.nan)))),
+            "all_tensor_up_max": float(np.exp(np.nanmax(ev.g_all_up))),
+            "all_tensor_down_min": float(np.exp(np.nanmin(ev.g_all_down))),
             "gn_jump_any_max": float(np.exp(np.nanmax(up))),
             "loss_excess_max_nats": float(np.nanmax(excess)),
             "loss_excess_max_with_rare_4x": float(np.nanmax(np.where(rare_ratio >= stability.T["outlier_rare"],
@@ -282,9 +284,10 @@ def detector_rows(cases: list[Case]) -> list[dict]:
     out = []
     by_truth = defaultdict(list)
     for c in cases:
-        if c.kind != "clean" and c.expect != "healthy":
+        if c.kind != "clean" and c.expect != "healthy" and not c.borderline:
             by_truth[c.truth].append(c)
     clean = [c for c in cases if c.kind == "clean"]
+    clean_flags = {c.seed: c.result["detectors"] for c in clean}
     names = [d.name for d in detectors.DETECTORS] + ["walker"]
     for name in names:
         row = {"detector": name}
@@ -304,11 +307,15 @@ def detector_rows(cases: list[Case]) -> list[dict]:
                         hits += 1
                         delays.append(flagged[0])
                 else:
-                    inside = [s for s in flagged if c.k <= s <= c.k + DETECT_WINDOW]
+                    # a flag the seed's clean run raises at the same step is the run's own natural spike
+                    # (an injection run shares every batch with it), not a detection of the injection
+                    natural = set(clean_flags.get(c.seed, {}).get(name, []))
+                    inside = [s for s in flagged if c.k <= s <= c.k + DETECT_WINDOW and s not in natural]
                     if inside:
                         hits += 1
                         delays.append(inside[0] - c.k)
-            row[truth] = {"hit": hits, "of": len(cs), "median_delay": float(np.median(delays)) if delays else None}
+            row[truth] = {"hit": hits, "of": len(cs), "median_delay": float(np.median(delays)) if delays else None,
+                          "at_k": all(c.k is not None for c in cs)}
         if name == "walker":
             fa = [c for c in clean if c.result["cause"] != "healthy"]
             row["clean_runs_alarmed"], row["clean_flags"] = len(fa), len(fa)
@@ -348,20 +355,22 @@ def render(cases: list[Case], mode: str, secs: float) -> str:
     clean = [c for c in cases if c.kind == "clean" and "margins" in c.result]
     if clean:
         lines += ["", "## How close clean runs come to each threshold", "",
-                  "| clean run | v factor (§6.1: 1.02) | uniform jump (§7.1: 4) | uniform drop (§7.2: 0.25) | "
+                  "| clean run | v factor (§6.1: 1.02) | every tensor up (§7.1: 2) | every tensor down (§7.2: 0.4) | "
                   "any jump (§7.3: 30) | loss excess nats (§4.2: 1, with rare x4) | best val / n-gram (§3.2: 0.85) | "
                   "last / best val (§3.2: 1.15) |", "|---|---|---|---|---|---|---|---|"]
         for c in clean:
             mg = c.result["margins"]
             f = lambda x, d=3: "n/a" if x is None else f"{x:.{d}g}"  # noqa: E731
-            lines.append(f"| {c.folder} | {f(mg['v_factor_max_dev'], 6)} | {f(mg['gn_jump_uniform_max'])} | "
-                         f"{f(mg['gn_drop_uniform_min'])} | {f(mg['gn_jump_any_max'])} | "
+            lines.append(f"| {c.folder} | {f(mg['v_factor_max_dev'], 6)} | {f(mg['all_tensor_up_max'])} | "
+                         f"{f(mg['all_tensor_down_min'])} | {f(mg['gn_jump_any_max'])} | "
                          f"{f(mg['loss_excess_max_nats'])} ({f(mg['loss_excess_max_with_rare_4x'])}) | "
                          f"{f(mg['best_val_over_ngram'])} | {f(mg['last_val_over_best'])} |")
     lines += ["", "## The field's detectors over the same runs", "",
-              f"A detector detects an injection when it flags a step in [K, K+{DETECT_WINDOW}] (delay = first such "
-              "flag - K); a break when it flags any step (delay = first flagged step). None of them names a cause; "
-              "the walker's row counts a hit only with the right cause (and step).", ""]
+              f"A detector detects an injection when it flags a step in [K, K+{DETECT_WINDOW}] that the same seed's "
+              "clean run does not flag (the two share every batch; delay = first such flag - K); a break or LR bug when it flags any step (shown: the first flagged step, which may have "
+              "nothing to do with the fault). None of them names a cause; the walker's row counts a hit only with "
+              "the right cause (and, for an injection, the right step). Borderline and no-trace cases are left out.",
+              ""]
     drows = detector_rows(cases)
     truths = [k for k in drows[0] if k not in ("detector", "clean_runs_alarmed", "clean_flags", "clean_runs")]
     lines.append("| detector | " + " | ".join(truths) + " | clean runs with a flag | flags on clean runs |")
@@ -370,7 +379,8 @@ def render(cases: list[Case], mode: str, secs: float) -> str:
         cells = []
         for t in truths:
             v = r[t]
-            d = "" if v["median_delay"] is None else f" (delay {v['median_delay']:g})"
+            label = "delay" if v["at_k"] else "first flag at"
+            d = "" if v["median_delay"] is None else f" ({label} {v['median_delay']:g})"
             cells.append(f"{v['hit']}/{v['of']}{d}")
         lines.append(f"| {r['detector']} | " + " | ".join(cells) +
                      f" | {r['clean_runs_alarmed']}/{r['clean_runs']} | {r['clean_flags']} |")

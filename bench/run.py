@@ -57,7 +57,8 @@ def project_loop(cfg, folder: Path):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps-per-block", type=int, default=50)
+    ap.add_argument("--steps-per-block", type=int, default=100,
+                    help="a multiple of eval_every and ckpt_every (100), so every block does the same work")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--full-run", action="store_true", help="also time one default 2000-step baseline end to end")
     args = ap.parse_args()
@@ -67,6 +68,8 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="minitrain-bench-"))
     loops = {
         "bare PyTorch loop": bare_loop(build_config({}, base)),
+        "minitrain loop, telemetry basic, no validation": project_loop(
+            build_config({}, base + ["telemetry=basic", "eval_every=1000000"]), tmp / "basic-noval"),
         "minitrain loop, telemetry basic": project_loop(build_config({}, base + ["telemetry=basic"]), tmp / "basic"),
         "minitrain loop, telemetry full": project_loop(build_config({}, base + ["telemetry=full"]), tmp / "full"),
     }
@@ -81,14 +84,17 @@ def main() -> int:
             times[name].append((time.perf_counter() - t0) / n * 1000)
         print(f"round {r + 1}/{rounds}", file=sys.stderr)
     med = {k: statistics.median(v) for k, v in times.items()}
-    bare = med["bare PyTorch loop"]
-    basic = med["minitrain loop, telemetry basic"]
+    bare_t, basic_t = times["bare PyTorch loop"], times["minitrain loop, telemetry basic"]
+
+    def ratio(name: str, ref: list[float]) -> float:  # per round, then the median: load drifts between rounds
+        return statistics.median(a / b for a, b in zip(times[name], ref))
+
     print(f"\nMachine: {platform.machine()}, {torch.get_num_threads()} torch thread(s), torch {torch.__version__}; "
-          f"{rounds} interleaved rounds of {n} steps, median per-step time.\n")
+          f"{rounds} interleaved rounds of {n} steps; median per-step time, median of per-round ratios.\n")
     print("| loop | ms/step (median) | vs bare | vs telemetry basic |")
     print("|---|---|---|---|")
     for name, m in med.items():
-        print(f"| {name} | {m:.2f} | {m / bare:.3f}x | {m / basic:.3f}x |")
+        print(f"| {name} | {m:.2f} | {ratio(name, bare_t):.3f}x | {ratio(name, basic_t):.3f}x |")
     if args.full_run:
         out = tmp / "18-baseline"
         t0 = time.perf_counter()

@@ -17,7 +17,7 @@ def noisy(n=600, level=2.0, seed=0):
 def test_every_detector_is_registered_with_its_rule():
     names = [d.name for d in detectors.DETECTORS]
     assert names == ["megatron", "llmc_loss", "llmc_grad", "lightning", "foundry", "zclip", "course"]
-    assert all(d.series in ("loss", "grad_norm") and d.rule for d in detectors.DETECTORS)
+    assert all(d.series in ("loss", "grad_norm", "loss_or_nan") and d.rule for d in detectors.DETECTORS)
 
 
 def test_quiet_series_raise_no_alarm():
@@ -49,10 +49,17 @@ def test_ratio_rules_need_their_factor():
 
 
 def test_megatron_waits_for_100_samples_and_flags_nan():
-    x = noisy()
+    x, g = noisy(), noisy()
     x[5] *= 50  # before 100 samples (13 steps of batch 8): not judged
     x[200] = np.nan
-    assert detectors.run_detectors(x, noisy())["megatron"] == [200]
+    g[300] = np.inf  # a non-finite gradient stops Megatron too
+    assert detectors.run_detectors(x, g)["megatron"] == [200, 300]
+
+
+def test_zclip_flags_a_nan_even_during_warmup():
+    g = noisy()
+    g[8] = np.nan
+    assert detectors.run_detectors(noisy(), g)["zclip"] == [8]
 
 
 def test_foundry_needs_more_than_four_steps_in_a_row():

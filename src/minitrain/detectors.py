@@ -6,7 +6,7 @@ follow each system's rule as summarised in ../shared/anchor-notes.md; where the 
 it is fixed here and written next to it:
 
   megatron       loss > 10 x the largest loss seen so far, once 100 samples (13 steps of batch 8) are seen;
-                 a NaN/Inf loss always flags (Megatron-LM's rerun state machine)
+                 a NaN/Inf loss or gradient norm always flags (Megatron-LM's rerun state machine)
   llmc_loss      z-score of the loss against the previous 128 steps (mean, std) > 3  (llm.c outlier detector;
                  the z threshold is a run flag there; 3 is this project's choice); needs a full window
   llmc_grad      the same rule on the pre-clip gradient norm
@@ -14,7 +14,8 @@ it is fixed here and written next to it:
   foundry        loss >= 2 x the mean of the previous 100 losses for more than 4 steps in a row; flags the
                  5th such step (llm-foundry KillLossSpike)
   zclip          z-score of the pre-clip norm against its EMA mean and EMA variance (alpha 0.97) > 2.5, after 25
-                 warm-up steps; a flagged value enters the EMA clipped to mean + 2.5 std, as ZClip does
+                 warm-up steps; a flagged value enters the EMA clipped to mean + 2.5 std, as ZClip does; a
+                 non-finite norm flags at any step
   course         loss > mean + 3 std of the previous 100 losses (the course's spike flag)
 
 OLMo 2's "spike score" is a whole-run metric (share of values >= 7 sigma off a 1000-step mean), not a per-step
@@ -34,7 +35,7 @@ class Detector:
     name: str
     system: str
     rule: str
-    series: str  # "loss" or "grad_norm"
+    series: str  # the series the rule reads: "loss" or "grad_norm"
     flags: Callable[[np.ndarray], np.ndarray]  # series -> boolean array, one per step
 
 
@@ -56,6 +57,7 @@ def _window_stats(x: np.ndarray, window: int, min_count: int) -> tuple[np.ndarra
 
 
 def megatron(loss: np.ndarray, factor: float = 10.0, after_steps: int = 13) -> np.ndarray:
+    """`loss` here is the loss with NaN wherever the loss or the gradient norm is non-finite (see run_detectors)."""
     out = ~np.isfinite(loss)
     running_max = -np.inf
     for t, x in enumerate(loss):
@@ -91,7 +93,7 @@ def foundry(loss: np.ndarray, window: int = 100, factor: float = 2.0, patience: 
 
 
 def zclip(gn: np.ndarray, alpha: float = 0.97, z: float = 2.5, warmup: int = 25) -> np.ndarray:
-    out = np.zeros(len(gn), bool)
+    out = ~np.isfinite(gn)
     seen = [float(x) for x in gn[:warmup] if np.isfinite(x)]
     if len(seen) < 2:
         return out
@@ -117,8 +119,8 @@ def course(loss: np.ndarray, window: int = 100, sigma: float = 3.0) -> np.ndarra
 
 
 DETECTORS: tuple[Detector, ...] = (
-    Detector("megatron", "Megatron-LM rerun state machine", "loss > 10x max seen (after 100 samples); NaN",
-             "loss", megatron),
+    Detector("megatron", "Megatron-LM rerun state machine", "loss > 10x max seen (after 100 samples); NaN/Inf",
+             "loss_or_nan", megatron),
     Detector("llmc_loss", "llm.c outlier detector (loss)", "loss z-score > 3 over the previous 128 steps",
              "loss", zscore),
     Detector("llmc_grad", "llm.c outlier detector (grad norm)", "grad-norm z-score > 3 over the previous 128 steps",
@@ -133,5 +135,7 @@ DETECTORS: tuple[Detector, ...] = (
 
 def run_detectors(loss: np.ndarray, grad_norm: np.ndarray) -> dict[str, list[int]]:
     """{detector name: flagged row indices} over one run's series."""
-    series = {"loss": np.asarray(loss, float), "grad_norm": np.asarray(grad_norm, float)}
+    loss, grad_norm = np.asarray(loss, float), np.asarray(grad_norm, float)
+    series = {"loss": loss, "grad_norm": grad_norm,
+              "loss_or_nan": np.where(np.isfinite(grad_norm), loss, np.nan)}  # Megatron also stops on NaN grads
     return {d.name: np.flatnonzero(d.flags(series[d.series])).tolist() for d in DETECTORS}

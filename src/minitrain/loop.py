@@ -85,6 +85,9 @@ class Run:
     device: torch.device = torch.device("cpu")
     forward: torch.nn.Module | None = None  # what the training forward calls: DDP(model) under torchrun, else model
 
+    def __post_init__(self):
+        self.params = dict(self.model.named_parameters())  # by stable name (see model.py)
+
 
 def train_step(run: Run, step: int) -> dict:
     """One step of training. Returns its metrics row (also written to metrics.jsonl by the caller).
@@ -109,7 +112,7 @@ def train_step(run: Run, step: int) -> dict:
     opt.zero_grad(set_to_none=True)
     (loss * distributed.backward_scale()).backward()  # x world size: DDP averages gradients (x 1 alone)
     # 3. INJECT at the gradients (A: scale; after backward, i.e. after DDP's all-reduce), then clip-and-step
-    params = dict(model.named_parameters())
+    params = run.params
     grads = maybe_inject("grads", step, {n: p.grad for n, p in params.items()}, run.inject)
     for n, g in grads.items():
         params[n].grad = g
@@ -117,7 +120,8 @@ def train_step(run: Run, step: int) -> dict:
     grad_norm = torch.nn.utils.clip_grad_norm_(params.values(), cfg.grad_clip)
     take_step = apply_remedy(step, grad_norm, run.remedy)  # REMEDY (remedies.py): no-op unless cfg.remedy set
     # 4. INJECT at the optimizer state (C: v_corrupt), then the optimizer step
-    maybe_inject("optimizer_state", step, optimizer_moments(model, opt), run.inject)
+    if run.inject:  # (the view of the moments is only built when an injection is configured)
+        maybe_inject("optimizer_state", step, optimizer_moments(model, opt), run.inject)
     run.telemetry.before_step()
     if take_step:  # False only when a remedy skips this batch
         opt.step()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -55,10 +56,9 @@ T = {
     "logit0_high": 10.0,        # §5: largest |logit| at step 0 (an untrained model's logits are ~1)
     "v_factor": 1.02,           # §6: Adam's v moved by a factor outside [1/1.02, 1.02] that g^2 does not explain
     "v_noise_mult": 50.0,       # §6: ... and at least this many times the run's own rounding noise
-    "gn_jump": 4.0,             # §7: pre-clip gradient norm this many times its trailing median, over and
-                                #     above the batch loss's own jump (gradient ratio / loss ratio) ...
-    "gn_uniform": 0.3,          # §7: ... with every tensor's g moving by the same factor (median |log dev|)
-    "gn_drop": 0.25,            # §7: pre-clip gradient norm this share of its trailing median (uniformly)
+    "gn_all_up": 2.0,           # §7: every tensor's g at least this many times its trailing median, beyond
+                                #     the batch loss's own jump (clean runs: at most 1.2)
+    "gn_all_down": 0.4,         # §7: every tensor's g at most this share of its trailing median (clean: >= 0.8)
     "gn_huge": 30.0,            # §7: a jump this large is never natural here, uniform or not
 }
 WINDOW = 50        # trailing window (steps) of the robust statistics
@@ -182,17 +182,19 @@ class Evidence:
         return np.stack(cols, 1)
 
     @cached_property
-    def g_spread(self) -> np.ndarray:
-        """Median over tensors of |per-tensor log-ratio - global log-ratio|: ~0 when every gradient moved
-        by one common factor, large when a few tensors carry the change."""
+    def g_all_up(self) -> np.ndarray:
+        """log of the smallest per-tensor g ratio, less the loss's own rise: > 0 only when EVERY tensor's
+        gradient grew, and by more than the batch's loss did (a surprising batch grows the gradient too)."""
         if self.g_log_ratio is None:
             return np.full(len(self.rows), np.nan)
-        dev = np.abs(self.g_log_ratio - self.gn_log_ratio[:, None])
-        with np.errstate(all="ignore"):
-            ok = np.isfinite(dev).sum(1) >= max(1, dev.shape[1] // 2)
-            out = np.full(len(self.rows), np.nan)
-            out[ok] = np.nanmedian(dev[ok], axis=1)
-        return out
+        return np.nanmin(self.g_log_ratio, axis=1) - np.maximum(np.nan_to_num(self.loss_log_ratio, nan=0.0), 0)
+
+    @cached_property
+    def g_all_down(self) -> np.ndarray:
+        """log of the largest per-tensor g ratio, less the loss's own fall: < 0 only when every tensor shrank."""
+        if self.g_log_ratio is None:
+            return np.full(len(self.rows), np.nan)
+        return np.nanmax(self.g_log_ratio, axis=1) - np.minimum(np.nan_to_num(self.loss_log_ratio, nan=0.0), 0)
 
     @cached_property
     def v_factor(self) -> dict | None:
@@ -499,49 +501,39 @@ def check_v_up(ev: Evidence) -> Finding:
 # --- §7 gradient-norm spikes, before / after clipping ---
 
 
-def _uniform_extreme(ev: Evidence, up: bool) -> tuple[int | None, np.ndarray]:
-    """The largest jump (or drop) of the pre-clip norm, beyond what the batch's own loss explains, at a step
-    where every tensor moved by the same factor: the gradient changed, not the data. A natural spike comes
-    with a surprising batch (its loss jumps too, and the gradient grows with it) and moves a few tensors."""
-    r, loss = ev.gn_log_ratio, ev.loss_log_ratio
-    uniform = ev.g_spread <= T["gn_uniform"]
-    if up:
-        excess = r - np.maximum(np.nan_to_num(loss, nan=0.0), 0)
-        score = np.where((excess >= math.log(T["gn_jump"])) & uniform, excess, np.nan)
-    else:
-        excess = r - np.minimum(np.nan_to_num(loss, nan=0.0), 0)
-        score = np.where((excess <= math.log(T["gn_drop"])) & uniform, -excess, np.nan)
-    return (int(np.nanargmax(score)) if np.isfinite(score).any() else None), r
-
-
 def _describe_gn(ev: Evidence, i: int) -> str:
-    return (f"pre-clip grad norm {_fmt(ev.grad_norm[i])} = x{math.exp(ev.gn_log_ratio[i]):.3g} its trailing "
-            f"median at step {ev.step_at(i)}; per-tensor spread {_fmt(ev.g_spread[i], 2)}; "
-            f"loss x{math.exp(ev.loss_log_ratio[i]):.2f} its median; clipped norm {_fmt(ev.grad_norm_clipped[i])}")
+    parts = [f"pre-clip grad norm {_fmt(ev.grad_norm[i])} = x{math.exp(ev.gn_log_ratio[i]):.3g} its trailing median "
+             f"at step {ev.step_at(i)}"]
+    if ev.g_log_ratio is not None:
+        parts.append(f"per-tensor g x{math.exp(np.nanmin(ev.g_log_ratio[i])):.3g}..x{math.exp(np.nanmax(ev.g_log_ratio[i])):.3g}")
+    parts.append(f"loss x{math.exp(ev.loss_log_ratio[i]):.2f} its median; clipped norm {_fmt(ev.grad_norm_clipped[i])}")
+    return "; ".join(parts)
 
 
-def check_gn_jump(ev: Evidence) -> Finding:
+def check_gn_all_up(ev: Evidence) -> Finding:
+    """Every tensor's gradient jumped together, more than the loss explains: the gradient was scaled, not
+    the data changed (a natural spike comes with a surprising batch and moves a few tensors)."""
     if ev.g_log_ratio is None:
         return _miss("no per-parameter gradient norms (telemetry: basic?)")
-    i, r = _uniform_extreme(ev, up=True)
-    if i is None:
-        j = int(np.nanargmax(r)) if np.isfinite(r).any() else None
-        if j is None:
-            return _miss("too few steps")
-        return Finding(False, float(math.exp(r[j])), "largest jump: " + _describe_gn(ev, j), j)
-    return Finding(True, float(math.exp(r[i])), _describe_gn(ev, i), i)
+    x = ev.g_all_up
+    if not np.isfinite(x).any():
+        return _miss("too few steps")
+    i = int(np.nanargmax(x))
+    return Finding(x[i] >= math.log(T["gn_all_up"]), float(math.exp(x[i])),
+                   f"every tensor's g x{math.exp(x[i]):.3g} or more (loss-adjusted) at step {ev.step_at(i)}; "
+                   + _describe_gn(ev, i), i)
 
 
-def check_gn_drop(ev: Evidence) -> Finding:
+def check_gn_all_down(ev: Evidence) -> Finding:
     if ev.g_log_ratio is None:
         return _miss("no per-parameter gradient norms (telemetry: basic?)")
-    i, r = _uniform_extreme(ev, up=False)
-    if i is None:
-        j = int(np.nanargmin(r)) if np.isfinite(r).any() else None
-        if j is None:
-            return _miss("too few steps")
-        return Finding(False, float(math.exp(r[j])), "largest drop: " + _describe_gn(ev, j), j)
-    return Finding(True, float(math.exp(r[i])), _describe_gn(ev, i), i)
+    x = ev.g_all_down
+    if not np.isfinite(x).any():
+        return _miss("too few steps")
+    i = int(np.nanargmin(x))
+    return Finding(x[i] <= math.log(T["gn_all_down"]), float(math.exp(x[i])),
+                   f"every tensor's g x{math.exp(x[i]):.3g} or less (loss-adjusted) at step {ev.step_at(i)}; "
+                   + _describe_gn(ev, i), i)
 
 
 def check_gn_huge(ev: Evidence) -> Finding:
@@ -557,12 +549,14 @@ def check_gn_huge(ev: Evidence) -> Finding:
 # THE TREE (edit here; then `minitrain stability-md` regenerates stability-check.md)
 # ---------------------------------------------------------------------------------------------------
 
-P_LOSS = "panel 1: loss (train and validation, log y)"
-P_LR = "panel 2: learning rate"
-P_GN = "panel 3: gradient norm before clipping"
-P_ACT = "panel 4: mean |activation| per layer"
-P_UPD = "panel 6: update ratios and Adam's v per tensor"
-P_BATCH = "batch composition (hover the step on any panel)"
+# Dashboard panels, by the titles dashboard.html gives them (the course's panel number first).
+P_LOSS = "panel 1 'Loss (log scale)'"
+P_LR = "panel 2 'Learning rate'"
+P_GN = "panel 3 'Gradient norm, before and after clipping'"
+P_ACT = "panel 4 'Mean absolute activation per layer' and 'Largest output logit |logit|'"
+P_UPD = "panel 6 'Per-tensor Adam second moment (mean of v)' and 'Per-tensor update-to-weight ratio'"
+P_G = "panel 'Per-tensor gradient norm (before clipping)'"
+P_BATCH = "panel 'Batch composition: shares' (duplicated rows / batch size, rare-token share)"
 
 TREE: tuple[Section, ...] = (
     Section("§1", "Did the run start?",
@@ -621,8 +615,8 @@ TREE: tuple[Section, ...] = (
              "Resume from the last checkpoint before the first non-finite step with a lower LR or tighter "
              "clipping, and re-run."),
         Leaf("§3.B", "broken_mask", "broken causal mask",
-             "Training loss collapses while validation (always causal) stays flat: the attention mask lets "
-             "positions see the tokens they must predict.",
+             "Training loss collapses far below the n-gram baseline while validation (always causal) stalls "
+             "near it and then climbs: the attention mask lets positions see the tokens they must predict.",
              "Restore the causal (lower-triangular) attention mask in training (causal_mask=true) and re-run."),
         Leaf("§3.C", "unknown", "not learning",
              "The training loss does not fall although the LR schedule applies: the model or data pipeline is "
@@ -685,13 +679,14 @@ TREE: tuple[Section, ...] = (
             "Clipping at 1.0 engages on every step of a healthy run here (pre-clip norm 2-5), so 'clipped' "
             "means nothing alone and the clipped norm hides every spike: read the pre-clip norm. Natural "
             "spikes late in training reach several times the median but move a few tensors, not all.", (
-        Node("§7.1", "Does the pre-clip norm jump 4x its trailing median beyond what the batch's loss "
-             "explains, every tensor's gradient moving by that same factor?",
-             "(grad_norm / 50-step trailing median) / (loss / its trailing median, if > 1); per-tensor g ratios",
-             P_GN, f">= {T['gn_jump']:g}x with spread <= {T['gn_uniform']:g}", check_gn_jump, yes="§7.A"),
-        Node("§7.2", "Does the pre-clip norm drop to a quarter of its trailing median the same way?",
-             "(grad_norm / 50-step trailing median) / (loss / its trailing median, if < 1); per-tensor g ratios",
-             P_GN, f"<= {T['gn_drop']:g}x with spread <= {T['gn_uniform']:g}", check_gn_drop, yes="§7.B"),
+        Node("§7.1", "Did every tensor's gradient norm jump at least 2x its own trailing median at one step, "
+             "beyond the batch loss's own jump?",
+             "min over tensors of params[*].g / its 50-step trailing median, divided by loss / its trailing "
+             "median when that is > 1", P_GN + "; " + P_G, f">= {T['gn_all_up']:g}x", check_gn_all_up, yes="§7.A"),
+        Node("§7.2", "Did every tensor's gradient norm fall to 0.4x its trailing median at one step, beyond the "
+             "loss's own fall?", "max over tensors of params[*].g / its trailing median, divided by loss / its "
+             "trailing median when that is < 1", P_GN + "; " + P_G, f"<= {T['gn_all_down']:g}x", check_gn_all_down,
+             yes="§7.B"),
         Node("§7.3", "Is there any pre-clip jump of 30x its trailing median beyond what the loss explains?",
              "(grad_norm / trailing median) / (loss / its trailing median, if > 1)",
              P_GN, f">= {T['gn_huge']:g}x", check_gn_huge, yes="§7.C", no="§8.A"),
@@ -767,7 +762,9 @@ _validate_tree()
 
 def walk(ev: Evidence) -> dict:
     """Walk from §1; return the verdict and the path of findings."""
-    with np.errstate(all="ignore"):  # ratios over zeros / NaN are expected in broken runs
+    # ratios over zeros and all-NaN windows are expected in broken runs: they read as "no", not as warnings
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
         return _walk(ev)
 
 
@@ -835,8 +832,9 @@ def leaf_evidence(leaf: Leaf, path: list[dict], ev: Evidence, step: int | None) 
         r = ev.gn_log_ratio
         if np.isfinite(r).any():
             j = int(np.nanargmax(r))
-            out["largest_grad_norm_jump"] = {"step": ev.step_at(j), "ratio": _jsonable(math.exp(r[j])),
-                                             "spread": _jsonable(ev.g_spread[j])}
+            out["largest_grad_norm_jump"] = {"step": ev.step_at(j), "ratio": _jsonable(math.exp(r[j]))}
+            if np.isfinite(ev.g_all_up).any():
+                out["largest_all_tensor_jump"] = _jsonable(math.exp(np.nanmax(ev.g_all_up)))
         vf = ev.v_factor
         if vf:
             out["largest_v_factor"] = {"tensor": vf["tensor"], "step": ev.step_at(vf["index"]),
@@ -877,7 +875,6 @@ def leaf_evidence(leaf: Leaf, path: list[dict], ev: Evidence, step: int | None) 
         out["other_tensors_largest_factor_at_step"] = _jsonable(math.exp(max(others))) if others else None
     elif leaf.cause == "gradient_explosion":
         out["grad_norm_ratio_to_trailing_median"] = _jsonable(math.exp(ev.gn_log_ratio[i]))
-        out["per_tensor_spread"] = _jsonable(ev.g_spread[i])
         out["grad_norm_clipped"] = _curve(ev, ev.grad_norm_clipped, sl)
         if ev.g_log_ratio is not None:
             xs = ev.g_log_ratio[i]
@@ -1114,7 +1111,7 @@ def render_markdown() -> str:
             if isinstance(it, Node):
                 no = it.no or _next_node(it.id)
                 out += [f"- **{it.id}** {it.question}",
-                        f"  - metric: {it.metric}; panel: {it.panel}",
+                        f"  - metric: {it.metric}; dashboard: {it.panel}",
                         f"  - threshold: {it.threshold}",
                         f"  - yes → {_ref(it.yes)}; no → {_ref(no)}"]
         leaves = [it for it in s.items if isinstance(it, Leaf)]

@@ -1,7 +1,8 @@
 """Per-step signals beyond the loss: what makes each injection visible from the metrics alone.
 
-Every signal is one entry in `SIGNALS`-style code below, computed from tensors the step already has, with
-one host transfer per step (`.tolist()` on a stacked vector), so it costs little next to the step.
+Every signal is computed from tensors the step already has, batched with `_foreach` ops over all parameter
+tensors, and brought to the host in one transfer per step (`.tolist()` on one stacked vector), so it costs
+little next to the step (docs/benchmarks.md).
 
 Row fields written by `Telemetry.row` (see docs/metrics.md for the full schema):
   act            mean |activation| of each block's output            (list, one per layer)
@@ -12,7 +13,8 @@ Row fields written by `Telemetry.row` (see docs/metrics.md for the full schema):
                  g   gradient norm before clipping (after any injection)
                  u   update norm |p_new - p_old|        ur  update-to-weight ratio u / |p_old|
                  vm  mean of Adam's exp_avg_sq           vx  max of exp_avg_sq     vn  norm of exp_avg_sq
-                 r   RMS(g^2 / v_hat): StableAdamW's statistic (g clipped, v bias-corrected, after the step)
+                 r   RMS(g^2 / v_hat): StableAdamW's statistic (g clipped, v bias-corrected, after the step;
+                     denominator sqrt(v_hat) + eps, as in Adam)
   sigma          largest singular value of each matrix, every `spectral_every` steps (full telemetry only)
 """
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Telemetry:
         self.full = cfg.telemetry == "full"
         self.names = [n for n, _ in model.named_parameters()]
         self.params = [p for _, p in model.named_parameters()]
+        self.detached = [p.detach() for p in self.params]  # views: they follow the in-place updates
         self.rare_mask = rare_mask
         self.rare_list = rare_mask.tolist()
         self.prev: list[torch.Tensor] = []
@@ -64,8 +67,8 @@ class Telemetry:
             self.grad_norms = torch.stack(torch._foreach_norm(grads))
 
     def before_step(self) -> None:
-        if self.full:  # one flat copy of the weights, to measure this step's update
-            self.prev = torch.cat([p.detach().reshape(-1) for p in self.params])
+        if self.full:  # a copy of the weights, to measure this step's update
+            self.prev = torch._foreach_mul(self.detached, 1.0)
 
     def row(self, step: int, batch, logits: torch.Tensor, loss: torch.Tensor, grad_norm: torch.Tensor) -> dict:
         with torch.no_grad():
@@ -95,29 +98,25 @@ class Telemetry:
         return out
 
     def _per_param(self) -> torch.Tensor:
-        """[n_params, 7] tensor: g, u, ur, vm, vx, vn, r (see module doc). Elementwise work runs once on
-        flat copies; only the per-tensor reductions loop (a few microseconds each)."""
+        """[n_params, 7] tensor: g, u, ur, vm, vx, vn, r (see module doc). Every statistic is one `_foreach`
+        call over all tensors (one pass over the 130k numbers each): sums come out of L2 norms of square
+        roots, so no per-tensor Python loop runs."""
         n = len(self.params)
-        sizes = self.sizes
-        now = torch.cat([p.detach().reshape(-1) for p in self.params])
-        u = torch.stack(torch._foreach_norm(list((now - self.prev).split(sizes))))
-        w = torch.stack(torch._foreach_norm(list(self.prev.split(sizes))))
+        norms = lambda ts: torch.stack(torch._foreach_norm(ts))  # noqa: E731
+        u = norms(torch._foreach_sub(self.detached, self.prev))
+        w = norms(self.prev)
         states = [self.opt.state.get(p) for p in self.params]
         if all(states):
-            v = torch.cat([st["exp_avg_sq"].reshape(-1) for st in states])
-            g = torch.cat([p.grad.reshape(-1) for p in self.params])
-            # every tensor steps together, so Adam's bias correction is one scalar
-            corr = 1.0 - self.beta2 ** float(states[0]["step"])
-            ratio = g.square_().div_(v / corr + self.cfg.eps ** 2)
-            both = torch.stack([v, ratio])
-            sums, vx = [], []
-            for chunk in both.split(sizes, dim=1):
-                sums.append(chunk.sum(1))
-                vx.append(chunk[0].max())
-            sums = torch.stack(sums) / self.numel[:, None]
-            vm, r = sums[:, 0], sums[:, 1].sqrt()
-            vx = torch.stack(vx)
-            vn = torch.stack(torch._foreach_norm(list(v.split(sizes))))
+            v = [st["exp_avg_sq"] for st in states]
+            sqrt_v = torch._foreach_sqrt(v)
+            vm = norms(sqrt_v).square() / self.numel  # sum(v) = |sqrt(v)|^2
+            vx = torch.stack(torch._foreach_max(v))
+            vn = norms(v)
+            # every tensor steps together, so Adam's bias correction is one scalar; the denominator is
+            # Adam's own, sqrt(v_hat) + eps, and RMS(g^2 / v_hat) = |g / sqrt(v_hat)| / sqrt(numel)
+            denom = torch._foreach_div(sqrt_v, (1.0 - self.beta2 ** float(states[0]["step"])) ** 0.5)
+            torch._foreach_add_(denom, self.cfg.eps)
+            r = norms(torch._foreach_div([p.grad for p in self.params], denom)) / self.numel.sqrt()
         else:
             vm = vx = vn = r = torch.zeros(n, device=self.device)
         gn = self.grad_norms if self.grad_norms is not None else torch.zeros(n, device=self.device)
