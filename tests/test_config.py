@@ -68,6 +68,22 @@ def test_cli_bad_config_exits_2_without_traceback(tmp_path):
 
 
 def test_every_command_has_help():
-    for cmd in ([], ["train"], ["lab-run"], ["corpus"], ["config"]):
+    import argparse
+
+    from minitrain import cli, learner
+
+    assert tuple(learner.LABS) == cli.LAB_NAMES
+    parser = cli.build_parser()
+    commands = [[]]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                commands.append([name])
+                for a in sub._actions:
+                    if isinstance(a, argparse._SubParsersAction):
+                        commands += [[name, n] for n in a.choices]
+    assert len(commands) > 15
+    for cmd in commands:
         proc = run_cli(*cmd, "--help")
-        assert proc.returncode == 0 and "usage:" in proc.stdout
+        assert proc.returncode == 0 and "usage:" in proc.stdout, cmd
+        assert len(proc.stdout.splitlines()) >= 4, cmd  # a description, not a bare usage line

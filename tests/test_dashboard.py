@@ -16,6 +16,7 @@ import pytest
 from minitrain import dashboard, loop
 from minitrain.cli import main
 from minitrain.config import build_config
+from minitrain.errors import UserError
 
 K = 30
 CHROMIUM = Path("/usr/bin/chromium")
@@ -175,6 +176,30 @@ def test_cli_dashboard_and_index(lab, tmp_path, capsys):
     assert main(["index", str(lab)]) == 0 and (lab / "index.html").exists()
 
 
+def test_compare_runs_are_drawn_beside_the_baseline(lab, tmp_path, capsys):
+    hostile = copy_run(lab / "19-injection-B", tmp_path / "B <script>alert(3)</script>")
+    out = tmp_path / "three-way.html"
+    page = dashboard.write_dashboard(lab / "19-injection-C", baseline=lab / "18-baseline", out=out,
+                                     compare=[hostile]).read_text()
+    assert page.lower().count("<script") == 2  # the compared run's name stays data
+    data = embedded(page)
+    assert [c["name"] for c in data["compare"]] == [hostile.name]
+    # its own exact difference to the baseline, the same numbers as on its own page
+    own = embedded((lab / "19-injection-B" / "dashboard.html").read_text())["baseline"]["diff"]
+    assert data["compare"][0]["diff"] == own and own["first_difference"] == K
+    assert embedded((lab / "19-injection-B" / "dashboard.html").read_text())["compare"] == []
+    with pytest.raises(UserError, match="already on the page"):
+        dashboard.write_dashboard(lab / "19-injection-C", baseline=lab / "18-baseline", out=out,
+                                  compare=[lab / "18-baseline"])
+    assert main(["dashboard", str(lab / "19-injection-C"), "--compare", str(lab / "19-injection-B"),
+                 "--out", str(out)]) == 0
+    assert "compared: 19-injection-B" in capsys.readouterr().out
+    assert [c["name"] for c in embedded(out.read_text())["compare"]] == ["19-injection-B"]
+    assert main(["dashboard", str(lab / "19-injection-C"), "--compare", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--compare" in err
+
+
 def test_a_failing_dashboard_never_loses_the_run(tmp_path, monkeypatch, capsys):
     def broken(*a, **k):
         raise RuntimeError("boom")
@@ -287,4 +312,23 @@ def test_browser_damaged_and_hostile_runs(lab, browser, tmp_path):
     assert view.page.locator("h1").inner_text() == run.name  # shown as text, not parsed
     assert HOSTILE in view.page.locator("#diagnosis").inner_text()
     assert view.page.locator("img").count() == 0 and view.page.locator("script").count() == 2
+    view.check_clean()
+
+
+def test_browser_draws_a_compared_run(lab, browser, tmp_path):
+    out = dashboard.write_dashboard(lab / "19-injection-C", baseline=lab / "18-baseline", out=tmp_path / "cmp.html",
+                                    compare=[lab / "19-injection-B"])
+    view = Opened(browser, out)
+    page = view.page
+    assert "compared: 19-injection-B" in page.locator("header").inner_text()
+    assert "19-injection-B (EMA)" in page.locator("#panel-loss .legend").inner_text()
+    assert "19-injection-B pre-clip" in page.locator("#panel-grad .legend").inner_text()
+    assert "19-injection-B: train loss difference" in page.locator("#panel-diff-loss .legend").inner_text()
+    assert "19-injection-B: pre-clip grad norm difference" in page.locator("#panel-diff-grad .legend").inner_text()
+    colours = {p.get_attribute("stroke") for p in page.locator("#panel-diff-loss path.series").all()}
+    assert len(colours) >= 2, colours  # this run's difference and the compared run's, in different colours
+    box = page.locator("#panel-loss svg").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.7, box["y"] + box["height"] / 2)
+    assert "19-injection-B" in page.locator("#panel-grad .readout").inner_text()
+    assert "19-injection-B" in page.locator("#panel-diff-loss .readout").inner_text()
     view.check_clean()

@@ -501,7 +501,11 @@ def test_remediate_reruns_from_before_the_anomaly(lab, fault, remedy):
     assert [r["step"] for r in rows] == list(range(len(orig)))
     assert rows[:K] == orig[:K]
     assert json.loads((out / "manifest.json").read_text())["remedy"]["actions"]
-    assert (out / "dashboard.html").exists() and (out / "vs-original.html").exists()
+    # one page: remediated vs original vs baseline
+    page = json.loads(re.search(r'id="dashboard-data">(.*?)</script>', (out / "dashboard.html").read_text(), re.S)[1])
+    assert page["name"] == out.name and page["baseline"]["name"] == "18-baseline"
+    assert [c["name"] for c in page["compare"]] == [run.name] and K <= page["compare"][0]["diff"]["first_difference"] <= K + 1
+    assert rep["dashboards"] == [str(out / "dashboard.html")]
     assert rows[K + 2]["loss"] != orig[K + 2]["loss"]  # the remedy changed what follows K
     # both runs are measured against the baseline (whether the remedy helps is measured, not assumed:
     # docs/remediation.md records it)

@@ -14,6 +14,7 @@ from minitrain.errors import UserError
 
 LAB_LETTERS = {"scale": "A", "bad_batch": "B", "v_corrupt": "C"}
 LAB_DEFAULT_SEED, LAB_DEFAULT_STEP = 42, 500
+LAB_NAMES = ("spike", "blind", "break-it")  # the keys of learner.LABS (kept here so --help needs no torch)
 
 
 class Parser(argparse.ArgumentParser):
@@ -207,8 +208,14 @@ def cmd_dashboard(args) -> int:
         raise UserError(f"--baseline {baseline} holds no metrics.jsonl; give a run folder such as experiments/18-baseline")
     if baseline is None and not args.no_baseline:
         baseline = find_baseline(run)
-    out = write_dashboard(run, baseline=baseline, out=Path(args.out) if args.out else None, auto_baseline=False)
-    print(f"wrote {out}" + (f" (baseline overlay: {baseline.name})" if baseline else ""))
+    compare = [Path(c) for c in args.compare or []]
+    for c in compare:
+        if not (c / "metrics.jsonl").exists():
+            raise UserError(f"--compare {c} holds no metrics.jsonl; give a run folder such as experiments/19-injection-B")
+    out = write_dashboard(run, baseline=baseline, out=Path(args.out) if args.out else None, auto_baseline=False,
+                          compare=compare)
+    print(f"wrote {out}" + (f" (baseline overlay: {baseline.name})" if baseline else "")
+          + (f" (compared: {', '.join(c.name for c in compare)})" if compare else ""))
     return 0
 
 
@@ -342,9 +349,7 @@ def cmd_stability_md(args) -> int:
 
 def _add_learner_parsers(sub) -> None:
     def common(q, experiments=True):
-        from minitrain.learner import LABS
-
-        q.add_argument("--lab", choices=list(LABS), default="spike",
+        q.add_argument("--lab", choices=LAB_NAMES, default="spike",
                        help="spike (19-injection-A/B/C, default), blind (19-blind/01..03) or break-it (19-break-it/01..03)")
         q.add_argument("--learners", default="learners", metavar="DIR", help="where learner folders live")
         if experiments:
@@ -418,7 +423,7 @@ def _add_learner_parsers(sub) -> None:
                         description="Walk RUN with the stability check, re-run it from the last checkpoint before "
                                     "the anomaly with the leaf's registered remedy (skip_batch, restore_moments, zclip; "
                                     "config fixes re-run from step 0) into RUN-remediated, walk that again, and write "
-                                    "its dashboards against the baseline and against the original. Numbers go to "
+                                    "one dashboard of the remediated run against the original and the baseline. Numbers go to "
                                     "RUN-remediated/remediation.json.")
     rm.add_argument("run", metavar="RUN")
     rm.add_argument("--remedy", metavar="NAME", help="override the leaf's remedy (skip_batch, restore_moments, zclip)")
@@ -514,6 +519,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-B")
     d.add_argument("--baseline", metavar="RUN", help="overlay this run and plot the difference (default: found)")
     d.add_argument("--no-baseline", action="store_true", help="do not look for a baseline run")
+    d.add_argument("--compare", action="append", metavar="RUN",
+                   help="also draw this run (loss, grad norm, its difference to the baseline); repeatable")
     d.add_argument("--out", metavar="FILE", help="where to write the page (default RUN/dashboard.html)")
     d.set_defaults(func=cmd_dashboard)
 
@@ -552,6 +559,9 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help()
             return 2
+        if args.func is not cmd_train and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise UserError(f"'{args.command}' runs in one process; under torchrun launch only "
+                            "'minitrain train' (e.g. nproc=2 just ddp-train --out DIR)")
         return args.func(args)
     except UserError as e:
         if is_main_process():  # under torchrun every rank raises it; one line is enough

@@ -5,9 +5,10 @@
 
 The page is a static HTML file: the CSS and the plotting script (assets/dashboard.css, assets/dashboard.js) are
 inlined, and the run's data is embedded as one JSON block. Python does the reading and the judging (health
-summary, course spike flags, the per-tensor "movers", the difference to a baseline run); the script only
-draws. Every string reaches the page through that JSON block (with <, > and & escaped, so `</script>` in a
-run name stays text) and is put on screen with textContent, never as HTML.
+summary, course spike flags, the per-tensor "movers", the difference to a baseline run, and that of any further
+runs given with `compare`, e.g. the original beside its remediation); the script only draws. Every string
+reaches the page through that JSON block (with <, > and & escaped, so `</script>` in a run name stays text)
+and is put on screen with textContent, never as HTML.
 
 Extension hook: if the run folder holds `diagnosis.json` (keys leaf, cause, anomaly_step, diagnosis,
 remediation, path), it is embedded as `diagnosis` and shown in its own section, with a marker at
@@ -355,14 +356,12 @@ def health(r: dict, spikes: list[int]) -> list[dict]:
     return out
 
 
-def _baseline_payload(b: dict, run_rows: list[dict]) -> dict:
-    """The baseline's curves (for the overlay) and the exact difference injected minus baseline."""
-    cols = _series(b["rows"])
-    steps = [row["step"] for row in b["rows"]]
-    by_step = {row["step"]: row for row in b["rows"]}
+def _difference(rows: list[dict], ref_rows: list[dict]) -> dict:
+    """The exact difference rows minus ref_rows at every shared step (loss, pre-clip grad norm, validation)."""
+    by_step = {row["step"]: row for row in ref_rows}
     diff: dict = {"steps": [], "loss": [], "grad_norm": [], "val_steps": [], "val_loss": []}
     first_diff = None
-    for row in run_rows:
+    for row in rows:
         other = by_step.get(row["step"])
         if other is None:
             continue
@@ -377,14 +376,31 @@ def _baseline_payload(b: dict, run_rows: list[dict]) -> dict:
             diff["val_steps"].append(row["step"])
             diff["val_loss"].append(_num(row["val_loss"] - other["val_loss"], 5))
     diff["first_difference"] = first_diff
+    return diff
+
+
+def _baseline_payload(b: dict, run_rows: list[dict]) -> dict:
+    """The baseline's curves (for the overlay) and the exact difference injected minus baseline."""
+    cols = _series(b["rows"])
+    steps = [row["step"] for row in b["rows"]]
     return {"name": b["name"], "steps": steps, "loss": cols["loss"], "grad_norm": cols["grad_norm"],
             "grad_norm_clipped": cols["grad_norm_clipped"], "val": cols["val"], "act": cols["act"],
             "loss_regular": cols["loss_regular"], "loss_irregular": cols["loss_irregular"],
-            "logit_max": cols["logit_max"], "trunk_hash": b["manifest"].get("trunk_hash"), "diff": diff}
+            "logit_max": cols["logit_max"], "trunk_hash": b["manifest"].get("trunk_hash"),
+            "diff": _difference(run_rows, b["rows"])}
 
 
-def build_payload(run: Path, baseline: Path | None = None) -> dict:
-    """Everything the page shows, as one JSON-able dict."""
+def _compare_payload(c: dict, baseline_rows: list[dict] | None) -> dict:
+    """A further run drawn beside this one (loss, grad norm) and, with a baseline, its own difference to it."""
+    cols = _series(c["rows"])
+    return {"name": c["name"], "steps": [row["step"] for row in c["rows"]], "loss": cols["loss"],
+            "grad_norm": cols["grad_norm"], "val": cols["val"],
+            "diff": _difference(c["rows"], baseline_rows) if baseline_rows is not None else None}
+
+
+def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] = ()) -> dict:
+    """Everything the page shows, as one JSON-able dict. `compare`: further runs drawn beside this one and the
+    baseline (e.g. the original run beside its remediation), each with its own colour and difference line."""
     r = load_run(run)
     rows, cfg = r["rows"], _config(r)
     steps = [row["step"] for row in rows]
@@ -422,13 +438,27 @@ def build_payload(run: Path, baseline: Path | None = None) -> dict:
         "markers": _markers(r, steps, spikes),
         "health": health(r, spikes),
         "baseline": None,
+        "compare": [],
     }
+    b = None
     if baseline is not None:
         b = load_run(baseline)
         payload["baseline"] = _baseline_payload(b, rows)
         if b["manifest"].get("trunk_hash") != r["manifest"].get("trunk_hash"):
-            payload["notes"].append(f"baseline {b['name']} has another trunk hash (config differs beyond the "
-                                    "injection): differences before K are not the injection's")
+            from minitrain.config import INJECTION_FIELDS, NON_NUMERIC_FIELDS
+
+            rc, bc = r["manifest"].get("config", {}), b["manifest"].get("config", {})
+            differ = sorted(k for k in set(rc) | set(bc)
+                            if rc.get(k) != bc.get(k) and k not in INJECTION_FIELDS + NON_NUMERIC_FIELDS)
+            if differ and all(k.startswith("remedy") for k in differ):  # a remediated run: expected
+                payload["notes"].append(f"this run applies a remedy the baseline does not "
+                                        f"({', '.join(f'{k}={rc.get(k)}' for k in differ)})")
+            else:
+                payload["notes"].append(f"baseline {b['name']} has another config beyond the injection "
+                                        f"({', '.join(differ) or 'trunk hash'}): differences are not the "
+                                        "injection's alone")
+    for path in compare:
+        payload["compare"].append(_compare_payload(load_run(path), b["rows"] if b else None))
     return payload
 
 
@@ -461,18 +491,26 @@ def render_html(payload: dict) -> str:
 
 
 def write_dashboard(run: Path, baseline: Path | None = None, out: Path | None = None,
-                    auto_baseline: bool = True) -> Path:
+                    auto_baseline: bool = True, compare: list[Path] = ()) -> Path:
     """Write RUN/dashboard.html (or `out`). With no baseline given, an injection run's sibling baseline (same
-    trunk hash, no injection) is found and overlaid. Returns the path written."""
+    trunk hash, no injection) is found and overlaid. `compare`: further runs drawn beside it (see
+    build_payload). Returns the path written."""
     run = Path(run)
     if baseline is None and auto_baseline:
         baseline = find_baseline(run)
     if baseline is not None and Path(baseline).resolve() == run.resolve():
         raise UserError("--baseline is the run itself; give another run folder")
+    compare = [Path(c) for c in compare]
+    seen = {run.resolve()} | ({Path(baseline).resolve()} if baseline is not None else set())
+    for c in compare:
+        if c.resolve() in seen:
+            raise UserError(f"--compare {c} is already on the page (the run, the baseline or another --compare); "
+                            "give each run once")
+        seen.add(c.resolve())
     out = Path(out) if out else run / "dashboard.html"
     if out.is_dir():
         raise UserError(f"{out} is a folder; give --out a file name such as {out / 'dashboard.html'}")
-    page = render_html(build_payload(run, baseline))
+    page = render_html(build_payload(run, baseline, compare))
     runfiles.atomic_write_text(out, page)
     return out
 

@@ -229,7 +229,8 @@ def checkpoint_before(run: Path, limit: int) -> tuple[Path, int] | None:
 def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None = None,
               force: bool = False) -> dict:
     """Walk RUN, re-run it from the last checkpoint before the anomaly with the leaf's remedy into
-    RUN-remediated, walk that, measure both against the baseline and write the dashboards."""
+    RUN-remediated, walk that, measure both against the baseline and write RUN-remediated/dashboard.html
+    (remediated vs original vs baseline)."""
     import json
 
     from minitrain import blind, dashboard, loop, runfiles
@@ -276,10 +277,8 @@ def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None =
     baseline = Path(baseline) if baseline else baseline_for(run, run.parent)
     k = anomaly
     before_m, after_m = measure(run, baseline, k), measure(out, baseline, k)
-    pages = []
-    if baseline is not None:
-        pages.append(dashboard.write_dashboard(out, baseline=baseline))
-    pages.append(dashboard.write_dashboard(out, baseline=run, out=out / "vs-original.html"))
+    # one page, remediated vs original vs baseline: both runs' differences to the baseline side by side
+    pages = [dashboard.write_dashboard(out, baseline=baseline, compare=[run])]
     summary = _summary(name, before_m, after_m, verdict, after)
     report = {"run": run.name, "remediated": out.name, "baseline": baseline.name if baseline else None,
               "walker_before": verdict, "walker_after": after, "remedy": name,

@@ -12,7 +12,8 @@
           optimizer.safetensors   Adam moments: exp_avg.<name>, exp_avg_sq.<name>, step.<name>
           manifest.json           step, config hash, metrics byte offset, scheduler / data / RNG state
 
-Never pickle: tensors go through safetensors, everything else through JSON.
+Never pickle: tensors go through safetensors, everything else through JSON. torch and safetensors are
+imported inside the checkpoint functions only, so reading a run (the walker, the dashboard) stays fast.
 """
 from __future__ import annotations
 
@@ -23,10 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 
 from minitrain import SCHEMA_VERSION
 from minitrain.errors import UserError
@@ -134,7 +132,7 @@ def read_metrics(path: Path) -> tuple[list[dict], str | None]:
             if i == len(lines) - 1 or all(not rest.strip() for rest in lines[i + 1:]):
                 note = f"metrics end at step {rows[-1]['step'] if rows else 'none'}: the last line is incomplete"
                 break
-            raise UserError(f"{path} line {i + 1} is corrupt; the file was edited or damaged") from None
+            raise UserError(f"{path} line {i + 1} is corrupt; the file was edited or damaged, re-create the run") from None
     return rows, note
 
 
@@ -159,6 +157,8 @@ def list_checkpoints(run: Path) -> list[int]:
 def save_checkpoint(run: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     meta: dict) -> Path:
     """Write into a temp folder, then rename it into place: a checkpoint is whole or absent."""
+    from safetensors.torch import save_file
+
     final = checkpoint_dir(run, step)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
@@ -178,6 +178,8 @@ def save_checkpoint(run: Path, step: int, model: torch.nn.Module, optimizer: tor
 
 
 def optimizer_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
+    import torch
+
     out = {}
     for name, p in model.named_parameters():
         st = optimizer.state.get(p)
@@ -191,6 +193,9 @@ def optimizer_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) 
 
 def load_checkpoint(path: Path) -> tuple[dict, dict, dict]:
     """(weights, optimizer tensors, manifest) of one checkpoint, or a UserError that says how to recover."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
     path = Path(path)
     fix = f"delete {path} to resume from the checkpoint before it, or start over with --force"
     try:
@@ -211,6 +216,8 @@ def load_checkpoint(path: Path) -> tuple[dict, dict, dict]:
 
 def restore(model: torch.nn.Module, optimizer: torch.optim.Optimizer, weights: dict, opt_tensors: dict,
             path: Path) -> None:
+    import torch
+
     names = dict(model.named_parameters())
     if set(weights) != set(names) or any(weights[n].shape != names[n].shape for n in names):
         raise UserError(f"checkpoint {path} does not match this model's parameters; was the config changed?")

@@ -920,23 +920,10 @@ REQUIRED = ("step", "loss", "lr", "grad_norm")
 
 
 def read_rows(path: Path) -> tuple[list[dict], str | None]:
-    """metrics.jsonl as rows, like runfiles.read_metrics (a partial last line is dropped with a note), but
-    without importing runfiles: it imports torch, which would cost the walker seconds."""
-    if not path.exists():
-        raise UserError(f"{path} is missing; the run has not started or the folder is not a run")
-    lines = path.read_bytes().split(b"\n")
-    rows, note = [], None
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            if all(not rest.strip() for rest in lines[i + 1:]):
-                note = f"metrics end at step {rows[-1].get('step') if rows else 'none'}: the last line is incomplete"
-                break
-            raise UserError(f"{path} line {i + 1} is corrupt; the file was edited or damaged, re-create the run") from None
-    return rows, note
+    """metrics.jsonl as rows (a partial last line, as a killed run leaves, is dropped with a note)."""
+    from minitrain.runfiles import read_metrics
+
+    return read_metrics(path)
 
 
 def atomic_write_text(path: Path, text: str) -> None:

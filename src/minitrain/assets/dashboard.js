@@ -6,11 +6,14 @@
   'use strict';
 
   var D = JSON.parse(document.getElementById('dashboard-data').textContent);
-  var S = D.series, STEPS = D.steps, B = D.baseline;
+  var S = D.series, STEPS = D.steps, B = D.baseline, C = D.compare || [];
   var SVGNS = 'http://www.w3.org/2000/svg';
   var PALETTE = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#17becf', '#8c564b', '#e377c2',
                  '#7f7f7f', '#bcbd22', '#393b79', '#637939', '#8c6d31', '#843c39', '#7b4173', '#3182bd'];
   var BASE = '#9aa3ad';  // baseline curves: lighter, in grey
+  // further runs drawn beside this one (--compare): one strong colour each, unlike this run's blues/greens
+  var COMPARE = ['#c2185b', '#00897b', '#9c6500', '#455a64'];
+  function cmpColor(i) { return COMPARE[i % COMPARE.length]; }
   var panels = [];
   var state = { x0: 0, x1: 1, full: [0, 1], hover: null };
 
@@ -430,8 +433,16 @@
   var baseName = B ? B.name : '';
 
   function lossSeries() {
-    var out = [line('train loss (raw)', S.loss, '#8fb8e8', { width: 1, short: 'train' }),
-               smoothed('train EMA 0.9', steps, S.loss, '#1a5fb4', { short: 'EMA' })];
+    var out = [line('train loss (raw)', S.loss, '#8fb8e8', { width: 1, short: 'train' })];
+    C.forEach(function (c, i) {  // under this run's EMA, so this run stays on top where they agree
+      out.push(smoothed(c.name + ' (EMA)', c.steps, c.loss, cmpColor(i), { width: 2, short: c.name + ' EMA' }));
+    });
+    out.push(smoothed('train EMA 0.9', steps, S.loss, '#1a5fb4', { short: 'EMA' }));
+    C.forEach(function (c, i) {
+      var cv = pairs(c.val);
+      out.push({ label: c.name + ' val', short: c.name + ' val', x: cv.x, y: cv.y, color: cmpColor(i), kind: 'points',
+                 points: true, sparse: true, r: 2.4 });
+    });
     if (B) {
       out.push(smoothed('baseline ' + baseName + ' (EMA)', B.steps, B.loss, BASE, { width: 2, short: 'baseline EMA', opacity: 0.9 }));
       var bv = pairs(B.val);
@@ -444,6 +455,9 @@
   function gradSeries() {
     var out = [];
     if (B) out.push(baseLine('baseline pre-clip', B.grad_norm, { short: 'baseline' }));
+    C.forEach(function (c, i) {
+      out.push({ label: c.name + ' pre-clip', short: c.name, x: c.steps, y: c.grad_norm, color: cmpColor(i), width: 1.4 });
+    });
     out.push(line('grad norm before clipping', S.grad_norm, '#1a5fb4', { short: 'pre-clip' }));
     out.push(line('after clipping', S.grad_norm_clipped, '#2da44e', { short: 'post-clip', width: 1.6 }));
     return out;
@@ -536,6 +550,11 @@
       b.title = inj.words; h.appendChild(b);
     } else h.appendChild(el('span', 'badge base', 'no injection'));
     if (B) h.appendChild(el('span', 'badge base', 'baseline overlay: ' + B.name));
+    C.forEach(function (c, i) {
+      var cb = el('span', 'badge cmp', 'compared: ' + c.name);
+      cb.style.color = cmpColor(i); cb.style.border = '1px solid ' + cmpColor(i); cb.style.background = '#fff';
+      h.appendChild(cb);
+    });
     h.appendChild(el('span', 'spacer'));
     var z = el('span', 'zoom');
     z.appendChild(el('span', 'muted', 'drag on a plot: zoom all \u00b7 double-click: reset'));
@@ -604,13 +623,30 @@
         (fd > steps[0] ? 'exactly 0 for steps ' + steps[0] + '\u2013' + (fd - 1) + ' (shared trunk); first difference at step ' + fd
                        : 'differs from the first shared step ' + fd);
       var dv = { x: dl.val_steps, y: dl.val_loss };
+      var cd = C.filter(function (c) { return c.diff; });
+      var who = cd.length ? 'this run: ' : '';  // with compared runs, say whose difference each line is
+      var mine = cd.length ? '#1a5fb4' : '#8250df';  // ... and draw this run's in its blue, as on the loss panel
+      var also = cd.length ? '; also ' + cd.map(function (c) { return c.name; }).join(', ') + ' minus ' + B.name + ', in its own colour' : '';
       specs.push({ id: 'diff-loss', title: 'Injected minus baseline: loss', includeZero: true, series: function () {
-        return [{ label: 'train loss difference', short: '\u0394 train', x: dl.steps, y: dl.loss, color: '#8250df', width: 1.3, digits: 6 },
-                { label: 'validation difference', short: '\u0394 val', x: dv.x, y: dv.y, color: '#e66100', points: true, sparse: true, width: 1.5, digits: 6 }];
-      }, hlines: [{ y: 0, label: '0', color: '#888', dash: '1 0', legend: false }], sub: 'this run minus ' + B.name + ', step by step: ' + same });
+        var out = [];
+        C.forEach(function (c, i) {  // under this run's lines, so this run stays on top where they agree
+          if (!c.diff) return;
+          out.push({ label: c.name + ': train loss difference', short: '\u0394 ' + c.name, x: c.diff.steps, y: c.diff.loss,
+                     color: cmpColor(i), width: 1.6, digits: 6 });
+          out.push({ label: c.name + ': validation difference', short: '\u0394 val ' + c.name, x: c.diff.val_steps, y: c.diff.val_loss,
+                     color: cmpColor(i), kind: 'points', points: true, sparse: true, r: 2.6, digits: 6 });
+        });
+        return out.concat([{ label: who + 'train loss difference', short: '\u0394 train', x: dl.steps, y: dl.loss, color: mine, width: 1.3, digits: 6 },
+                { label: who + 'validation difference', short: '\u0394 val', x: dv.x, y: dv.y, color: '#e66100', points: true, sparse: true, width: 1.5, digits: 6 }]);
+      }, hlines: [{ y: 0, label: '0', color: '#888', dash: '1 0', legend: false }], sub: 'this run minus ' + B.name + ', step by step: ' + same + also });
       specs.push({ id: 'diff-grad', title: 'Injected minus baseline: gradient norm', includeZero: true, series: function () {
-        return [{ label: 'pre-clip grad norm difference', short: '\u0394 grad norm', x: dl.steps, y: dl.grad_norm, color: '#8250df', width: 1.3, digits: 6 }];
-      }, hlines: [{ y: 0, label: '0', color: '#888', dash: '1 0', legend: false }], sub: 'runs are deterministic, so every non-zero value is the injection\u2019s doing' });
+        var out = [];
+        C.forEach(function (c, i) {
+          if (c.diff) out.push({ label: c.name + ': pre-clip grad norm difference', short: '\u0394 ' + c.name, x: c.diff.steps,
+                                 y: c.diff.grad_norm, color: cmpColor(i), width: 1.6, digits: 6 });
+        });
+        return out.concat([{ label: who + 'pre-clip grad norm difference', short: '\u0394 grad norm', x: dl.steps, y: dl.grad_norm, color: mine, width: 1.3, digits: 6 }]);
+      }, hlines: [{ y: 0, label: '0', color: '#888', dash: '1 0', legend: false }], sub: 'runs are deterministic, so every non-zero value is the injection\u2019s doing' + also });
     }
     specs.push({ id: 'lr', title: 'Learning rate', includeZero: true, series: function () { return [line('learning rate', S.lr, '#1a5fb4', { digits: 4 })]; },
                  sub: 'linear warmup over ' + (isNum(cfg.warmup_steps) ? cfg.warmup_steps : '?') + ' steps, then cosine decay' });
@@ -715,7 +751,9 @@
     healthSection(main);
     var grid = el('div', 'grid'); grid.id = 'panels'; main.appendChild(grid);
     var lo = STEPS.length ? STEPS[0] : 0, hi = STEPS.length ? STEPS[STEPS.length - 1] : 1;
-    if (B && B.steps.length) { lo = Math.min(lo, B.steps[0]); hi = Math.max(hi, B.steps[B.steps.length - 1]); }
+    (B ? [B] : []).concat(C).forEach(function (o) {
+      if (o.steps.length) { lo = Math.min(lo, o.steps[0]); hi = Math.max(hi, o.steps[o.steps.length - 1]); }
+    });
     if (hi <= lo) hi = lo + 1;
     state.full = [lo, hi]; state.x0 = lo; state.x1 = hi;
     buildPanels(grid);
