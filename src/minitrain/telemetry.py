@@ -2,7 +2,8 @@
 
 Every signal is computed from tensors the step already has, batched with `_foreach` ops over all parameter
 tensors, and brought to the host in one transfer per step (`.tolist()` on one stacked vector), so it costs
-little next to the step (docs/benchmarks.md).
+little next to the step (docs/benchmarks.md). A new per-step signal is one entry in `STEP_SIGNALS`; a new
+per-tensor statistic is one entry in `PARAM_STATS`.
 
 Row fields written by `Telemetry.row` (see docs/metrics.md for the full schema):
   act            mean |activation| of each block's output            (list, one per layer)
@@ -44,6 +45,35 @@ def rare_token_mask(train_ids: torch.Tensor, vocab_size: int, share: float = 0.0
     return counts, rare
 
 
+class StepView:
+    """What a step signal may read: the step's tensors, named."""
+
+    def __init__(self, model, logits, loss, grad_norm):
+        self.model, self.logits, self.loss, self.grad_norm = model, logits, loss, grad_norm
+
+
+# Per-step signals: (row key, how DDP ranks combine it, function of the StepView -> 1-d tensor, written as a
+# list?). Adding a signal is one entry here (and a line in docs/metrics.md); `row` stacks them all into the
+# step's single host transfer. Ranks hold equal-shaped shares, so a mean of rank means is the global mean.
+STEP_SIGNALS = (
+    ("logit_max", "max", lambda s: s.logits.detach().abs().max().float().reshape(1), False),
+    ("act", "mean", lambda s: torch.stack(s.model.last_activations).float() if s.model.last_activations
+     else torch.zeros(0, device=s.logits.device), True),
+)
+
+# Per-parameter-tensor statistics (full telemetry): (key, function of the telemetry's `_Moments`) -> one
+# value per tensor, each a single `_foreach` pass over all tensors. Adding one is one entry here.
+PARAM_STATS = (
+    ("g", lambda m: m.grad_norms),  # gradient norm before clipping (after any injection)
+    ("u", lambda m: m.update),  # update norm |p_new - p_old|
+    ("ur", lambda m: m.update / m.weight.clamp_min(1e-12)),  # update-to-weight ratio
+    ("vm", lambda m: m.norms(m.sqrt_v).square() / m.numel),  # mean of exp_avg_sq: sum(v) = |sqrt(v)|^2
+    ("vx", lambda m: torch.stack(torch._foreach_max(m.v))),  # max of exp_avg_sq
+    ("vn", lambda m: m.norms(m.v)),  # L2 norm of exp_avg_sq
+    ("r", lambda m: m.norms(torch._foreach_div(m.grads, m.adam_denominator())) / m.numel.sqrt()),  # RMS(g^2/v_hat)
+)
+
+
 class Telemetry:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, cfg, rare_mask: torch.Tensor):
         self.model, self.opt, self.cfg = model, optimizer, cfg
@@ -72,55 +102,39 @@ class Telemetry:
 
     def row(self, step: int, batch, logits: torch.Tensor, loss: torch.Tensor, grad_norm: torch.Tensor) -> dict:
         with torch.no_grad():
-            # global over DDP ranks (identity on one process): the largest |logit|, and each block's mean
-            # |activation| (ranks hold equal-shaped shares, so the mean of their means is the global mean)
-            logit_max = distributed.all_reduce(logits.detach().abs().max().float().reshape(1), "max")
-            acts = self.model.last_activations
-            acts = distributed.all_reduce(torch.stack(acts).float(), "mean") if acts else logit_max[:0]
+            view = StepView(self.model, logits, loss, grad_norm)
+            parts = [distributed.all_reduce(fn(view), op) for _, op, fn, _ in STEP_SIGNALS]  # global over ranks
             finite = torch.stack([torch.isfinite(loss), torch.isfinite(grad_norm)]).float()
-            head = torch.cat([logit_max, acts, finite])  # everything goes to the host in ONE .tolist()
-            n_head = len(head)
-            vals = torch.cat([head, self._per_param().flatten()]).tolist() if self.full else head.tolist()
-            out: dict = {"logit_max": rnd(vals[0]), "act": [rnd(a) for a in vals[1 : n_head - 2]]}
+            per_param = self._per_param().flatten() if self.full else finite[:0]
+            vals = torch.cat([*parts, finite, per_param]).tolist()  # everything reaches the host in ONE transfer
+            out: dict = {}
+            at = 0
+            for (key, _, _, as_list), part in zip(STEP_SIGNALS, parts):
+                chunk = [rnd(x) for x in vals[at:at + len(part)]]
+                out[key] = chunk if as_list else chunk[0]
+                at += len(part)
+            loss_finite, norm_finite = vals[at], vals[at + 1]
             if self.full:
-                stats = vals[n_head:]
-                k = 7
-                out["params"] = {
-                    name: dict(zip(("g", "u", "ur", "vm", "vx", "vn", "r"), (rnd(x) for x in stats[i * k:(i + 1) * k])))
-                    for i, name in enumerate(self.names)
-                }
+                stats, keys = vals[at + 2:], [key for key, _ in PARAM_STATS]
+                k = len(keys)
+                out["params"] = {name: dict(zip(keys, (rnd(x) for x in stats[i * k:(i + 1) * k])))
+                                 for i, name in enumerate(self.names)}
                 if self.cfg.spectral_every and step % self.cfg.spectral_every == 0:
                     out["sigma"] = self._spectral()
-            loss_finite, norm_finite = vals[n_head - 2], vals[n_head - 1]
             out["nonfinite"] = int(not loss_finite) + (
                 0 if norm_finite else sum(int((~torch.isfinite(p.grad)).sum()) for p in self.params))
             out["batch"] = self.batch_composition(batch)
         return out
 
     def _per_param(self) -> torch.Tensor:
-        """[n_params, 7] tensor: g, u, ur, vm, vx, vn, r (see module doc). Every statistic is one `_foreach`
-        call over all tensors (one pass over the 130k numbers each): sums come out of L2 norms of square
-        roots, so no per-tensor Python loop runs."""
+        """[n_params, len(PARAM_STATS)]: every statistic of PARAM_STATS for every tensor (zeros before the
+        optimizer has state, i.e. at a step-0 skipped update)."""
         n = len(self.params)
-        norms = lambda ts: torch.stack(torch._foreach_norm(ts))  # noqa: E731
-        u = norms(torch._foreach_sub(self.detached, self.prev))
-        w = norms(self.prev)
         states = [self.opt.state.get(p) for p in self.params]
-        if all(states):
-            v = [st["exp_avg_sq"] for st in states]
-            sqrt_v = torch._foreach_sqrt(v)
-            vm = norms(sqrt_v).square() / self.numel  # sum(v) = |sqrt(v)|^2
-            vx = torch.stack(torch._foreach_max(v))
-            vn = norms(v)
-            # every tensor steps together, so Adam's bias correction is one scalar; the denominator is
-            # Adam's own, sqrt(v_hat) + eps, and RMS(g^2 / v_hat) = |g / sqrt(v_hat)| / sqrt(numel)
-            denom = torch._foreach_div(sqrt_v, (1.0 - self.beta2 ** float(states[0]["step"])) ** 0.5)
-            torch._foreach_add_(denom, self.cfg.eps)
-            r = norms(torch._foreach_div([p.grad for p in self.params], denom)) / self.numel.sqrt()
-        else:
-            vm = vx = vn = r = torch.zeros(n, device=self.device)
-        gn = self.grad_norms if self.grad_norms is not None else torch.zeros(n, device=self.device)
-        return torch.stack([gn, u, u / w.clamp_min(1e-12), vm, vx, vn, r], dim=1)
+        if not all(states):
+            return torch.zeros(n, len(PARAM_STATS), device=self.device)
+        moments = _Moments(self, states)
+        return torch.stack([fn(moments) for _, fn in PARAM_STATS], dim=1)
 
     def _spectral(self) -> dict:
         mats = [(n, p) for n, p in zip(self.names, self.params) if p.dim() == 2]
@@ -142,3 +156,24 @@ class Telemetry:
             "rare_share": rnd(rare / n),
             "dup_rows": len(seqs) - len(set(seqs)),
         }
+
+
+class _Moments:
+    """The tensors PARAM_STATS read, each computed once per step (lazily where only one stat needs it)."""
+
+    def __init__(self, tel: Telemetry, states: list[dict]):
+        self.norms = lambda ts: torch.stack(torch._foreach_norm(ts))
+        self.numel = tel.numel
+        self.grads = [p.grad for p in tel.params]
+        self.grad_norms = tel.grad_norms if tel.grad_norms is not None else torch.zeros_like(tel.numel)
+        self.update = self.norms(torch._foreach_sub(tel.detached, tel.prev))
+        self.weight = self.norms(tel.prev)
+        self.v = [st["exp_avg_sq"] for st in states]
+        self.sqrt_v = torch._foreach_sqrt(self.v)
+        self._step, self._beta2, self._eps = float(states[0]["step"]), tel.beta2, tel.cfg.eps
+
+    def adam_denominator(self) -> list[torch.Tensor]:
+        """Adam's own sqrt(v_hat) + eps; every tensor steps together, so the bias correction is one scalar."""
+        denom = torch._foreach_div(self.sqrt_v, (1.0 - self._beta2 ** self._step) ** 0.5)
+        torch._foreach_add_(denom, self._eps)
+        return denom
