@@ -20,7 +20,8 @@ from minitrain.config import TrainConfig
 from minitrain.data import RunData, prepare
 from minitrain.injections import InjectContext, maybe_inject, validate_injection_config
 from minitrain.model import GPT, PARAM_ALIASES, build_model
-from minitrain.remedies import RemedyContext, apply_remedy, make_context, remedy_record
+from minitrain.remedies import (RemedyContext, apply_remedy, make_context, remedy_checkpoint, remedy_record,
+                                remedy_restore)
 from minitrain.telemetry import Telemetry
 
 
@@ -213,6 +214,8 @@ def checkpoint_meta(run: Run, step: int) -> dict:
         "rng": {"torch_cpu_state_sha256": _rng_digest()},
         "injection_fired": bool(run.inject and run.inject.record),
     }
+    if run.remedy:  # REMEDY: its scalar memory (ZClip's EMA) and what it did, so a resume continues it exactly
+        meta["remedy"] = remedy_checkpoint(run.remedy)
     return blind.withhold_checkpoint_meta(meta) if run.cfg.blind else meta  # BLIND (blind.py)
 
 
@@ -413,6 +416,8 @@ def resume(out: Path, device: str | None = None) -> dict:
                                      "or start over with --force")
         runfiles.restore(run.model, run.opt, weights, opt_t, path)
         start, metrics_bytes = steps[-1], meta["metrics_bytes"]
+        if run.remedy and "remedy" in meta:
+            remedy_restore(run.remedy, meta["remedy"])
     metrics_path = out / "metrics.jsonl"
     if metrics_path.exists() and metrics_path.stat().st_size < metrics_bytes:
         raise runfiles.UserError(f"{metrics_path} is shorter than its checkpoint says; the file was truncated, "

@@ -155,6 +155,19 @@ def apply_remedy(step: int, grad_norm: torch.Tensor, ctx: RemedyContext | None) 
     return REGISTRY[ctx.cfg.remedy].apply(step, float(grad_norm), ctx)
 
 
+def remedy_checkpoint(ctx: RemedyContext) -> dict:
+    """The JSON part of a remedy's memory, for a checkpoint. Tensor snapshots (restore_moments) are not
+    saved: a resume starts at a checkpoint boundary, where that remedy takes its snapshot again."""
+    scalars = {k: v for k, v in ctx.state.items() if isinstance(v, (int, float))}
+    return {"state": scalars, "actions": list(ctx.actions), "action_count": ctx.action_count}
+
+
+def remedy_restore(ctx: RemedyContext, saved: dict) -> None:
+    ctx.state.update(saved.get("state", {}))
+    ctx.actions[:] = saved.get("actions", [])
+    ctx.action_count = saved.get("action_count", 0)
+
+
 def make_context(cfg, model, opt) -> RemedyContext | None:
     return None if cfg.remedy == "none" else RemedyContext(cfg, model, opt)
 
