@@ -18,8 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from minitrain import dashboard, loop
-from minitrain.config import build_config
+from minitrain import loop
+from minitrain.views import dashboard
+from minitrain.core.config import build_config
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -26,7 +26,7 @@ import torch
 
 def measure(preset: str, steps: int, warmup: int, device: str, precision: str, threads: int) -> dict:
     from minitrain import loop
-    from minitrain.config import build_config
+    from minitrain.core.config import build_config
 
     cfg = build_config({}, [f"preset={preset}", f"device={device}", f"precision={precision}", f"threads={threads}",
                             f"steps={warmup + steps + 1}", "warmup_steps=1", "eval_every=1000000",

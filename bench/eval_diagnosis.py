@@ -27,8 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from minitrain import detectors, stability
-from minitrain.config import build_config
+from minitrain.analysis import detectors
+from minitrain.analysis import stability
+from minitrain.core.config import build_config
 
 CAUSE_OF_INJECTION = {"scale": "gradient_explosion", "bad_batch": "bad_batch", "v_corrupt": "optimizer_state_corruption"}
 DETECT_WINDOW = 20  # a detector "detects" an injection at K if it flags a step in [K, K + 20]
@@ -404,7 +405,7 @@ def main(argv=None) -> int:
     cases = [c for c in cases if (suite / c.folder / "metrics.jsonl").exists()]
     evaluate(cases, suite)
     text = render(cases, mode, time.perf_counter() - t0)
-    from minitrain.stability import atomic_write_text
+    from minitrain.analysis.stability import atomic_write_text
 
     suite.mkdir(parents=True, exist_ok=True)
     atomic_write_text(suite / "report.md", text)

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import torch
 
-from minitrain import loop, runfiles
-from minitrain.config import build_config
+from minitrain import loop
+from minitrain.run import files
+from minitrain.core.config import build_config
 
 
 def bare_loop(cfg):
@@ -46,8 +47,8 @@ def bare_loop(cfg):
 def project_loop(cfg, folder: Path):
     """The real loop writing a real run folder (metrics every step, eval, checkpoints)."""
     run = loop.build_run(cfg, folder)
-    runfiles.prepare_run_dir(folder, force=True)
-    run.metrics = runfiles.MetricsWriter(folder / "metrics.jsonl")
+    files.prepare_run_dir(folder, force=True)
+    run.metrics = files.MetricsWriter(folder / "metrics.jsonl")
 
     def steps(start: int, stop: int) -> None:
         loop.run_steps(run, start, stop_at=stop)

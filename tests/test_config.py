@@ -1,8 +1,8 @@
 import pytest
 
 from conftest import assert_one_line_error, run_cli
-from minitrain.config import TrainConfig, build_config, load_yaml
-from minitrain.errors import UserError
+from minitrain.core.config import TrainConfig, build_config, load_yaml
+from minitrain.core.errors import UserError
 
 
 def test_defaults_are_the_course_defaults():
@@ -70,7 +70,8 @@ def test_cli_bad_config_exits_2_without_traceback(tmp_path):
 def test_every_command_has_help():
     import argparse
 
-    from minitrain import cli, learner
+    from minitrain import cli
+    from minitrain.lab import learner
 
     assert tuple(learner.LABS) == cli.LAB_NAMES
     parser = cli.build_parser()

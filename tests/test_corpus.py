@@ -1,8 +1,8 @@
 import statistics
 
-from minitrain import corpus
-from minitrain.config import TrainConfig
-from minitrain.data import prepare, token_report
+from minitrain.core import corpus
+from minitrain.core.config import TrainConfig
+from minitrain.core.data import prepare, token_report
 
 
 def test_grammar_covers_every_cell_and_is_deterministic():

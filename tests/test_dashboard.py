@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from minitrain import dashboard, loop
+from minitrain import loop
+from minitrain.lab.runs import train_run, write_pages
+from minitrain.views import dashboard
 from minitrain.cli import main
-from minitrain.config import build_config
-from minitrain.errors import UserError
+from minitrain.core.config import build_config
+from minitrain.core.errors import UserError
 
 K = 30
 CHROMIUM = Path("/usr/bin/chromium")
@@ -34,9 +36,9 @@ def tiny(**extra) -> "TrainConfig":  # noqa: F821
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory) -> Path:
     exp = tmp_path_factory.mktemp("dash") / "experiments"
-    loop.train(tiny(), exp / "18-baseline")
-    loop.train(tiny(injection="bad_batch", injection_step=K), exp / "19-injection-B")
-    loop.train(tiny(injection="v_corrupt", injection_step=K), exp / "19-injection-C")
+    train_run(tiny(), exp / "18-baseline")
+    train_run(tiny(injection="bad_batch", injection_step=K), exp / "19-injection-B")
+    train_run(tiny(injection="v_corrupt", injection_step=K), exp / "19-injection-C")
     return exp
 
 
@@ -204,8 +206,9 @@ def test_a_failing_dashboard_never_loses_the_run(tmp_path, monkeypatch, capsys):
     def broken(*a, **k):
         raise RuntimeError("boom")
 
+    (tmp_path / "metrics.jsonl").write_text("")
     monkeypatch.setattr(dashboard, "write_dashboard", broken)
-    loop._write_dashboard(tmp_path)  # must not raise
+    write_pages(tmp_path)  # must not raise
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "warning: dashboard.html not written" in err and "boom" in err
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minitrain import detectors
+from minitrain.analysis import detectors
 
 
 def noisy(n=600, level=2.0, seed=0):

@@ -22,10 +22,12 @@ import pytest
 import torch
 
 from conftest import small_config
-from minitrain import loop, runfiles
-from minitrain.config import PRESETS, TrainConfig, build_config
-from minitrain.data import prepare
-from minitrain.errors import UserError
+from minitrain import loop
+from minitrain.lab.runs import train_run
+from minitrain.run import files
+from minitrain.core.config import PRESETS, TrainConfig, build_config
+from minitrain.core.data import prepare
+from minitrain.core.errors import UserError
 
 STEPS, K = 50, 25
 DDP_SET = [f"steps={STEPS}", "ckpt_every=10", "eval_every=10", "spectral_every=10", "warmup_steps=10",
@@ -75,9 +77,9 @@ def ddp(tmp_path_factory):
 def single(tmp_path_factory):
     """The same runs on one process with the global batch of 8 (injections fork from the baseline too)."""
     exp = tmp_path_factory.mktemp("single")
-    loop.train(build_config({}, DDP_SET), exp / "base")
+    train_run(build_config({}, DDP_SET), exp / "base")  # as `minitrain train` does: the run, then its page
     for inj in INJECTIONS:
-        loop.train(build_config({}, [*DDP_SET, f"injection={inj}", f"injection_step={K}"]), exp / f"inj-{inj}")
+        train_run(build_config({}, [*DDP_SET, f"injection={inj}", f"injection_step={K}"]), exp / f"inj-{inj}")
     return exp
 
 
@@ -113,8 +115,8 @@ def test_rank_0_alone_writes_a_normal_run_folder(ddp, single):
     exp, _ = ddp
     listing = lambda run: sorted(str(p.relative_to(run)) for p in run.rglob("*"))  # noqa: E731
     assert listing(exp / "base") == listing(single / "base")
-    weights, opt, _ = runfiles.load_checkpoint(runfiles.checkpoint_dir(exp / "base", STEPS))
-    want, _, _ = runfiles.load_checkpoint(runfiles.checkpoint_dir(single / "base", STEPS))
+    weights, opt, _ = files.load_checkpoint(files.checkpoint_dir(exp / "base", STEPS))
+    want, _, _ = files.load_checkpoint(files.checkpoint_dir(single / "base", STEPS))
     assert set(weights) == set(want) and not any("module." in n for n in [*weights, *opt])
     assert all(t.device.type == "cpu" for t in weights.values())
 
@@ -153,11 +155,11 @@ def test_a_two_process_run_resumes_on_one_process(ddp, tmp_path):
     exp, _ = ddp
     out = tmp_path / "resumed"
     shutil.copytree(exp / "base", out)
-    for step in runfiles.list_checkpoints(out):
+    for step in files.list_checkpoints(out):
         if step > 20:
-            shutil.rmtree(runfiles.checkpoint_dir(out, step))
+            shutil.rmtree(files.checkpoint_dir(out, step))
     (out / "results.json").unlink()
-    runfiles.atomic_write_json(out / "manifest.json", {**manifest(out), "status": "running"})
+    files.atomic_write_json(out / "manifest.json", {**manifest(out), "status": "running"})
     res = loop.resume(out)
     assert res["status"] == "finished" and res["steps_done"] == STEPS
     whole, resumed = rows(exp / "base"), rows(out)
@@ -201,8 +203,8 @@ def test_short_cuda_run_tracks_the_cpu_run(tmp_path, precision, tol):
         assert abs(a["loss"] - b["loss"]) < tol, (a["step"], a["loss"], b["loss"])
     assert manifest(tmp_path / "gpu")["hardware"]["device"].startswith("cuda")
     # its checkpoints are CPU tensors: the same run continues on the CPU
-    shutil.rmtree(runfiles.checkpoint_dir(tmp_path / "gpu", 20))
-    runfiles.atomic_write_json(tmp_path / "gpu" / "manifest.json",
+    shutil.rmtree(files.checkpoint_dir(tmp_path / "gpu", 20))
+    files.atomic_write_json(tmp_path / "gpu" / "manifest.json",
                                {**manifest(tmp_path / "gpu"), "status": "running"})
     if precision == "bf16":  # bf16 stays a GPU option: continue it on the GPU
         assert loop.resume(tmp_path / "gpu")["status"] == "finished"
@@ -234,7 +236,7 @@ def test_new_fields_at_their_defaults_keep_every_config_hash():
 
 
 def test_default_corpus_is_unchanged_and_scale_widens_it():
-    from minitrain import corpus
+    from minitrain.core import corpus
 
     assert corpus.data_manifest(corpus.generate(42), [], [], 42, ["walk"])["rows"] == 2320
     assert prepare(build_config({}, [])).manifest["hash"] == "87ef29acf62f1086"  # the data hash before the knob

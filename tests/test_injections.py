@@ -5,7 +5,7 @@ import torch
 
 from conftest import assert_one_line_error, run_cli, small_args, small_config
 from minitrain import loop
-from minitrain.injections import REGISTRY, maybe_inject
+from minitrain.core.injections import REGISTRY, maybe_inject
 
 K = 60
 

@@ -9,9 +9,14 @@ import shutil
 import pytest
 
 from conftest import assert_one_line_error, run_cli, small_args, small_config
-from minitrain import blind, learner, loop, remedies
-from minitrain.config import build_config
-from minitrain.errors import UserError
+from minitrain import loop
+from minitrain.lab import blind
+from minitrain.run import redact
+from minitrain.lab import learner
+from minitrain.lab.remediate import remediate
+from minitrain.core import remedy
+from minitrain.core.config import build_config
+from minitrain.core.errors import UserError
 
 K = 60
 SPIKE_FAULTS = ("scale", "bad_batch", "v_corrupt")
@@ -149,7 +154,7 @@ def _train_rows(cfg):
 
 
 def test_remedy_fields_at_their_defaults_leave_the_config_hash_alone():
-    from minitrain import config
+    from minitrain.core import config
 
     cfg = small_config()
     remedy_fields = [k for k in cfg.to_dict() if k.startswith("remedy")]
@@ -175,7 +180,7 @@ def test_skip_batch_makes_no_update_at_its_step():
     assert all(p["u"] == 0 for p in rows[K]["params"].values())  # weights untouched at K
     assert all(p["u"] > 0 for p in rows[K - 1]["params"].values())
     assert rows[K]["batch"]["dup_rows"] == 7  # the bad batch is still seen (and logged)
-    assert [a["step"] for a in remedies.remedy_record(run.remedy)["actions"]] == [K]
+    assert [a["step"] for a in remedy.remedy_record(run.remedy)["actions"]] == [K]
     _, plain = _train_rows(small_config("steps=70", "injection=bad_batch", f"injection_step={K}"))
     assert rows[:K] == plain[:K] and rows[K + 1]["loss"] != plain[K + 1]["loss"]
 
@@ -188,7 +193,7 @@ def test_restore_moments_puts_back_the_pre_spike_second_moment():
     vm = lambda rows, s: rows[s]["params"]["lm_head.bias"]["vm"]  # noqa: E731
     assert vm(corrupt, K + 1) / vm(base, K + 1) > 20
     assert 0.5 < vm(fixed, K + 1) / vm(base, K + 1) < 2
-    action = remedies.remedy_record(run.remedy)["actions"][0]
+    action = remedy.remedy_record(run.remedy)["actions"][0]
     assert action["step"] == K + 1 and action["from_checkpoint_step"] == K  # ckpt_every=20: boundary at K
 
 
@@ -196,7 +201,7 @@ def test_zclip_down_weights_the_scaled_step_only():
     cfg = small_config("steps=70", "injection=scale", f"injection_step={K}")
     run, rows = _train_rows(cfg.replace(remedy="zclip"))
     _, plain = _train_rows(cfg)
-    actions = remedies.remedy_record(run.remedy)["actions"]
+    actions = remedy.remedy_record(run.remedy)["actions"]
     at_k = [a for a in actions if a["step"] == K]
     assert at_k and at_k[0]["factor"] < 0.1 and at_k[0]["z"] > 2.5
     assert len(actions) <= 3  # a detector, not a second clip: it acts on outliers only
@@ -207,7 +212,7 @@ def test_zclip_down_weights_the_scaled_step_only():
 
 def test_remedy_none_is_byte_identical_to_the_plain_loop(small_baseline):
     _, rows = _train_rows(small_config())
-    from minitrain.runfiles import dumps_row
+    from minitrain.run.files import dumps_row
 
     assert b"".join(dumps_row(r).encode() for r in rows) == (small_baseline / "metrics.jsonl").read_bytes()
 
@@ -239,8 +244,8 @@ def _check_no_leak(folder):
     assert len({(r / "config.yaml").read_bytes() for r in runs}) == 1  # identical config files
     manifests = [json.loads((r / "manifest.json").read_text()) for r in runs]
     for m in manifests:
-        assert m["injection"] == {"withheld": blind.WITHHELD}
-        assert m["config_hash"] == m["trunk_hash"] == blind.WITHHELD
+        assert m["injection"] == {"withheld": redact.WITHHELD}
+        assert m["config_hash"] == m["trunk_hash"] == redact.WITHHELD
     stripped = [{k: v for k, v in m.items() if k not in VOLATILE} for m in manifests]
     assert stripped[0] == stripped[1] == stripped[2]  # the manifests differ only in names and times
     for r in runs:
@@ -249,7 +254,7 @@ def _check_no_leak(folder):
             assert row["injected"] is None and row["batch"]["rows"] == [None] * 8
         for ck in (r / "checkpoints").glob("*/manifest.json"):
             meta = json.loads(ck.read_text())
-            assert meta["config_hash"] == meta["injection_fired"] == blind.WITHHELD
+            assert meta["config_hash"] == meta["injection_fired"] == redact.WITHHELD
     pages = [r / "dashboard.html" for r in runs if (r / "dashboard.html").exists()]
     payloads = [re.search(r'id="dashboard-data">(.*?)</script>', p.read_text(), re.S).group(1) for p in pages]
     assert len({json.dumps(json.loads(x)["injection"]) for x in payloads}) <= 1
@@ -492,7 +497,7 @@ def test_postmortem_fills_the_template_and_never_overwrites(lab):
 @pytest.mark.parametrize("fault,remedy", [("bad_batch", "skip_batch"), ("v_corrupt", "restore_moments")])
 def test_remediate_reruns_from_before_the_anomaly(lab, fault, remedy):
     run = lab / f"19-injection-{learner.LAB_LETTERS[fault]}"
-    rep = remedies.remediate(run, remedy, force=True)
+    rep = remediate(run, remedy, force=True)
     out = lab / f"{run.name}-remediated"
     assert rep["remedy"] == remedy and (out / "remediation.json").exists()
     assert rep["from_checkpoint"]["step"] <= K  # the last checkpoint before the anomaly (in the baseline it forked from)

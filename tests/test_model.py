@@ -1,7 +1,7 @@
 import torch
 
-from minitrain.config import TrainConfig
-from minitrain.model import build_model
+from minitrain.core.config import TrainConfig
+from minitrain.core.model import build_model
 
 
 def model():

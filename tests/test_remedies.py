@@ -2,7 +2,8 @@ import json
 import shutil
 
 from conftest import small_config
-from minitrain import loop, runfiles
+from minitrain import loop
+from minitrain.run import files
 
 
 def test_a_zclip_run_resumes_byte_identically(tmp_path):
@@ -14,9 +15,9 @@ def test_a_zclip_run_resumes_byte_identically(tmp_path):
     assert manifest["remedy"]["action_count"] > 0  # the remedy acted after the resume point too
     cut = tmp_path / "cut"
     shutil.copytree(whole, cut)
-    for step in runfiles.list_checkpoints(cut):
+    for step in files.list_checkpoints(cut):
         if step > 40:
-            shutil.rmtree(runfiles.checkpoint_dir(cut, step))
+            shutil.rmtree(files.checkpoint_dir(cut, step))
     manifest["status"] = "running"  # as if killed after the checkpoint at step 40
     (cut / "manifest.json").write_text(json.dumps(manifest))
     loop.resume(cut)

@@ -3,14 +3,15 @@ import json
 import pytest
 
 from conftest import small_config
-from minitrain import loop, runfiles
-from minitrain.errors import UserError
+from minitrain import loop
+from minitrain.run import files, reader
+from minitrain.core.errors import UserError
 
 
 def test_atomic_write_leaves_no_temp_files_and_normal_permissions(tmp_path):
     p = tmp_path / "a" / "b.json"
-    runfiles.atomic_write_json(p, {"x": 1})
-    runfiles.atomic_write_json(p, {"x": 2})
+    files.atomic_write_json(p, {"x": 1})
+    files.atomic_write_json(p, {"x": 2})
     assert json.loads(p.read_text()) == {"x": 2}
     assert [q.name for q in p.parent.iterdir()] == ["b.json"]
     assert p.stat().st_mode & 0o044  # readable by others, unlike mkstemp's 0600
@@ -19,18 +20,18 @@ def test_atomic_write_leaves_no_temp_files_and_normal_permissions(tmp_path):
 def test_read_metrics_tolerates_a_partial_last_line(tmp_path):
     p = tmp_path / "metrics.jsonl"
     p.write_text('{"step":0,"loss":1.0}\n{"step":1,"loss":0.9}\n{"step":2,"lo')
-    rows, note = runfiles.read_metrics(p)
+    rows, note = reader.read_metrics(p)
     assert [r["step"] for r in rows] == [0, 1] and "step 1" in note
     p.write_text('{"step":0}\ngarbage\n{"step":2}\n')
     with pytest.raises(UserError, match="line 2 is corrupt"):
-        runfiles.read_metrics(p)
+        reader.read_metrics(p)
 
 
 def test_non_finite_loss_stops_cleanly_and_keeps_rows(tmp_path):
     out = tmp_path / "diverged"
     res = loop.train(small_config("lr_max=1e4", "lr_min=1", "warmup_steps=0"), out)
     assert res["status"] == "non_finite"
-    rows, note = runfiles.read_metrics(out / "metrics.jsonl")
+    rows, note = reader.read_metrics(out / "metrics.jsonl")
     assert note is None and rows[-1]["step"] == res["stopped_at_step"] < 119
     assert rows[-1]["loss"] is None or rows[-1]["grad_norm"] is None
     assert json.loads((out / "manifest.json").read_text())["status"] == "non_finite"
@@ -41,9 +42,9 @@ def test_non_finite_loss_stops_cleanly_and_keeps_rows(tmp_path):
 
 def test_checkpoint_round_trip_restores_weights_and_moments(small_baseline):
     run = loop.build_run(small_config())
-    path = runfiles.checkpoint_dir(small_baseline, 60)
-    weights, opt, meta = runfiles.load_checkpoint(path)
-    runfiles.restore(run.model, run.opt, weights, opt, path)
+    path = files.checkpoint_dir(small_baseline, 60)
+    weights, opt, meta = files.load_checkpoint(path)
+    files.restore(run.model, run.opt, weights, opt, path)
     assert meta["step"] == 60 and meta["config_hash"] == small_config().hash()
     for name, p in run.model.named_parameters():
         assert p.detach().equal(weights[name])

@@ -3,8 +3,9 @@ import json
 import pytest
 
 from conftest import small_config
-from minitrain import loop, signature
-from minitrain.errors import UserError
+from minitrain import loop
+from minitrain.analysis import signature
+from minitrain.core.errors import UserError
 
 
 def test_recovery_uses_a_windowed_difference():

@@ -6,6 +6,8 @@ make are golden-tested on the clean run's metrics edited in one place.
 """
 from __future__ import annotations
 
+import importlib
+
 import json
 import shutil
 import sys
@@ -14,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, assert_one_line_error, run_cli
-from minitrain import stability
-from minitrain.errors import UserError
+from minitrain.analysis import stability
+from minitrain.core.errors import UserError
 
 sys.path.insert(0, str(ROOT / "bench"))
 import eval_diagnosis  # noqa: E402
@@ -308,4 +310,4 @@ def test_eval_report_scores_the_quick_suite(quick_suite):
         [(c.name, c.result["cause"], c.result["anomaly_step"]) for c in cs if not eval_diagnosis.correct(c)]
     rows = {r["detector"]: r for r in eval_diagnosis.detector_rows(cs)}
     assert rows["walker"]["clean_runs_alarmed"] == 0
-    assert set(rows) == {d.name for d in __import__("minitrain.detectors").detectors.DETECTORS} | {"walker"}
+    assert set(rows) == {d.name for d in importlib.import_module("minitrain.analysis.detectors").DETECTORS} | {"walker"}

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from conftest import small_config
-from minitrain import loop, telemetry
+from minitrain import loop
+from minitrain.core import telemetry
 
 
 def rows_of(cfg, steps):

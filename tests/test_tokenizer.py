@@ -1,8 +1,8 @@
 import torch
 
-from minitrain.config import TrainConfig
-from minitrain.data import prepare
-from minitrain.tokenizer import BOS, EOS, PAD, encode_row, make_batch
+from minitrain.core.config import TrainConfig
+from minitrain.core.data import prepare
+from minitrain.core.tokenizer import BOS, EOS, PAD, encode_row, make_batch
 
 
 def test_vocab_is_exactly_512_with_specials_first():
@@ -35,7 +35,7 @@ def test_masks_cover_targets_only_and_padding():
 
 
 def test_attention_mask_is_causal_plus_padding():
-    from minitrain.model import GPT
+    from minitrain.core.model import GPT
 
     m = GPT(512, 1, 16, 2, 32, 32)
     key_pad = torch.tensor([[False, False, False, True]])

@@ -10,10 +10,10 @@ import os
 import sys
 from pathlib import Path
 
-from minitrain.errors import UserError
+from minitrain.core.errors import UserError
 
-LAB_LETTERS = {"scale": "A", "bad_batch": "B", "v_corrupt": "C"}
-LAB_DEFAULT_SEED, LAB_DEFAULT_STEP = 42, 500
+LAB_DEFAULT_SEED, LAB_DEFAULT_STEP = 42, 500  # the lab's defaults (the same as run/reader.py's, kept here so
+                                              # --help imports nothing heavy)
 LAB_NAMES = ("spike", "blind", "break-it")  # the keys of learner.LABS (kept here so --help needs no torch)
 
 
@@ -25,7 +25,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def _config_from_args(args) -> "TrainConfig":  # noqa: F821
-    from minitrain.config import build_config, load_yaml
+    from minitrain.core.config import build_config, load_yaml
 
     base = load_yaml(Path(args.config)) if getattr(args, "config", None) else {}
     overrides = list(getattr(args, "set", None) or [])
@@ -39,55 +39,31 @@ def _config_from_args(args) -> "TrainConfig":  # noqa: F821
     return build_config(base, overrides)
 
 
-def _summary_line(name: str, res: dict) -> str:
-    if res.get("status") == "finished" and res.get("final_val_loss") is not None:
-        ppl = f" (ppl {res['final_val_ppl']:.2f})" if res.get("final_val_ppl") is not None else ""
-        return (f"{name}: finished {res['steps_done']} steps; val loss {res['final_val_loss']:.3f}{ppl} "
-                f"vs n-gram {res['ngram_val_loss']:.3f} (ppl {res['ngram_val_ppl']:.2f}) "
-                f"in {res['seconds_this_session']:.1f}s")
-    if res.get("status") == "non_finite":
-        return f"{name}: stopped at step {res.get('stopped_at_step')}: non-finite loss or gradient (rows kept)"
-    return f"{name}: {res.get('status')} after {res.get('steps_done')} steps"
-
-
 # --- train ---------------------------------------------------------------------------------------
 
 
 def cmd_train(args) -> int:
-    from minitrain import loop
+    from minitrain.lab.runs import resume_run, summary_line, train_run
 
     if args.resume:
         if args.out or args.set or args.config or args.preset or args.precision:
             raise UserError("--resume takes the run folder alone (and --device); its config.yaml is used as it is")
-        res = loop.resume(Path(args.resume), device=args.device)
+        res = resume_run(Path(args.resume), device=args.device)
         if is_main_process():  # under torchrun, rank 0 speaks for all ranks
-            print(_summary_line(Path(args.resume).name, res))
+            print(summary_line(Path(args.resume).name, res))
         return 0
     if not args.out:
         raise UserError("train needs --out DIR (or --resume DIR); e.g. minitrain train --out experiments/my-run")
     cfg = _config_from_args(args)
-    res = loop.train(cfg, Path(args.out), force=args.force, fork=not args.no_fork)
+    res = train_run(cfg, Path(args.out), force=args.force, fork=not args.no_fork)
     if is_main_process():  # under torchrun, rank 0 speaks for all ranks
-        print(_summary_line(Path(args.out).name, res))
+        print(summary_line(Path(args.out).name, res))
     return 0
 
 
 def is_main_process() -> bool:
     """False on torchrun's ranks other than 0 (read from the environment: valid before and after init)."""
     return os.environ.get("RANK", "0") == "0"
-
-
-def lab_run_name(injection: str, seed: int, step: int) -> str:
-    """experiments/ folder of a lab run: 18-baseline, 19-injection-A.. (suffixes only off the lab defaults)."""
-    if injection == "none":
-        name = "18-baseline"
-    else:
-        name = f"19-injection-{LAB_LETTERS.get(injection, injection)}"
-        if step != LAB_DEFAULT_STEP:
-            name += f"-k{step}"
-    if seed != LAB_DEFAULT_SEED:
-        name += f"-seed{seed}"
-    return name
 
 
 def _env_int(name: str, default: int) -> int:
@@ -102,8 +78,8 @@ def _env_int(name: str, default: int) -> int:
 
 def cmd_lab_run(args) -> int:
     """One run of the lab, named as the lab names it; reads the lab's shell variables with --from-env."""
-    from minitrain import loop
-    from minitrain.config import build_config
+    from minitrain.core.config import build_config
+    from minitrain.lab.runs import lab_run
 
     if args.from_env:
         seed = _env_int("seed", LAB_DEFAULT_SEED)
@@ -114,22 +90,8 @@ def cmd_lab_run(args) -> int:
     overrides = [f"seed={seed}", f"injection={injection}", f"injection_step={step}", *(args.set or [])]
     if args.no_progress:
         overrides.append("progress=false")
-    cfg = build_config({}, overrides)
-    out = Path(args.experiments) / lab_run_name(injection, seed, step)
-    if (out / "results.json").exists() and not args.force:
-        manifest = json.loads((out / "manifest.json").read_text())
-        if manifest.get("config_hash") == cfg.hash() and manifest.get("status") in ("finished", "non_finite"):
-            print(f"{out.name}: up to date (same config, already {manifest['status']}); --force re-runs it")
-            return 0
-    res = loop.train(cfg, out, force=args.force)
-    print(_summary_line(out.name, res))
-    if injection != "none":  # expected vs observed, when the baseline of the same seed is there
-        from minitrain import signature
-
-        try:
-            signature.write(out)
-        except UserError as e:
-            print(f"{out.name}: no signature.json yet ({e})", file=sys.stderr)
+    _, line = lab_run(build_config({}, overrides), Path(args.experiments), force=args.force)
+    print(line)
     return 0
 
 
@@ -137,13 +99,13 @@ def cmd_lab_run(args) -> int:
 
 
 def cmd_corpus(args) -> int:
-    from minitrain.config import build_config
-    from minitrain.data import prepare, token_report
+    from minitrain.core.config import build_config
+    from minitrain.core.data import prepare, token_report
 
     cfg = build_config({}, args.set or [])
     data = prepare(cfg)
     if args.out:
-        from minitrain.runfiles import atomic_write_json, atomic_write_text
+        from minitrain.run.files import atomic_write_json, atomic_write_text
 
         out = Path(args.out)
         for split, rows in (("train", data.train_rows), ("val", data.val_rows)):
@@ -171,7 +133,7 @@ def cmd_corpus(args) -> int:
 
 
 def cmd_signature(args) -> int:
-    from minitrain import signature
+    from minitrain.analysis import signature
 
     sig = signature.write(Path(args.run), Path(args.baseline) if args.baseline else None)
     print(json.dumps(sig, indent=2))
@@ -179,7 +141,7 @@ def cmd_signature(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from minitrain import signature
+    from minitrain.analysis import signature
 
     print(signature.report(Path(args.experiments)))
     print(f"written to {Path(args.experiments) / 'lab-report.md'}", file=sys.stderr)
@@ -189,7 +151,7 @@ def cmd_report(args) -> int:
 def cmd_config(args) -> int:
     import yaml
 
-    from minitrain.config import build_config
+    from minitrain.core.config import build_config
 
     cfg = build_config({}, [f"preset={args.preset}"] if args.preset else [])
     print(yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True), end="")
@@ -200,7 +162,8 @@ def cmd_config(args) -> int:
 
 
 def cmd_dashboard(args) -> int:
-    from minitrain.dashboard import find_baseline, write_dashboard
+    from minitrain.run.reader import find_baseline
+    from minitrain.views.dashboard import write_dashboard
 
     run = Path(args.run)
     baseline = Path(args.baseline) if args.baseline else None
@@ -220,24 +183,24 @@ def cmd_dashboard(args) -> int:
 
 
 def cmd_index(args) -> int:
-    from minitrain.dashboard import write_index
+    from minitrain.views.dashboard import write_index
 
     out = write_index(Path(args.experiments))
     print(f"wrote {out}")
     return 0
 
 
-# --- the learner's workflow (learner.py, blind.py, postmortem.py, remedies.py) ---------------------
+# --- the learner's workflow (learner.py, blind.py, postmortem.py, remedy.py) ---------------------
 
 
 def _lab(args):
-    from minitrain.learner import LABS
+    from minitrain.lab.learner import LABS
 
     return LABS[args.lab]
 
 
 def cmd_learner(args) -> int:
-    from minitrain.learner import init_learner
+    from minitrain.lab.learner import init_learner
 
     d = init_learner(args.name, Path(args.learners))
     print(f"created {d}: spike-diagnoses.md, blind-diagnoses.md, break-it-diagnoses.md, notes/lessons.md")
@@ -247,7 +210,7 @@ def cmd_learner(args) -> int:
 
 
 def cmd_reveal(args) -> int:
-    from minitrain.learner import reveal
+    from minitrain.lab.learner import reveal
 
     text, path = reveal(args.name, _lab(args), Path(args.learners), Path(args.experiments),
                         Path(args.solutions) if args.solutions else None, force=args.force)
@@ -258,7 +221,7 @@ def cmd_reveal(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from minitrain.learner import grade, grade_report
+    from minitrain.lab.learner import grade, grade_report
 
     g = grade(args.name, _lab(args), Path(args.learners), Path(args.experiments),
               Path(args.solutions) if args.solutions else None)
@@ -267,7 +230,7 @@ def cmd_grade(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from minitrain.learner import check
+    from minitrain.lab.learner import check
 
     items = check(args.name, _lab(args), Path(args.learners), Path(args.experiments),
                   Path(args.solutions) if args.solutions else None)
@@ -280,7 +243,7 @@ def cmd_check(args) -> int:
 
 
 def cmd_postmortem(args) -> int:
-    from minitrain.postmortem import write_postmortem
+    from minitrain.lab.postmortem import write_postmortem
 
     out = write_postmortem(Path(args.run), Path(args.baseline) if args.baseline else None,
                            Path(args.out) if args.out else None, force=args.force,
@@ -290,7 +253,7 @@ def cmd_postmortem(args) -> int:
 
 
 def cmd_blind_runs(args) -> int:
-    from minitrain import blind
+    from minitrain.lab import blind
 
     folder = Path(args.experiments) / Path(blind.LABS[args.lab]["folder"]).name
     if args.random not in ("0", "1", ""):
@@ -308,7 +271,7 @@ def cmd_blind_runs(args) -> int:
 
 
 def cmd_remediate(args) -> int:
-    from minitrain.remedies import remediate
+    from minitrain.lab.remediate import remediate
 
     rep = remediate(Path(args.run), args.remedy, Path(args.baseline) if args.baseline else None, force=args.force)
     print(f"{rep['remediated']}: {rep['summary']}")
@@ -318,7 +281,7 @@ def cmd_remediate(args) -> int:
 
 def cmd_diagnose(args) -> int:
     """Walk the stability check over RUN's metrics; print the path, the leaf and its evidence."""
-    from minitrain import stability
+    from minitrain.analysis import stability
 
     run = Path(args.run)
     result = stability.diagnose_run(run, Path(args.baseline) if args.baseline else None)
@@ -334,12 +297,12 @@ def cmd_diagnose(args) -> int:
 
 
 def cmd_stability_md(args) -> int:
-    from minitrain import stability
+    from minitrain.analysis import stability
 
     path, ok = stability.write_markdown(Path(args.root), check=args.check)
     if args.check:
         if not ok:
-            raise UserError(f"{path} is stale (the tree in stability.py changed); regenerate it with "
+            raise UserError(f"{path} is stale (the tree in analysis/stability.py changed); regenerate it with "
                             "'minitrain stability-md'")
         print(f"{path} is up to date")
     else:
@@ -544,7 +507,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sm = sub.add_parser("stability-md", help="regenerate stability-check.md from the tree in stability.py",
                         description="Write ROOT/stability-check.md from the decision tree defined in "
-                                    "src/minitrain/stability.py; --check only tells whether it is stale.")
+                                    "src/minitrain/analysis/stability.py; --check only tells whether it is stale.")
     sm.add_argument("--root", default=".", metavar="DIR", help="repository root (default: current folder)")
     sm.add_argument("--check", action="store_true", help="exit 2 if the file is stale, write nothing")
     sm.set_defaults(func=cmd_stability_md)

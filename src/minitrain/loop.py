@@ -15,14 +15,15 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from minitrain import blind, distributed, runfiles
-from minitrain.config import TrainConfig
-from minitrain.data import RunData, prepare
-from minitrain.injections import InjectContext, maybe_inject, validate_injection_config
-from minitrain.model import GPT, PARAM_ALIASES, build_model
-from minitrain.remedies import (RemedyContext, apply_remedy, make_context, remedy_checkpoint, remedy_record,
+from minitrain.core import distributed
+from minitrain.run import files, reader, redact
+from minitrain.core.config import TrainConfig
+from minitrain.core.data import RunData, prepare
+from minitrain.core.injections import InjectContext, maybe_inject, validate_injection_config
+from minitrain.core.model import GPT, PARAM_ALIASES, build_model
+from minitrain.core.remedy import (RemedyContext, apply_remedy, make_context, remedy_checkpoint, remedy_record,
                                 remedy_restore)
-from minitrain.telemetry import Telemetry
+from minitrain.core.telemetry import Telemetry
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -80,9 +81,9 @@ class Run:
     telemetry: Telemetry
     inject: InjectContext | None
     out: Path | None = None
-    metrics: runfiles.MetricsWriter | None = None
+    metrics: files.MetricsWriter | None = None
     last_batch: object = field(default=None, repr=False)
-    remedy: RemedyContext | None = None  # REMEDY (remedies.py): None unless cfg.remedy is set
+    remedy: RemedyContext | None = None  # REMEDY (remedy.py): None unless cfg.remedy is set
     device: torch.device = torch.device("cpu")
     forward: torch.nn.Module | None = None  # what the training forward calls: DDP(model) under torchrun, else model
 
@@ -119,7 +120,7 @@ def train_step(run: Run, step: int) -> dict:
         params[n].grad = g
     run.telemetry.after_backward(list(grads.values()))
     grad_norm = torch.nn.utils.clip_grad_norm_(params.values(), cfg.grad_clip)
-    take_step = apply_remedy(step, grad_norm, run.remedy)  # REMEDY (remedies.py): no-op unless cfg.remedy set
+    take_step = apply_remedy(step, grad_norm, run.remedy)  # REMEDY (remedy.py): no-op unless cfg.remedy set
     # 4. INJECT at the optimizer state (C: v_corrupt), then the optimizer step
     if run.inject:  # (the view of the moments is only built when an injection is configured)
         maybe_inject("optimizer_state", step, optimizer_moments(model, opt), run.inject)
@@ -154,7 +155,7 @@ def metrics_row(run: Run, step, lr, loss, tok_loss, batch, logits, grad_norm, va
         "injected": cfg.injection if fired else None,
     }
     row.update(run.telemetry.row(step, run.last_batch, logits, sums[0], grad_norm))  # composition: global batch
-    return blind.withhold_row(row) if cfg.blind else row  # BLIND (blind.py): no injection fields
+    return redact.withhold_row(row) if cfg.blind else row  # BLIND (run/redact.py): no injection fields
 
 
 def finite_or_none(x: float) -> float | None:
@@ -216,7 +217,7 @@ def checkpoint_meta(run: Run, step: int) -> dict:
     }
     if run.remedy:  # REMEDY: its scalar memory (ZClip's EMA) and what it did, so a resume continues it exactly
         meta["remedy"] = remedy_checkpoint(run.remedy)
-    return blind.withhold_checkpoint_meta(meta) if run.cfg.blind else meta  # BLIND (blind.py)
+    return redact.withhold_checkpoint_meta(meta) if run.cfg.blind else meta  # BLIND (run/redact.py)
 
 
 def _rng_digest() -> str:
@@ -246,7 +247,7 @@ def run_steps(run: Run, start: int, on_row=None, stop_at: int | None = None) -> 
                 return "non_finite"
             done = step + 1
             if run.out and (done % cfg.ckpt_every == 0 or done == cfg.steps):
-                runfiles.save_checkpoint(run.out, done, run.model, run.opt, checkpoint_meta(run, done))
+                files.save_checkpoint(run.out, done, run.model, run.opt, checkpoint_meta(run, done))
         return "finished" if end == cfg.steps else "stopped"
     finally:
         if bar:
@@ -307,10 +308,10 @@ def _git_sha() -> str | None:
 
 def write_manifest(run: Run, status: str, extra: dict) -> None:
     from minitrain import SCHEMA_VERSION
-    from minitrain.injections import injection_settings
+    from minitrain.core.injections import injection_settings
 
     path = run.out / "manifest.json"
-    old = runfiles.read_json(path, "manifest") if path.exists() else {}
+    old = reader.read_json(path, "manifest") if path.exists() else {}
     manifest = {
         **old,
         "schema_version": SCHEMA_VERSION,
@@ -326,12 +327,12 @@ def write_manifest(run: Run, status: str, extra: dict) -> None:
         "status": status,
         **extra,
     }
-    if run.remedy:  # REMEDY (remedies.py): what the remedy did
+    if run.remedy:  # REMEDY (remedy.py): what the remedy did
         manifest["remedy"] = remedy_record(run.remedy)
-    if run.cfg.blind:  # BLIND (blind.py): withhold the injection / break settings until the reveal
-        manifest = blind.withhold_manifest(manifest, run.cfg)
+    if run.cfg.blind:  # BLIND (run/redact.py): withhold the injection / break settings until the reveal
+        manifest = redact.withhold_manifest(manifest, run.cfg)
     manifest.setdefault("started", now_iso())
-    runfiles.atomic_write_json(path, manifest)
+    files.atomic_write_json(path, manifest)
 
 
 def find_donor(cfg: TrainConfig, out: Path) -> tuple[Path, int] | None:
@@ -353,7 +354,7 @@ def find_donor(cfg: TrainConfig, out: Path) -> tuple[Path, int] | None:
         if m.get("trunk_hash") != cfg.trunk_hash():
             continue
         donor_k = m.get("config", {}).get("injection_step", 0) if m.get("config", {}).get("injection", "none") != "none" else None
-        for step in reversed(runfiles.list_checkpoints(donor)):
+        for step in reversed(files.list_checkpoints(donor)):
             # a donor's checkpoint is ours if it predates both our K and the donor's own injection
             if step <= cfg.injection_step and (donor_k is None or step <= donor_k):
                 if best is None or step > best[1]:
@@ -369,23 +370,23 @@ def train(cfg: TrainConfig, out: Path, force: bool = False, fork: bool = True,
     out = Path(out)
     run = build_run(cfg, out)  # validates everything before the folder is touched
     donor = donor or (find_donor(cfg, out) if fork else None)  # before the folder is touched: every rank agrees
-    distributed.on_main(runfiles.prepare_run_dir, out, force)  # DDP: rank 0 alone writes; its refusal stops all
+    distributed.on_main(files.prepare_run_dir, out, force)  # DDP: rank 0 alone writes; its refusal stops all
     if not distributed.is_main():
         run.out = None
     if run.out:
         run.data.tokenizer.save(str(out / "tokenizer.json"))
-        runfiles.write_config_yaml(out / "config.yaml", blind.public_config(cfg))  # BLIND: withheld fields
+        files.write_config_yaml(out / "config.yaml", redact.public_config(cfg))  # BLIND: withheld fields
     start, forked = 0, None
     if donor:
         donor_dir, step = donor
-        weights, opt_t, meta = runfiles.load_checkpoint(runfiles.checkpoint_dir(donor_dir, step))
-        runfiles.restore(run.model, run.opt, weights, opt_t, runfiles.checkpoint_dir(donor_dir, step))
+        weights, opt_t, meta = files.load_checkpoint(files.checkpoint_dir(donor_dir, step))
+        files.restore(run.model, run.opt, weights, opt_t, files.checkpoint_dir(donor_dir, step))
         if run.out:
             with open(donor_dir / "metrics.jsonl", "rb") as f:
-                runfiles.atomic_write_bytes(out / "metrics.jsonl", f.read(meta["metrics_bytes"]))
+                files.atomic_write_bytes(out / "metrics.jsonl", f.read(meta["metrics_bytes"]))
         start, forked = step, {"run": donor_dir.name, "checkpoint_step": step}
     if run.out:
-        run.metrics = runfiles.MetricsWriter(out / "metrics.jsonl")
+        run.metrics = files.MetricsWriter(out / "metrics.jsonl")
         write_manifest(run, "running", {**environment(run.device), "forked_from": forked, "started": now_iso()})
     return _drive(run, start, {"forked_from": forked})
 
@@ -394,33 +395,33 @@ def resume(out: Path, device: str | None = None) -> dict:
     """Continue a stopped (or SIGKILLed) run from its last checkpoint; rows after it are dropped and redone,
     so the finished metrics file is byte-identical to an uninterrupted run. `device` (cpu | cuda | auto)
     continues it elsewhere; checkpoints are CPU tensors, and under torchrun any number of processes works."""
-    from minitrain.config import build_config, load_yaml
+    from minitrain.core.config import build_config, load_yaml
 
     out = Path(out)
     if not (out / "config.yaml").exists():
-        raise runfiles.UserError(f"{out} is not a run folder (no config.yaml); train it first with --out {out}")
-    manifest = runfiles.read_json(out / "manifest.json", "manifest")
+        raise files.UserError(f"{out} is not a run folder (no config.yaml); train it first with --out {out}")
+    manifest = reader.read_json(out / "manifest.json", "manifest")
     if manifest.get("status") in ("finished", "non_finite"):
-        raise runfiles.UserError(f"{out} already ended ({manifest['status']}); nothing to resume")
+        raise files.UserError(f"{out} already ended ({manifest['status']}); nothing to resume")
     cfg = build_config(load_yaml(out / "config.yaml"), [f"device={device}"] if device else [])
     if cfg.blind:  # BLIND: its config.yaml lacks the withheld fields, so it cannot be rebuilt from it
-        raise runfiles.UserError(f"{out} is a blind run and cannot be resumed; re-make it with --force")
+        raise files.UserError(f"{out} is a blind run and cannot be resumed; re-make it with --force")
     run = build_run(cfg, out)
-    steps = runfiles.list_checkpoints(out)
+    steps = files.list_checkpoints(out)
     start, metrics_bytes = 0, 0
     if steps:
-        path = runfiles.checkpoint_dir(out, steps[-1])
-        weights, opt_t, meta = runfiles.load_checkpoint(path)
+        path = files.checkpoint_dir(out, steps[-1])
+        weights, opt_t, meta = files.load_checkpoint(path)
         if meta.get("config_hash") != cfg.hash():
-            raise runfiles.UserError(f"checkpoint {path} was made with another config; restore config.yaml "
+            raise files.UserError(f"checkpoint {path} was made with another config; restore config.yaml "
                                      "or start over with --force")
-        runfiles.restore(run.model, run.opt, weights, opt_t, path)
+        files.restore(run.model, run.opt, weights, opt_t, path)
         start, metrics_bytes = steps[-1], meta["metrics_bytes"]
         if run.remedy and "remedy" in meta:
             remedy_restore(run.remedy, meta["remedy"])
     metrics_path = out / "metrics.jsonl"
     if metrics_path.exists() and metrics_path.stat().st_size < metrics_bytes:
-        raise runfiles.UserError(f"{metrics_path} is shorter than its checkpoint says; the file was truncated, "
+        raise files.UserError(f"{metrics_path} is shorter than its checkpoint says; the file was truncated, "
                                  "start over with --force")
     if cfg.injection != "none" and start > cfg.injection_step:
         _replay_injection_record(run, manifest)
@@ -429,7 +430,7 @@ def resume(out: Path, device: str | None = None) -> dict:
         return _drive(run, start, {})
     with open(metrics_path, "ab") as f:
         f.truncate(metrics_bytes)
-    run.metrics = runfiles.MetricsWriter(metrics_path)
+    run.metrics = files.MetricsWriter(metrics_path)
     extra = {"distributed": None} if "distributed" in manifest else {}  # a DDP run resumed on one process
     write_manifest(run, "running", {"resumed_from_step": start, **environment(run.device), **extra})
     return _drive(run, start, {"resumed_from_step": start})
@@ -466,9 +467,8 @@ def _drive(run: Run, start: int, extra: dict) -> dict:
         return {"status": status}
     results = final_results(run, status, last)
     results["seconds_this_session"] = round(seconds, 3)
-    runfiles.atomic_write_json(run.out / "results.json", results)
+    files.atomic_write_json(run.out / "results.json", results)
     write_manifest(run, status, {"ended": now_iso(), **extra})
-    _write_dashboard(run.out)
     return results
 
 
@@ -480,17 +480,6 @@ def _check_ranks(run: Run) -> dict:
         run.inject.record["fired_steps_by_rank"] = fired
     return {"world_size": distributed.world_size(), "backend": torch.distributed.get_backend(),
             "replicas_agree": distributed.replicas_agree(run.model)}
-
-
-def _write_dashboard(out: Path) -> None:
-    """RUN/dashboard.html; a failure here must never cost the run, so it is one warning line at most."""
-    try:
-        from minitrain.dashboard import write_dashboard
-
-        write_dashboard(out)
-    except Exception as e:  # noqa: BLE001 - the run is already safely on disk
-        print(f"minitrain: warning: dashboard.html not written ({type(e).__name__}: {str(e)[:200]}); "
-              f"retry with 'minitrain dashboard {out}'", file=sys.stderr)
 
 
 def final_results(run: Run, status: str, last: dict) -> dict:

@@ -27,7 +27,8 @@ from typing import Any
 import yaml
 
 from minitrain import SCHEMA_VERSION
-from minitrain.errors import UserError
+from minitrain.core.errors import UserError
+from minitrain.run.reader import read_json
 
 CKPT_PREFIX = "step-"
 _UMASK = os.umask(0)
@@ -54,15 +55,6 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
-
-
-def read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise UserError(f"{what} {path} is missing; is this a minitrain run folder?") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"{what} {path} is corrupt ({e.msg if hasattr(e, 'msg') else e}); restore or re-create it") from None
 
 
 def is_run_dir(path: Path) -> bool:
@@ -113,27 +105,6 @@ class MetricsWriter:
 
     def close(self) -> None:
         self.f.close()
-
-
-def read_metrics(path: Path) -> tuple[list[dict], str | None]:
-    """Rows of a metrics file and a note if it ends early (a partial last line, as a killed run leaves)."""
-    path = Path(path)
-    if not path.exists():
-        raise UserError(f"{path} is missing; the run has not started or the folder is not a run")
-    rows, note = [], None
-    data = path.read_bytes()
-    lines = data.split(b"\n")
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            if i == len(lines) - 1 or all(not rest.strip() for rest in lines[i + 1:]):
-                note = f"metrics end at step {rows[-1]['step'] if rows else 'none'}: the last line is incomplete"
-                break
-            raise UserError(f"{path} line {i + 1} is corrupt; the file was edited or damaged, re-create the run") from None
-    return rows, note
 
 
 # --- checkpoints -----------------------------------------------------------------------------------

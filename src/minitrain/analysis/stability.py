@@ -1,7 +1,7 @@
 """The stability check: the decision tree a learner walks to name the cause of a spike, defined once, as data.
 
 `TREE` below is the only definition. `stability-check.md` at the repository root is generated from it
-(`minitrain stability-md`, or `python -m minitrain.stability`), and `minitrain diagnose RUN` walks it
+(`minitrain stability-md`), and `minitrain diagnose RUN` walks it
 automatically over the run's metrics:
 
     walk from §1 in order; at each question measure its metric; "yes" and "no" name the next node or a
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -29,7 +28,9 @@ from typing import Callable
 
 import numpy as np
 
-from minitrain.errors import UserError
+from minitrain.core.errors import UserError
+from minitrain.run import files, reader
+from minitrain.core.fmt import fmt
 
 CAUSES = ("healthy", "gradient_explosion", "bad_batch", "optimizer_state_corruption", "bad_init", "no_warmup",
           "broken_mask", "non_finite", "lr_schedule", "unknown")
@@ -298,10 +299,6 @@ class Section:
     items: tuple  # Nodes and Leaves, in order
 
 
-def _fmt(x: float | None, digits: int = 4) -> str:
-    if x is None or not math.isfinite(x):
-        return "non-finite" if x is not None else "n/a"
-    return f"{x:.{digits}g}"
 
 
 def _miss(why: str) -> Finding:
@@ -313,18 +310,18 @@ def _miss(why: str) -> Finding:
 
 def check_loss0_high(ev: Evidence) -> Finding:
     x = ev.loss[0]
-    return Finding(not math.isfinite(x) or x > T["loss0_high"], x, f"step-0 loss {_fmt(x)}", 0)
+    return Finding(not math.isfinite(x) or x > T["loss0_high"], x, f"step-0 loss {fmt(x)}", 0)
 
 
 def check_loss0_low(ev: Evidence) -> Finding:
     x = ev.loss[0]
-    return Finding(x < T["loss0_low"], x, f"step-0 loss {_fmt(x)}", 0)
+    return Finding(x < T["loss0_low"], x, f"step-0 loss {fmt(x)}", 0)
 
 
 def check_loss0_band(ev: Evidence) -> Finding:
     x = ev.loss[0]
     return Finding(abs(x - ev.ln_v) > T["loss0_band"], x,
-                   f"step-0 loss {_fmt(x)}, ln V = {ev.ln_v:.3f} (V = {ev.vocab_size or '512, assumed'})", 0)
+                   f"step-0 loss {fmt(x)}, ln V = {ev.ln_v:.3f} (V = {ev.vocab_size or '512, assumed'})", 0)
 
 
 def _gn1(ev: Evidence) -> tuple[float, int]:
@@ -335,12 +332,12 @@ def _gn1(ev: Evidence) -> tuple[float, int]:
 
 def check_gn1_high(ev: Evidence) -> Finding:
     x, i = _gn1(ev)
-    return Finding(math.isfinite(x) and x > T["gn1_high"], x, f"first-step (step {ev.step_at(i)}) grad norm {_fmt(x)}", i)
+    return Finding(math.isfinite(x) and x > T["gn1_high"], x, f"first-step (step {ev.step_at(i)}) grad norm {fmt(x)}", i)
 
 
 def check_gn1_low(ev: Evidence) -> Finding:
     x, i = _gn1(ev)
-    return Finding(math.isfinite(x) and x < T["gn1_low"], x, f"first-step (step {ev.step_at(i)}) grad norm {_fmt(x)}", i)
+    return Finding(math.isfinite(x) and x < T["gn1_low"], x, f"first-step (step {ev.step_at(i)}) grad norm {fmt(x)}", i)
 
 
 # --- §2 is the LR schedule applying? ---
@@ -354,14 +351,14 @@ def _lr_range(ev: Evidence) -> tuple[float, float]:
 def check_lr_constant(ev: Evidence) -> Finding:
     lo, hi = _lr_range(ev)
     if len(ev.rows) < 3 or not hi > 0:
-        return Finding(False, None, f"LR range [{_fmt(lo)}, {_fmt(hi)}]")
+        return Finding(False, None, f"LR range [{fmt(lo)}, {fmt(hi)}]")
     rel = (hi - lo) / hi
-    return Finding(rel < T["lr_flat"], rel, f"LR {_fmt(lo)}..{_fmt(hi)}, relative range {_fmt(rel, 3)}")
+    return Finding(rel < T["lr_flat"], rel, f"LR {fmt(lo)}..{fmt(hi)}, relative range {fmt(rel, 3)}")
 
 
 def check_lr_zero(ev: Evidence) -> Finding:
     lo, hi = _lr_range(ev)
-    return Finding(hi == 0, hi, f"largest LR {_fmt(hi)}")
+    return Finding(hi == 0, hi, f"largest LR {fmt(hi)}")
 
 
 def check_no_warmup(ev: Evidence) -> Finding:
@@ -370,7 +367,7 @@ def check_no_warmup(ev: Evidence) -> Finding:
         return _miss("fewer than 10 steps")
     share = ev.lr[0] / hi
     return Finding(share >= T["warmup_share"], share,
-                   f"first-step LR {_fmt(ev.lr[0])} = {share:.0%} of the peak {_fmt(hi)}", 0)
+                   f"first-step LR {fmt(ev.lr[0])} = {share:.0%} of the peak {fmt(hi)}", 0)
 
 
 # --- §3 loss health ---
@@ -411,9 +408,9 @@ def check_mask(ev: Evidence) -> Finding:
     best_at = int(np.argmin(val))
     best_val, last_val = float(val[best_at]), float(val[-1])
     below = np.flatnonzero(train < T["mask_train"] * base)
-    shown = (f"smoothed training loss down to {_fmt(float(np.nanmin(train)))} = {np.nanmin(train) / base:.2f} x "
-             f"baseline {_fmt(base)}; best validation {_fmt(best_val)} = {best_val / base:.2f} x baseline at step "
-             f"{ev.step_at(int(idx[best_at]))}, last {_fmt(last_val)} = {last_val / best_val:.2f} x best")
+    shown = (f"smoothed training loss down to {fmt(float(np.nanmin(train)))} = {np.nanmin(train) / base:.2f} x "
+             f"baseline {fmt(base)}; best validation {fmt(best_val)} = {best_val / base:.2f} x baseline at step "
+             f"{ev.step_at(int(idx[best_at]))}, last {fmt(last_val)} = {last_val / best_val:.2f} x best")
     matched = len(below) > 0 and best_val > T["mask_val"] * base and last_val > T["mask_rise"] * best_val
     return Finding(matched, best_val / base, shown, int(idx[best_at]),
                    {"train_min": float(np.nanmin(train)), "best_val": best_val, "last_val": last_val,
@@ -426,7 +423,7 @@ def check_not_learning(ev: Evidence) -> Finding:
     tail = ev.loss[len(ev.loss) - max(10, len(ev.loss) // 10):]
     end = float(np.nanmedian(tail))
     share = end / ev.loss[0]
-    return Finding(share > T["not_learning"], share, f"final training loss {_fmt(end)} = {share:.0%} of step-0 loss")
+    return Finding(share > T["not_learning"], share, f"final training loss {fmt(end)} = {share:.0%} of step-0 loss")
 
 
 # --- §4 batch anomalies ---
@@ -454,7 +451,7 @@ def check_data_outlier(ev: Evidence) -> Finding:
     i = int(np.nanargmax(np.where(hit, excess, np.nan))) if hit.any() else int(np.nanargmax(excess))
     return Finding(bool(hit[i]), float(excess[i]),
                    f"{'loss jump' if hit[i] else 'largest loss jump'} +{excess[i]:.2f} nats over its trailing median "
-                   f"at step {ev.step_at(i)}, rare-token share x{_fmt(rare_ratio[i], 3)} its median", i)
+                   f"at step {ev.step_at(i)}, rare-token share x{fmt(rare_ratio[i], 3)} its median", i)
 
 
 # --- §5 initialisation ---
@@ -466,13 +463,13 @@ def check_logit0(ev: Evidence) -> Finding:
         return _miss("no logit_max in the metrics")
     act = ev.rows[0].get("act")
     return Finding(not math.isfinite(x) or x > T["logit0_high"], x,
-                   f"step-0 largest |logit| {_fmt(x)}; step-0 activations {act}", 0)
+                   f"step-0 largest |logit| {fmt(x)}; step-0 activations {act}", 0)
 
 
 def check_came_from_s1(ev: Evidence) -> Finding:
     loss0, (gn, i) = ev.loss[0], _gn1(ev)
     off = not math.isfinite(loss0) or abs(loss0 - ev.ln_v) > T["loss0_band"] or (math.isfinite(gn) and gn > T["gn1_high"])
-    return Finding(off, loss0, f"step-0 loss {_fmt(loss0)} (ln V {ev.ln_v:.3f}), first-step grad norm {_fmt(gn)}", 0)
+    return Finding(off, loss0, f"step-0 loss {fmt(loss0)} (ln V {ev.ln_v:.3f}), first-step grad norm {fmt(gn)}", 0)
 
 
 # --- §6 optimizer state / update dynamics ---
@@ -488,25 +485,25 @@ def check_v_factor(ev: Evidence) -> Finding:
         return _miss("no per-parameter optimizer statistics (telemetry: basic?)")
     thr = _v_threshold(vf)
     return Finding(abs(vf["log_factor"]) > thr, vf["factor"],
-                   f"{vf['tensor']}: v changed by x{_fmt(vf['factor'])} beyond g^2 at step {ev.step_at(vf['index'])} "
+                   f"{vf['tensor']}: v changed by x{fmt(vf['factor'])} beyond g^2 at step {ev.step_at(vf['index'])} "
                    f"(allowed x{math.exp(-thr):.4g}..x{math.exp(thr):.4g}; rounding noise {vf['noise']:.1e})",
                    vf["index"], {"tensor": vf["tensor"]})
 
 
 def check_v_up(ev: Evidence) -> Finding:
     vf = ev.v_factor
-    return Finding(vf["factor"] > 1, vf["factor"], f"factor x{_fmt(vf['factor'])} on {vf['tensor']}", vf["index"])
+    return Finding(vf["factor"] > 1, vf["factor"], f"factor x{fmt(vf['factor'])} on {vf['tensor']}", vf["index"])
 
 
 # --- §7 gradient-norm spikes, before / after clipping ---
 
 
 def _describe_gn(ev: Evidence, i: int) -> str:
-    parts = [f"pre-clip grad norm {_fmt(ev.grad_norm[i])} = x{math.exp(ev.gn_log_ratio[i]):.3g} its trailing median "
+    parts = [f"pre-clip grad norm {fmt(ev.grad_norm[i])} = x{math.exp(ev.gn_log_ratio[i]):.3g} its trailing median "
              f"at step {ev.step_at(i)}"]
     if ev.g_log_ratio is not None:
         parts.append(f"per-tensor g x{math.exp(np.nanmin(ev.g_log_ratio[i])):.3g}..x{math.exp(np.nanmax(ev.g_log_ratio[i])):.3g}")
-    parts.append(f"loss x{math.exp(ev.loss_log_ratio[i]):.2f} its median; clipped norm {_fmt(ev.grad_norm_clipped[i])}")
+    parts.append(f"loss x{math.exp(ev.loss_log_ratio[i]):.2f} its median; clipped norm {fmt(ev.grad_norm_clipped[i])}")
     return "; ".join(parts)
 
 
@@ -919,36 +916,13 @@ def _v_excess(ev: Evidence, vf: dict, i: int) -> dict:
 REQUIRED = ("step", "loss", "lr", "grad_norm")
 
 
-def read_rows(path: Path) -> tuple[list[dict], str | None]:
-    """metrics.jsonl as rows (a partial last line, as a killed run leaves, is dropped with a note)."""
-    from minitrain.runfiles import read_metrics
-
-    return read_metrics(path)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Temp file then rename (runfiles.atomic_write_text does the same, but importing it imports torch)."""
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def load_evidence(run: Path) -> Evidence:
     """The walker's inputs from a run folder: metrics.jsonl (required), tokenizer.json and the n-gram
     baseline (optional). Nothing else of the folder is read."""
     run = Path(run)
     if not run.is_dir():
         raise UserError(f"{run} is not a folder; give a run folder (e.g. experiments/18-baseline)")
-    rows, note = read_rows(run / "metrics.jsonl")
+    rows, note = reader.read_metrics(run / reader.METRICS)
     if not rows:
         raise UserError(f"{run / 'metrics.jsonl'} is empty; train the run first (minitrain train --out {run})")
     for i, r in enumerate(rows):
@@ -978,14 +952,10 @@ def _vocab_size(run: Path) -> int | None:
 
 def _ngram(run: Path) -> float | None:
     """The n-gram baseline's validation loss (results.json, else the manifest's ngram_baseline only)."""
-    for name, get in (("results.json", lambda d: d.get("ngram_val_loss")),
-                      ("manifest.json", lambda d: (d.get("ngram_baseline") or {}).get("val_loss"))):
-        try:
-            value = get(json.loads((run / name).read_text()))
-            if isinstance(value, (int, float)):
-                return float(value)
-        except (OSError, ValueError, AttributeError):
-            continue
+    for value in (reader.results_of(run).get("ngram_val_loss"),
+                  (reader.manifest_of(run).get("ngram_baseline") or {}).get("val_loss")):
+        if isinstance(value, (int, float)):
+            return float(value)
     return None
 
 
@@ -1030,13 +1000,13 @@ def diagnose_run(run: Path, baseline: Path | None = None) -> dict:
     return result
 
 
-DIAGNOSIS_NAME = "diagnosis.json"
+DIAGNOSIS_NAME = reader.DIAGNOSIS
 
 
 def write_diagnosis(run: Path, result: dict) -> Path:
     """RUN/diagnosis.json: the verdict the dashboard shows (leaf, cause, anomaly_step, ...), atomically."""
     path = Path(run) / DIAGNOSIS_NAME
-    atomic_write_text(path, json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    files.atomic_write_text(path, json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     return path
 
 
@@ -1069,7 +1039,7 @@ def format_report(result: dict, run_name: str) -> str:
 
 def _short(v) -> str:
     if isinstance(v, float):
-        return _fmt(v, 5)
+        return fmt(v, 5)
     if isinstance(v, dict):
         return "{" + ", ".join(f"{k}: {_short(x)}" for k, x in v.items()) + "}"
     if isinstance(v, list):
@@ -1086,7 +1056,7 @@ MD_NAME = "stability-check.md"
 
 def render_markdown() -> str:
     out = ["# Stability check", "",
-           "<!-- generated from src/minitrain/stability.py by `minitrain stability-md`; do not edit by hand -->", "",
+           "<!-- generated from src/minitrain/analysis/stability.py by `minitrain stability-md`; do not edit by hand -->", "",
            f"**{RULE}**", "",
            "Each question names the metric to read, the dashboard panel that shows it, and a numeric threshold. "
            "Answer it, follow *yes* or *no*, and stop at the first leaf (a diagnosis). `minitrain diagnose RUN` "
@@ -1126,20 +1096,5 @@ def write_markdown(root: Path, check: bool = False) -> tuple[Path, bool]:
     if check:
         return path, current == text
     if current != text:
-        atomic_write_text(path, text)
+        files.atomic_write_text(path, text)
     return path, True
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    root = Path(__file__).resolve().parents[2]
-    path, ok = write_markdown(root, check="--check" in argv)
-    if "--check" in argv and not ok:
-        print(f"{path} is stale; regenerate it with 'minitrain stability-md'", file=sys.stderr)
-        return 1
-    print(f"{path} {'is up to date' if '--check' in argv else 'written'}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

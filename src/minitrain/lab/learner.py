@@ -33,13 +33,15 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minitrain import runfiles
-from minitrain.errors import UserError
+from minitrain.analysis.compare import measure
+from minitrain.run import files, reader
+from minitrain.run.reader import LAB_LETTERS
+from minitrain.core.errors import UserError
+from minitrain.core.fmt import fmt
 
 PHASE = "phase-19"
-LAB_LETTERS = {"scale": "A", "bad_batch": "B", "v_corrupt": "C"}
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
-REPO_ROOT = Path(__file__).resolve().parents[2]  # src/minitrain/learner.py -> the checkout (editable install)
+REPO_ROOT = Path(__file__).resolve().parents[3]  # src/minitrain/lab/learner.py -> the checkout (editable install)
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ def node_key(text: str) -> str | None:
 
 def stability_tree() -> dict[str, TreeNode]:
     """Every node of the stability check by id, read from stability.py's tree data (never copied)."""
-    from minitrain import stability
+    from minitrain.analysis import stability
 
     return {n["id"]: TreeNode(n["id"], n["kind"], n.get("title", ""), n.get("parent"), n.get("yes"), n.get("no"),
                               n.get("cause"), n.get("diagnosis", ""), n.get("remediation", ""))
@@ -198,8 +200,8 @@ def init_learner(name: str, learners: Path) -> Path:
         raise UserError(f"{d.parent} already exists; nothing was overwritten (choose another name, or delete "
                         "the folder yourself to start over)")
     for lab in LABS.values():
-        runfiles.atomic_write_text(d / lab.file, diagnoses_template(name, lab))
-    runfiles.atomic_write_text(d / "notes" / "lessons.md", LESSONS_TEMPLATE)
+        files.atomic_write_text(d / lab.file, diagnoses_template(name, lab))
+    files.atomic_write_text(d / "notes" / "lessons.md", LESSONS_TEMPLATE)
     return d
 
 
@@ -366,7 +368,7 @@ def check_reference(refs: dict[str, Reference], tree: dict[str, TreeNode]) -> li
 
 
 def lab_faults(lab: Lab) -> tuple[str, ...]:
-    from minitrain import blind
+    from minitrain.lab import blind
 
     return tuple(blind.LABS["break-it" if lab.key == "break-it" else "spike"]["faults"])
 
@@ -414,134 +416,6 @@ def expected_runs(lab: Lab, experiments: Path, mapping: dict | None = None) -> d
     return out
 
 
-def baseline_for(run: Path, experiments: Path) -> Path | None:
-    """The run to measure against: the run it was forked from if that is a baseline, else 18-baseline."""
-    try:
-        m = json.loads((Path(run) / "manifest.json").read_text())
-        donor = (m.get("forked_from") or {}).get("run")
-    except (OSError, ValueError):
-        donor = None
-    near = [Path(experiments) / "18-baseline", Path(run).parent / "18-baseline", Path(run).parent.parent / "18-baseline"]
-    for cand in ([Path(run).parent / donor] if donor else []) + near:  # a blind run's baseline is one level up
-        if (cand / "metrics.jsonl").exists() and cand.resolve() != Path(run).resolve():
-            try:
-                cfg = json.loads((cand / "manifest.json").read_text()).get("config") or {}
-            except (OSError, ValueError):
-                cfg = {}
-            if cfg.get("injection", "none") == "none":
-                return cand
-    return None
-
-
-# ---------------------------------------------------------------------------------------------------
-# Numbers measured on a run against its baseline
-# ---------------------------------------------------------------------------------------------------
-
-AFTER_WINDOW = 50  # "after K" means steps K+1 .. K+50
-
-
-def _rows(run: Path) -> dict[int, dict]:
-    rows, _ = runfiles.read_metrics(Path(run) / "metrics.jsonl")
-    return {r["step"]: r for r in rows if isinstance(r, dict) and isinstance(r.get("step"), int)}
-
-
-def _fmt(x, digits: int = 4) -> str:
-    if x is None:
-        return "n/a"
-    if isinstance(x, float):
-        return f"{x:.{digits}g}"
-    return str(x)
-
-
-def measure(run: Path, baseline: Path | None, k: int | None) -> dict:
-    """Facts about a run at and after step K, each against the baseline at the same step when there is one."""
-    rows = _rows(run)
-    base = _rows(baseline) if baseline is not None else {}
-    out: dict = {"run": Path(run).name, "baseline": Path(baseline).name if baseline else None, "K": k,
-                 "steps": len(rows)}
-    if rows:
-        first = rows[min(rows)]
-        out["step0_loss"] = first.get("loss")
-        out["lr_first"] = first.get("lr")
-        bad = [s for s, r in sorted(rows.items()) if r.get("loss") is None or r.get("grad_norm") is None]
-        out["non_finite_step"] = bad[0] if bad else None
-        early = [r["loss"] for s, r in rows.items() if s < 100 and r.get("loss") is not None]
-        out["max_loss_first_100"] = max(early) if early else None
-        if base and min(base) in base:
-            out["baseline_step0_loss"] = base[min(base)].get("loss")
-            a0, b0 = rows[min(rows)].get("act") or [], base[min(base)].get("act") or []
-            if a0 and b0 and b0[0]:
-                out["act0_ratio_step0"] = (a0[0] or 0) / b0[0]
-    if k is not None and k in rows:
-        r, b = rows[k], base.get(k, {})
-        out["loss_at_K"], out["baseline_loss_at_K"] = r.get("loss"), b.get("loss")
-        out["grad_norm_at_K"], out["baseline_grad_norm_at_K"] = r.get("grad_norm"), b.get("grad_norm")
-        if r.get("grad_norm") and b.get("grad_norm"):
-            out["grad_norm_ratio_at_K"] = r["grad_norm"] / b["grad_norm"]
-        batch = r.get("batch") or {}
-        out["dup_rows_at_K"], out["rare_share_at_K"] = batch.get("dup_rows"), batch.get("rare_share")
-        bb = b.get("batch") or {}
-        out["baseline_dup_rows_at_K"], out["baseline_rare_share_at_K"] = bb.get("dup_rows"), bb.get("rare_share")
-        pr, pb = r.get("params") or {}, b.get("params") or {}
-        ratios = {n: pr[n]["vm"] / pb[n]["vm"] for n in pr
-                  if n in pb and pr[n].get("vm") and pb[n].get("vm")}
-        if ratios:
-            top = max(ratios, key=ratios.get)
-            out["v_jump_param"], out["v_jump_ratio_at_K"] = top, ratios[top]
-            later = [s for s in sorted(rows) if s > k]
-            settle = None
-            for s in later:
-                pr_s, pb_s = rows[s].get("params") or {}, base.get(s, {}).get("params") or {}
-                if top in pr_s and top in pb_s and pb_s[top].get("vm") and abs(pr_s[top]["vm"] / pb_s[top]["vm"] - 1) <= 0.1:
-                    settle = s - k
-                    break
-            out["v_steps_to_within_10pct"] = settle
-        diffs = [(s, rows[s]["loss"] - base[s]["loss"]) for s in range(k + 1, k + 1 + AFTER_WINDOW)
-                 if s in rows and s in base and rows[s].get("loss") is not None and base[s].get("loss") is not None]
-        if diffs:
-            out["mean_loss_diff_after_K"] = sum(d for _, d in diffs) / len(diffs)
-            s_max, d_max = max(diffs, key=lambda t: abs(t[1]))
-            out["max_loss_diff_after_K"], out["max_loss_diff_step"] = d_max, s_max
-        out["recovery_steps"] = recovery_steps(rows, base, k)
-        first = next((s for s in sorted(rows) if s in base and rows[s].get("loss") != base[s].get("loss")), None)
-        out["first_step_differing"] = first
-    res_run, res_base = _results(run), _results(baseline) if baseline else {}
-    if res_run.get("final_val_loss") is not None:
-        out["final_val_loss"] = res_run["final_val_loss"]
-        if res_base.get("final_val_loss") is not None:
-            out["final_val_loss_diff"] = res_run["final_val_loss"] - res_base["final_val_loss"]
-    if res_run.get("final_train_loss") is not None and res_run.get("final_val_loss") is not None:
-        out["final_val_minus_train"] = res_run["final_val_loss"] - res_run["final_train_loss"]
-        if res_base.get("final_val_loss") is not None and res_base.get("final_train_loss") is not None:
-            out["baseline_final_val_minus_train"] = res_base["final_val_loss"] - res_base["final_train_loss"]
-    return out
-
-
-def recovery_steps(rows: dict, base: dict, k: int) -> int | None:
-    """The first n such that |loss - baseline loss| <= signature.TOL at every step >= K + n (0: never left;
-    None: not back by the end), the lab signature's definition."""
-    from minitrain.signature import TOL
-
-    steps = [s for s in sorted(rows) if s >= k and s in base]
-    last_bad = None
-    for s in steps:
-        a, b = rows[s].get("loss"), base[s].get("loss")
-        if a is None or b is None or abs(a - b) > TOL:
-            last_bad = s
-    if not steps or last_bad == steps[-1]:
-        return None
-    return 0 if last_bad is None else last_bad + 1 - k
-
-
-def _results(run: Path | None) -> dict:
-    if run is None or not (Path(run) / "results.json").exists():
-        return {}
-    try:
-        return json.loads((Path(run) / "results.json").read_text())
-    except ValueError:
-        return {}
-
-
 MEASURE_LINES = {
     # fault -> the measurements that tell it, as (label, key, baseline key)
     "scale": (("pre-clip grad norm at K", "grad_norm_at_K", "baseline_grad_norm_at_K"),
@@ -580,10 +454,10 @@ MEASURE_LINES = {
 def measured_lines(fault: str, m: dict) -> list[str]:
     out = []
     for label, key, other in MEASURE_LINES.get(fault, ()):
-        value = _fmt(m.get(key))
+        value = fmt(m.get(key))
         if other:
             sep = "step" if other == "max_loss_diff_step" else ("difference" if other.endswith("_diff") else "baseline")
-            value += f" ({sep} {_fmt(m.get(other))})"
+            value += f" ({sep} {fmt(m.get(other))})"
         out.append(f"  - {label}: {value}")
     return out
 
@@ -609,7 +483,7 @@ def read_seal(d: Path, lab: Lab) -> dict | None:
     path = seal_path(d, lab)
     if not path.exists():
         return None
-    seal = runfiles.read_json(path, "seal file")
+    seal = reader.read_json(path, "seal file")
     if not isinstance(seal, dict) or seal.get("sha256") != sha256_text(seal.get("text", "")):
         raise UserError(f"{path} is damaged (its text does not match its hash); the seal cannot be trusted, "
                         "ask your instructor")
@@ -619,7 +493,7 @@ def read_seal(d: Path, lab: Lab) -> dict | None:
 def walk(run: Path) -> dict | None:
     """The stability walker's verdict on a run ({leaf, cause, anomaly_step, ...}), or None if it cannot run."""
     try:
-        from minitrain import stability
+        from minitrain.analysis import stability
     except ImportError:
         return None
     try:
@@ -632,7 +506,7 @@ def reveal(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pa
            force: bool = False) -> tuple[str, Path]:
     """Seal the diagnoses (first time only), then the reference completed with the learner's numbers.
     Returns (text to show, file it was also written to)."""
-    from minitrain import blind
+    from minitrain.lab import blind
 
     d = existing_learner(name, learners)
     dfile = d / lab.file
@@ -649,7 +523,7 @@ def reveal(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pa
             raise UserError(f"{dfile} has {len(filled)} of 3 diagnoses filled in (node, diagnosis and remediation); "
                             "fill them in first, or pass --force to reveal anyway (the empty ones score 0)")
         seal = {"lab": lab.key, "file": lab.file, "sha256": sha256_text(text), "sealed_at": utc_now(), "text": text}
-        runfiles.atomic_write_json(seal_path(d, lab), seal)
+        files.atomic_write_json(seal_path(d, lab), seal)
         head = f"sealed {dfile} (sha256 {seal['sha256'][:16]}, {seal['sealed_at']}) before showing the solutions"
     else:
         head = f"{dfile} was sealed at {seal['sealed_at']} (sha256 {seal['sha256'][:16]})"
@@ -660,7 +534,7 @@ def reveal(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pa
         mapping = blind.reveal_mapping(blind_folder(lab, experiments), by=name)
     if not seal.get("revealed_at"):
         seal["revealed_at"] = utc_now()
-        runfiles.atomic_write_json(seal_path(d, lab), seal)
+        files.atomic_write_json(seal_path(d, lab), seal)
     ref_text, refs = read_reference(lab, solutions)
     out = [head, ""]
     problems = _tree_problems(refs)
@@ -669,7 +543,7 @@ def reveal(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pa
     out.append(complete_reference(ref_text, refs, lab, experiments, mapping))
     shown = "\n".join(out).rstrip() + "\n"
     path = d / f"reveal-{lab.key}.md"
-    runfiles.atomic_write_text(path, shown)
+    files.atomic_write_text(path, shown)
     return shown, path
 
 
@@ -702,7 +576,7 @@ def measured_block(fault: str, run_id: str | None, lab: Lab, experiments: Path, 
     if not (run / "metrics.jsonl").exists():
         return f"**Measured on your run {where}**: not found; train it ('just lab', 'just phase-19-blind' or " \
                "'just break-it-shuffled') and reveal again to see your numbers."
-    baseline = baseline_for(run, experiments)
+    baseline = reader.find_baseline(run, experiments)
     k = _fault_step(run, fault, mapping)
     m = measure(run, baseline, k)
     lines = [f"**Measured on your run {where}** against `{m['baseline'] or 'no baseline found'}`"
@@ -817,7 +691,7 @@ class Grade:
 
 
 def grade(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Path | None = None) -> Grade:
-    from minitrain import blind
+    from minitrain.lab import blind
 
     d = existing_learner(name, learners)
     seal = read_seal(d, lab)
@@ -833,7 +707,7 @@ def grade(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pat
     edited = sha256_text(now) != seal["sha256"]
     current = grade_text(now, lab, refs, tree, experiments, mapping) if edited else None
     result = Grade(lab, verdicts, seal, edited, current)
-    runfiles.atomic_write_json(d / f"grade-{lab.key}.json", {
+    files.atomic_write_json(d / f"grade-{lab.key}.json", {
         "lab": lab.key, "score": result.score, "out_of": len(verdicts), "graded_at": utc_now(),
         "sealed_at": seal["sealed_at"], "revealed_at": seal.get("revealed_at"), "edited_after_seal": edited,
         "verdicts": [{"fault": v.fault, "run": v.run, "correct": v.correct, "why": v.why} for v in verdicts]})
@@ -872,45 +746,25 @@ def new_lesson_lines(text: str) -> list[str]:
 
 
 def hook_is_noop() -> tuple[bool, str]:
-    """maybe_inject is called at its three points in loop.train_step, returns its target untouched with
-    injection none, and a short none-injection run gives byte-identical metrics with the hook replaced by
-    the identity."""
-    import inspect
+    """The Definition of Done's "a clean maybe_inject hook, a no-op by default": the default config injects
+    nothing, and maybe_inject hands back its target untouched at every point (tests/test_injections.py proves
+    the stronger claim: a run is byte-identical with the hook replaced by the identity)."""
+    from minitrain.core import injections
+    from minitrain.core.config import build_config
 
-    from minitrain import injections, loop
-    from minitrain.config import build_config
-
-    src = inspect.getsource(loop.train_step)
-    missing = [p for p in injections.POINTS if f'maybe_inject("{p}"' not in src]
-    if missing:
-        return False, f"loop.train_step does not call maybe_inject at {', '.join(missing)}"
-    cfg = build_config({}, ["steps=3", "eval_every=2", "ckpt_every=3", "telemetry=full", "progress=false"])
-    ctx = injections.InjectContext(cfg=cfg, step=0)
+    cfg = build_config({}, [])
+    if cfg.injection != "none":
+        return False, f"the default config injects '{cfg.injection}'"
+    none_ctx = injections.InjectContext(cfg=cfg, step=0)
     for point in injections.POINTS:
         target = object()
-        if loop.maybe_inject(point, 0, target, ctx) is not target or loop.maybe_inject(point, 0, target, None) is not target:
-            return False, f"maybe_inject changes its target at '{point}' with injection none"
-
-    def three_rows() -> bytes:
-        run = loop.build_run(cfg)
-        rows: list[dict] = []
-        loop.run_steps(run, 0, rows.append)
-        return b"".join(runfiles.dumps_row(r).encode() for r in rows)
-
-    real = three_rows()
-    original = loop.maybe_inject
-    loop.maybe_inject = lambda point, step, target, ctx: target
-    try:
-        identity = three_rows()
-    finally:
-        loop.maybe_inject = original
-    if real != identity:
-        return False, "a none-injection run differs from one with the hook replaced by the identity"
-    return True, f"called at {', '.join(injections.POINTS)}; a 3-step none run is byte-identical without it"
+        if any(injections.maybe_inject(point, 0, target, ctx) is not target for ctx in (None, none_ctx)):
+            return False, f"maybe_inject changes its target at '{point}' with no injection configured"
+    return True, f"maybe_inject at {', '.join(injections.POINTS)} returns its target untouched with injection none"
 
 
 def check(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Path | None = None) -> list[tuple[bool, str]]:
-    from minitrain import blind
+    from minitrain.lab import blind
 
     d = existing_learner(name, learners)
     items: list[tuple[bool, str]] = []

@@ -23,7 +23,7 @@ import os
 import torch
 import torch.distributed as dist
 
-from minitrain.errors import UserError
+from minitrain.core.errors import UserError
 
 
 # --- process group ---------------------------------------------------------------------------------

@@ -11,9 +11,11 @@ import re
 import time
 from pathlib import Path
 
-from minitrain import runfiles
-from minitrain.errors import UserError
-from minitrain.learner import REPO_ROOT, _fmt, baseline_for, measure, walk
+from minitrain.run import files, reader
+from minitrain.core.errors import UserError
+from minitrain.core.fmt import fmt
+from minitrain.analysis.compare import measure
+from minitrain.lab.learner import REPO_ROOT, walk
 
 TEMPLATE = "theory/04-loss-spike-postmortem-template.md"
 
@@ -65,9 +67,9 @@ def evidence(run: Path, baseline: Path | None) -> dict:
     injected = cfg.get("injection") if cfg.get("injection", "none") != "none" else None
     k = cfg.get("injection_step") if injected else verdict.get("anomaly_step")
     m = measure(run, baseline, k)
-    from minitrain.dashboard import spike_flags
+    from minitrain.views.dashboard import spike_flags
 
-    rows, _ = runfiles.read_metrics(run / "metrics.jsonl")
+    rows, _ = reader.read_metrics(run / "metrics.jsonl")
     flags = spike_flags([r["step"] for r in rows], [r.get("loss") for r in rows])
     return {"manifest": manifest, "config": cfg, "verdict": verdict, "injected": injected, "K": k,
             "measure": m, "spike_flags": flags}
@@ -92,14 +94,14 @@ def render(run: Path, baseline: Path | None, template: str) -> str:
         when.append(f"- first non-finite loss or gradient: step {m['non_finite_step']}")
     detection = []
     if m.get("grad_norm_at_K") is not None:
-        detection.append(f"- pre-clip gradient norm at K: {_fmt(m['grad_norm_at_K'])} against "
-                         f"{_fmt(m.get('baseline_grad_norm_at_K'))} in the baseline (x{_fmt(m.get('grad_norm_ratio_at_K'), 3)})")
+        detection.append(f"- pre-clip gradient norm at K: {fmt(m['grad_norm_at_K'])} against "
+                         f"{fmt(m.get('baseline_grad_norm_at_K'))} in the baseline (x{fmt(m.get('grad_norm_ratio_at_K'), 3)})")
     if m.get("loss_at_K") is not None:
-        detection.append(f"- loss at K: {_fmt(m['loss_at_K'])} against {_fmt(m.get('baseline_loss_at_K'))}")
+        detection.append(f"- loss at K: {fmt(m['loss_at_K'])} against {fmt(m.get('baseline_loss_at_K'))}")
     if m.get("v_jump_ratio_at_K") is not None and m["v_jump_ratio_at_K"] > 2:
-        detection.append(f"- Adam v of {m['v_jump_param']} x{_fmt(m['v_jump_ratio_at_K'], 3)} the baseline at K")
+        detection.append(f"- Adam v of {m['v_jump_param']} x{fmt(m['v_jump_ratio_at_K'], 3)} the baseline at K")
     if m.get("dup_rows_at_K"):
-        detection.append(f"- batch at K: {m['dup_rows_at_K']} duplicated rows, rare-token share {_fmt(m.get('rare_share_at_K'))}")
+        detection.append(f"- batch at K: {m['dup_rows_at_K']} duplicated rows, rare-token share {fmt(m.get('rare_share_at_K'))}")
     flags = ev["spike_flags"]
     detection.append(f"- course spike flag (loss > 3 sigma over its rolling 100-step mean): "
                      + (f"steps {', '.join(map(str, flags[:8]))}" + (" ..." if len(flags) > 8 else "") if flags else "never raised"))
@@ -112,10 +114,10 @@ def render(run: Path, baseline: Path | None, template: str) -> str:
                        ("steps to recover (loss within 0.02 nats of the baseline from then on)", "recovery_steps"),
                        ("final validation loss difference", "final_val_loss_diff")):
         if key in m:
-            impact.append(f"- {label}: {_fmt(m[key])}" + (f" (step {m['max_loss_diff_step']})" if key == "max_loss_diff_after_K" else ""))
+            impact.append(f"- {label}: {fmt(m[key])}" + (f" (step {m['max_loss_diff_step']})" if key == "max_loss_diff_after_K" else ""))
     if not impact:
         impact.append(f"- no step-by-step comparison: {'no baseline' if baseline is None else 'no anomaly step'}")
-    from minitrain.remedies import CAUSE_REMEDY, CONFIG_FIXES
+    from minitrain.lab.remediate import CAUSE_REMEDY, CONFIG_FIXES
 
     remedy = CAUSE_REMEDY.get(cause) or CONFIG_FIXES.get(cause)
     remediation = (v.get("remediation") or "") + (f"\n\nRegistered remedy: `minitrain remediate {run}` (applies `{remedy}`)."
@@ -124,7 +126,7 @@ def render(run: Path, baseline: Path | None, template: str) -> str:
     if remediated.exists():
         rj = json.loads(remediated.read_text())
         remediation += (f"\n\nMeasured in `{remediated.parent.name}`: {rj.get('summary', '')}")
-    evidence_lines = [f"- {key}: {_fmt(val)}" for key, val in m.items() if val is not None]
+    evidence_lines = [f"- {key}: {fmt(val)}" for key, val in m.items() if val is not None]
     return _fill(template, {
         "run": run.name, "baseline": baseline.name if baseline else "none",
         "generated": time.strftime("%Y-%m-%d %H:%M"), "status": str(ev["manifest"].get("status", "unknown")),
@@ -148,10 +150,10 @@ def write_postmortem(run: Path, baseline: Path | None = None, out: Path | None =
     if baseline is not None and not (Path(baseline) / "metrics.jsonl").exists():
         raise UserError(f"--baseline {baseline} is not a run folder (no metrics.jsonl)")
     if baseline is None:
-        baseline = baseline_for(run, experiments or run.parent)
+        baseline = reader.find_baseline(run, experiments)
     out = Path(out) if out else run / "postmortem.md"
     if out.exists() and not force:
         raise UserError(f"{out} exists (your edits may be in it); pass --force to overwrite it or --out another file")
     text = render(run, Path(baseline) if baseline else None, template_path(template).read_text())
-    runfiles.atomic_write_text(out, text)
+    files.atomic_write_text(out, text)
     return out

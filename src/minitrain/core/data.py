@@ -9,11 +9,11 @@ from functools import lru_cache
 import torch
 from tokenizers import Tokenizer
 
-from minitrain import corpus
-from minitrain.corpus import Row
-from minitrain.errors import UserError
-from minitrain.telemetry import rare_token_mask
-from minitrain.tokenizer import (PAD, Batch, EncodedSet, encode_row, encode_rows, fits, make_batch,
+from minitrain.core import corpus
+from minitrain.core.corpus import Row
+from minitrain.core.errors import UserError
+from minitrain.core.telemetry import rare_token_mask
+from minitrain.core.tokenizer import (PAD, Batch, EncodedSet, encode_row, encode_rows, fits, make_batch,
                                  train_tokenizer, training_texts)
 
 

@@ -5,7 +5,7 @@ Two shuffled labs, each three runs in folders 01, 02, 03 whose fault is drawn wi
     spike     experiments/19-blind/      the three injections (scale, bad_batch, v_corrupt)
     break-it  experiments/19-break-it/   the three breaks (init_scale=100, warmup_steps=0, causal_mask=false)
 
-A blind run is an ordinary run with `blind: true`, which makes the loop withhold (see `withhold_*` below):
+A blind run is an ordinary run with `blind: true`, which makes the loop withhold (see minitrain/run/redact.py):
 the injection and break fields in manifest.json and config.yaml, the config and trunk hashes (three
 candidate configs are easy to hash and compare), the injection record, each metrics row's `injected`
 field and the batch's row indices (an injected batch has none). What remains is the evidence a learner is
@@ -24,13 +24,9 @@ import json
 import secrets
 from pathlib import Path
 
-from minitrain import runfiles
-from minitrain.config import INJECTION_FIELDS
-from minitrain.errors import UserError
+from minitrain.run import files, reader
+from minitrain.core.errors import UserError
 
-WITHHELD = "withheld until the reveal (blind run)"
-BREAK_FIELDS = ("init_scale", "warmup_steps", "causal_mask")
-SECRET_FIELDS = INJECTION_FIELDS + BREAK_FIELDS
 RUN_IDS = ("01", "02", "03")
 
 # Each lab: its default folder and its three faults as config overrides.
@@ -55,41 +51,6 @@ LABS = {
 
 
 # ---------------------------------------------------------------------------------------------------
-# What a blind run's files withhold (called by loop.py when cfg.blind)
-# ---------------------------------------------------------------------------------------------------
-
-
-def public_config(cfg) -> dict:
-    """The config as config.yaml / manifest.json show it: without the secret fields when blind."""
-    d = cfg.to_dict()
-    if cfg.blind:
-        for k in SECRET_FIELDS:
-            d.pop(k, None)
-    return d
-
-
-def withhold_manifest(manifest: dict, cfg) -> dict:
-    out = dict(manifest)
-    out["config"] = public_config(cfg)
-    out["config_hash"] = out["trunk_hash"] = WITHHELD
-    out["injection"] = {"withheld": WITHHELD}
-    out["forked_from"] = None  # blind runs are never forked, but say nothing either way
-    return out
-
-
-def withhold_checkpoint_meta(meta: dict) -> dict:
-    return {**meta, "config_hash": WITHHELD, "trunk_hash": WITHHELD, "injection_fired": WITHHELD}
-
-
-def withhold_row(row: dict) -> dict:
-    row["injected"] = None
-    if isinstance(row.get("batch"), dict):
-        # every step alike: an injected batch has no training-row indices; the count stays (batch size)
-        row["batch"]["rows"] = [None] * len(row["batch"].get("rows") or [])
-    return row
-
-
-# ---------------------------------------------------------------------------------------------------
 # The sealed store
 # ---------------------------------------------------------------------------------------------------
 
@@ -111,13 +72,13 @@ def read_public(folder: Path) -> dict:
     if not path.exists():
         raise UserError(f"{folder} holds no sealed blind lab (no SEALED.json); make it with "
                         "'just phase-19-blind' or 'just break-it-shuffled'")
-    return runfiles.read_json(path, "sealed-lab file")
+    return reader.read_json(path, "sealed-lab file")
 
 
 def open_mapping(folder: Path) -> dict:
     """The secret mapping {run id: {"fault": key, "overrides": {...}}}, checked against the published hash."""
     public = read_public(folder)
-    secret = runfiles.read_json(sealed_path(folder), "sealed mapping")
+    secret = reader.read_json(sealed_path(folder), "sealed mapping")
     digest = mapping_digest(secret.get("salt", ""), secret.get("mapping", {}))
     if digest != public.get("mapping_sha256"):
         raise UserError(f"{sealed_path(folder)} does not match the hash published in {public_path(folder)}: "
@@ -150,9 +111,8 @@ def make_lab(lab: str, folder: Path, base_overrides: list[str], randomize: bool 
              only: str | None = None, force: bool = False) -> list[str]:
     """Seal a shuffled mapping into `folder` (unless one exists) and train its runs (or only `only`).
     Returns one summary line per run."""
-    from minitrain import loop
-    from minitrain.cli import _summary_line
-    from minitrain.config import build_config
+    from minitrain.core.config import build_config
+    from minitrain.lab.runs import summary_line, train_run
 
     folder = Path(folder)
     if lab not in LABS:
@@ -183,8 +143,8 @@ def make_lab(lab: str, folder: Path, base_overrides: list[str], randomize: bool 
             raise UserError(f"{folder} already holds other files; choose another --experiments folder")
         mapping = draw_mapping(lab, randomize, base.steps)
         salt = secrets.token_hex(16)
-        runfiles.atomic_write_json(sealed_path(folder), {"lab": lab, "salt": salt, "mapping": mapping})
-        runfiles.atomic_write_json(public_path(folder), {
+        files.atomic_write_json(sealed_path(folder), {"lab": lab, "salt": salt, "mapping": mapping})
+        files.atomic_write_json(public_path(folder), {
             "lab": lab, "runs": list(RUN_IDS), "random": randomize, "base_overrides": list(base_overrides),
             "mapping_sha256": mapping_digest(salt, mapping), "sealed_at": _utc_now(),
             "note": "which fault each run carries is sealed in .sealed/ until 'minitrain reveal NAME --lab "
@@ -200,8 +160,8 @@ def make_lab(lab: str, folder: Path, base_overrides: list[str], randomize: bool 
             continue
         overrides = [f"{k}={v}" for k, v in mapping[run_id]["overrides"].items()]
         cfg = build_config({}, [*base_overrides, *overrides, "blind=true"])
-        res = loop.train(cfg, out, force=force or out.exists(), fork=False)
-        lines.append(_summary_line(f"{folder.name}/{run_id}", res))
+        res = train_run(cfg, out, force=force or out.exists(), fork=False)
+        lines.append(summary_line(f"{folder.name}/{run_id}", res))
     return lines
 
 
@@ -210,13 +170,13 @@ def reveal_mapping(folder: Path, by: str) -> dict:
     mapping = open_mapping(folder)
     path = Path(folder) / "REVEALED.json"
     if not path.exists():
-        runfiles.atomic_write_json(path, {"revealed_at": _utc_now(), "revealed_by": by, "mapping": mapping})
+        files.atomic_write_json(path, {"revealed_at": _utc_now(), "revealed_by": by, "mapping": mapping})
     return mapping
 
 
 def true_config(run: Path):
     """The full config of a blind run (secret fields included), for remediation after the reveal."""
-    from minitrain.config import build_config, load_yaml
+    from minitrain.core.config import build_config, load_yaml
 
     run = Path(run)
     folder = run.parent

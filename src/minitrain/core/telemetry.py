@@ -24,8 +24,8 @@ import math
 
 import torch
 
-from minitrain import distributed
-from minitrain.tokenizer import PAD
+from minitrain.core import distributed
+from minitrain.core.tokenizer import PAD
 
 SIG = 5  # significant digits kept for telemetry floats (loss, lr and norms keep full precision)
 

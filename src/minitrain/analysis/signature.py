@@ -21,12 +21,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from minitrain import runfiles
-from minitrain.errors import UserError
-
-TOL = 0.02  # nats: "recovered" once the windowed loss difference stays this close to zero
-WINDOW = 20  # steps in the windowed mean used for recovery
-SPIKE = 0.1  # nats: a loss excess above this is a visible spike on the loss panel
+from minitrain.analysis.compare import SPIKE, TOL, WINDOW, loss_difference, recovery_steps
+from minitrain.run import files, reader
+from minitrain.core.errors import UserError
+from minitrain.core.fmt import fmt
 
 PREDICTIONS = {
     "scale": [
@@ -49,34 +47,17 @@ PREDICTIONS = {
 }
 
 
-def find_baseline(run: Path) -> Path | None:
-    """The sibling run with the same trunk hash and no injection (the lab's 18-baseline)."""
-    m = runfiles.read_json(Path(run) / "manifest.json", "manifest")
-    for other in sorted(Path(run).parent.glob("*/manifest.json")):
-        if other.parent.resolve() == Path(run).resolve():
-            continue
-        try:
-            o = json.loads(other.read_text())
-        except (OSError, ValueError):
-            continue
-        if o.get("trunk_hash") == m.get("trunk_hash") and o.get("config", {}).get("injection") == "none":
-            return other.parent
-    return None
-
-
 def measure(run: Path, baseline: Path) -> dict:
-    m = runfiles.read_json(Path(run) / "manifest.json", "manifest")
+    m = reader.read_json(Path(run) / "manifest.json", "manifest")
     cfg = m["config"]
     if cfg["injection"] == "none":
         raise UserError(f"{run} has no injection; a signature compares an injection run with its baseline")
-    rows, _ = runfiles.read_metrics(Path(run) / "metrics.jsonl")
-    base, _ = runfiles.read_metrics(Path(baseline) / "metrics.jsonl")
+    rows, base = reader.rows_by_step(run), reader.rows_by_step(baseline)
     k = cfg["injection_step"]
-    n = min(len(rows), len(base))
+    diff = loss_difference(rows, base)
+    n = len(diff)
     if n <= k:
         raise UserError(f"{run} or {baseline} ends before the injection step {k}; finish the runs first")
-    diff = [(r["loss"] - b["loss"]) if r["loss"] is not None and b["loss"] is not None else None
-            for r, b in zip(rows[:n], base[:n])]
     after = [(i, d) for i, d in enumerate(diff) if i >= k and d is not None]
     max_step, max_excess = max(after, key=lambda t: t[1])
     recovery = recovery_steps(diff, k)
@@ -116,45 +97,22 @@ def measure(run: Path, baseline: Path) -> dict:
     return sig
 
 
-def recovery_steps(diff: list[float | None], k: int) -> int | None:
-    """Steps after K until every forward WINDOW-mean of the loss difference stays within TOL
-    (None: never, within the run)."""
-    vals = [d if d is not None else float("inf") for d in diff]
-    last_start = max(k, len(vals) - WINDOW)  # only full windows (the run's last WINDOW steps form the last)
-    last_bad = None
-    for t in range(k, last_start + 1):
-        window = vals[t:t + WINDOW]
-        if abs(sum(window) / len(window)) > TOL:
-            last_bad = t
-    if last_bad is None:
-        return 0
-    return None if last_bad == last_start else last_bad + 1 - k
-
-
 def write(run: Path, baseline: Path | None = None) -> dict:
-    baseline = baseline or find_baseline(run)
+    baseline = baseline or reader.find_baseline(run)
     if baseline is None:
         raise UserError(f"no baseline run beside {run}; train it first (just phase-18-train) or pass --baseline")
     sig = measure(run, baseline)
-    runfiles.atomic_write_json(Path(run) / "signature.json", sig)
+    files.atomic_write_json(Path(run) / "signature.json", sig)
     return sig
 
 
-def _fmt(x) -> str:
-    if x is None:
-        return "—"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, float):
-        return f"{x:.4g}"
-    return str(x)
 
 
 def report(experiments: Path) -> str:
     """The lab report: one table of measured values per injection, then each prediction vs observation."""
     sigs = []
     for run in sorted(Path(experiments).glob("19-injection-*")):
-        if (run / "manifest.json").exists() and find_baseline(run):
+        if (run / "manifest.json").exists() and reader.find_baseline(run):
             sigs.append(write(run))
     if not sigs:
         raise UserError(f"no injection runs with a baseline in {experiments}; run `just lab` first")
@@ -167,10 +125,10 @@ def report(experiments: Path) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for s in sigs:
         lines.append(
-            f"| {s['run']} | {s['injection']} | {s['injection_step']} | {_fmt(s['loss_at_k'])} "
-            f"({_fmt(s['baseline_loss_at_k'])}) | {_fmt(s['max_excess'])} ({s['max_excess_step']}) | "
-            f"{_fmt(s['grad_norm_at_k'])} (x{_fmt(s['grad_norm_ratio_vs_baseline_at_k'])}) | "
-            f"{_fmt(s['pre_post_clip_ratio_at_k'])} | {_fmt(s['recovery_steps'])} | {_fmt(s['v_ratio_at_k'])} |")
+            f"| {s['run']} | {s['injection']} | {s['injection_step']} | {fmt(s['loss_at_k'])} "
+            f"({fmt(s['baseline_loss_at_k'])}) | {fmt(s['max_excess'])} ({s['max_excess_step']}) | "
+            f"{fmt(s['grad_norm_at_k'])} (x{fmt(s['grad_norm_ratio_vs_baseline_at_k'])}) | "
+            f"{fmt(s['pre_post_clip_ratio_at_k'])} | {fmt(s['recovery_steps'])} | {fmt(s['v_ratio_at_k'])} |")
     lines += ["", "| run | the lab predicts | holds here? |", "|---|---|---|"]
     for s in sigs:
         for p in s["predictions"]:
@@ -181,8 +139,8 @@ def report(experiments: Path) -> str:
                     holds = s["excess_at_k_window"] < a["excess_at_k_window"]
                 elif "grad-norm" in p["prediction"]:
                     holds = s["grad_norm_ratio_vs_baseline_at_k"] > a["grad_norm_ratio_vs_baseline_at_k"]
-            lines.append(f"| {s['run']} | {p['prediction']} | {_fmt(holds)} |")
+            lines.append(f"| {s['run']} | {p['prediction']} | {fmt(holds)} |")
     lines += ["", "Why predictions fail here, when they do: see docs/lab-findings.md.", ""]
     text = "\n".join(lines)
-    runfiles.atomic_write_text(Path(experiments) / "lab-report.md", text)
+    files.atomic_write_text(Path(experiments) / "lab-report.md", text)
     return text

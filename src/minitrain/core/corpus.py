@@ -294,7 +294,7 @@ def split(rows: list[Row], val_verbs: list[str], seed: int, val_fraction: float 
     other verbs (stratified), so validation measures both unseen verbs and unseen sentences."""
     unknown = [v for v in val_verbs if v not in VERB_BY_LEMMA]
     if unknown:
-        from minitrain.errors import UserError
+        from minitrain.core.errors import UserError
 
         raise UserError(f"val_verbs names unknown verbs {unknown}; choose from {sorted(VERB_BY_LEMMA)}")
     rng = random.Random(seed + 1)

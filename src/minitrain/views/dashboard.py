@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from minitrain import runfiles
-from minitrain.errors import UserError
+from minitrain.run import files, reader
+from minitrain.core.errors import UserError
 
 PER_TENSOR_STATS = ("g", "ur", "vm")  # per-parameter telemetry the page plots (see docs/metrics.md)
 MOVERS = 4  # tensors shown by default in each per-tensor panel
@@ -55,73 +55,12 @@ def _as_is(x):
     return x if type(x) is float or type(x) is int else None
 
 
-def _read_optional_json(path: Path) -> tuple[dict | None, str | None]:
-    """A JSON object if the file exists, else None; a note instead of an error if it is unreadable."""
-    if not path.exists():
-        return None, None
-    try:
-        obj = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        return None, f"{path.name} is unreadable ({str(e).splitlines()[0][:80]})"
-    if not isinstance(obj, dict):
-        return None, f"{path.name} does not hold a JSON object"
-    return obj, None
-
-
-def load_run(run: Path) -> dict:
-    """Manifest, results, diagnosis and metrics rows of a run folder (rows deduplicated by step, sorted)."""
-    run = Path(run)
-    if not run.is_dir():
-        raise UserError(f"{run} is not a folder; give a run folder such as experiments/18-baseline")
-    if not (run / "metrics.jsonl").exists():
-        raise UserError(f"{run} holds no metrics.jsonl; is it a minitrain run folder?")
-    notes = []
-    manifest, why = _read_optional_json(run / "manifest.json")
-    if why or manifest is None:
-        notes.append(why or "manifest.json is missing: config, seed and injection are unknown")
-    results, why = _read_optional_json(run / "results.json")
-    if why:
-        notes.append(why)
-    diagnosis, diagnosis_note = _read_optional_json(run / "diagnosis.json")
-    rows, data_note = runfiles.read_metrics(run / "metrics.jsonl")
-    by_step = {}
-    for row in rows:  # a resumed run may repeat steps; the last write of a step wins
-        if isinstance(row, dict) and isinstance(row.get("step"), int):
-            by_step[row["step"]] = row
-    rows = [by_step[s] for s in sorted(by_step)]
-    return {"dir": run, "name": run.resolve().name, "manifest": manifest or {}, "results": results,
-            "diagnosis": diagnosis, "diagnosis_note": diagnosis_note, "rows": rows, "data_note": data_note,
-            "notes": notes}
-
-
 def _config(r: dict) -> dict:
     return r["manifest"].get("config") or {}
 
 
 def _injection(r: dict) -> str:
     return str(_config(r).get("injection", "none"))
-
-
-def find_baseline(run: Path) -> Path | None:
-    """For an injection run: a sibling run folder with the same trunk hash and no injection (18-baseline beside
-    19-injection-A). The one with the most metrics wins if there are several."""
-    run = Path(run)
-    manifest, _ = _read_optional_json(run / "manifest.json")
-    if not manifest or (manifest.get("config") or {}).get("injection", "none") == "none":
-        return None
-    best, best_size = None, -1
-    for path in sorted(run.resolve().parent.glob("*/manifest.json")):
-        if path.parent.resolve() == run.resolve():
-            continue
-        other, _ = _read_optional_json(path)
-        if (not other or other.get("trunk_hash") != manifest.get("trunk_hash")
-                or (other.get("config") or {}).get("injection", "none") != "none"):
-            continue
-        metrics = path.parent / "metrics.jsonl"
-        size = metrics.stat().st_size if metrics.exists() else -1
-        if size > best_size:
-            best, best_size = path.parent, size
-    return best
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -401,7 +340,7 @@ def _compare_payload(c: dict, baseline_rows: list[dict] | None) -> dict:
 def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] = ()) -> dict:
     """Everything the page shows, as one JSON-able dict. `compare`: further runs drawn beside this one and the
     baseline (e.g. the original run beside its remediation), each with its own colour and difference line."""
-    r = load_run(run)
+    r = reader.load_run(run)
     rows, cfg = r["rows"], _config(r)
     steps = [row["step"] for row in rows]
     cols = _series(rows)
@@ -442,10 +381,10 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
     }
     b = None
     if baseline is not None:
-        b = load_run(baseline)
+        b = reader.load_run(baseline)
         payload["baseline"] = _baseline_payload(b, rows)
         if b["manifest"].get("trunk_hash") != r["manifest"].get("trunk_hash"):
-            from minitrain.config import INJECTION_FIELDS, NON_NUMERIC_FIELDS
+            from minitrain.core.config import INJECTION_FIELDS, NON_NUMERIC_FIELDS
 
             rc, bc = r["manifest"].get("config", {}), b["manifest"].get("config", {})
             differ = sorted(k for k in set(rc) | set(bc)
@@ -458,7 +397,7 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
                                         f"({', '.join(differ) or 'trunk hash'}): differences are not the "
                                         "injection's alone")
     for path in compare:
-        payload["compare"].append(_compare_payload(load_run(path), b["rows"] if b else None))
+        payload["compare"].append(_compare_payload(reader.load_run(path), b["rows"] if b else None))
     return payload
 
 
@@ -468,7 +407,7 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
 
 
 def _asset(name: str) -> str:
-    return resources.files("minitrain").joinpath("assets", name).read_text(encoding="utf-8")
+    return resources.files("minitrain.views").joinpath("assets", name).read_text(encoding="utf-8")
 
 
 def embed_json(obj) -> str:
@@ -496,8 +435,8 @@ def write_dashboard(run: Path, baseline: Path | None = None, out: Path | None = 
     trunk hash, no injection) is found and overlaid. `compare`: further runs drawn beside it (see
     build_payload). Returns the path written."""
     run = Path(run)
-    if baseline is None and auto_baseline:
-        baseline = find_baseline(run)
+    if baseline is None and auto_baseline and not reader.config_of(reader.manifest_of(run)).get("blind"):
+        baseline = reader.find_baseline(run)  # a blind page shows no other run's settings before the reveal
     if baseline is not None and Path(baseline).resolve() == run.resolve():
         raise UserError("--baseline is the run itself; give another run folder")
     compare = [Path(c) for c in compare]
@@ -511,7 +450,7 @@ def write_dashboard(run: Path, baseline: Path | None = None, out: Path | None = 
     if out.is_dir():
         raise UserError(f"{out} is a folder; give --out a file name such as {out / 'dashboard.html'}")
     page = render_html(build_payload(run, baseline, compare))
-    runfiles.atomic_write_text(out, page)
+    files.atomic_write_text(out, page)
     return out
 
 
@@ -523,9 +462,9 @@ def write_dashboard(run: Path, baseline: Path | None = None, out: Path | None = 
 def run_summary(run: Path) -> dict:
     """One line about a run folder for the index: status, injection, final val loss vs n-gram, anomaly."""
     run = Path(run)
-    manifest, _ = _read_optional_json(run / "manifest.json")
-    results, _ = _read_optional_json(run / "results.json")
-    diagnosis, _ = _read_optional_json(run / "diagnosis.json")
+    manifest, _ = reader.read_optional_json(run / "manifest.json")
+    results, _ = reader.read_optional_json(run / "results.json")
+    diagnosis, _ = reader.read_optional_json(run / "diagnosis.json")
     manifest, results = manifest or {}, results or {}
     cfg = manifest.get("config") or {}
     inj = cfg.get("injection", "none")
@@ -547,7 +486,7 @@ def run_summary(run: Path) -> dict:
         anomaly = "non-finite loss or gradient"
     else:
         try:
-            rows, note = runfiles.read_metrics(run / "metrics.jsonl")
+            rows, note = reader.read_metrics(run / "metrics.jsonl")
         except UserError:
             rows, note = [], "metrics unreadable"
         if rows:
@@ -566,7 +505,7 @@ def write_index(experiments: Path) -> Path:
     experiments = Path(experiments)
     if not experiments.is_dir():
         raise UserError(f"{experiments} is not a folder; give the folder that holds your run folders")
-    runs = sorted(d for d in experiments.iterdir() if d.is_dir() and runfiles.is_run_dir(d))
+    runs = sorted(d for d in experiments.iterdir() if d.is_dir() and files.is_run_dir(d))
     e = html.escape
     lines = []
     for run in runs:
@@ -580,5 +519,5 @@ def write_index(experiments: Path) -> Path:
     page = fill(_asset("index.html"), {"TITLE": e(f"{experiments.resolve().name}: minitrain runs"),
                                        "GENERATED": e(time.strftime("%Y-%m-%d %H:%M:%S")), "ROWS": body})
     out = experiments / "index.html"
-    runfiles.atomic_write_text(out, page)
+    files.atomic_write_text(out, page)
     return out

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from minitrain.errors import UserError
+from minitrain.core.errors import UserError
 
 # Fields that only describe the injection: two configs that differ only here share steps 0..K-1,
 # which is what lets an injection run fork from its baseline instead of recomputing them.
@@ -31,7 +31,7 @@ INJECTION_FIELDS = (
 # Fields that never change the numbers a run produces (where it runs, how it reports).
 # (`preset` only names where the other fields' defaults came from; the resolved fields are hashed.)
 NON_NUMERIC_FIELDS = ("progress", "device", "blind", "preset")
-# Remedy fields (remedies.py), corpus_scale and precision stay out of the hash while at their defaults, so
+# Remedy fields (remedy.py), corpus_scale and precision stay out of the hash while at their defaults, so
 # every run made before they existed keeps its config hash (and stays resumable and "up to date").
 HASH_OMIT_AT_DEFAULT = ("remedy", "remedy_step", "remedy_param", "remedy_zclip_z", "remedy_zclip_alpha", "remedy_zclip_warmup",
                         "corpus_scale", "precision")
@@ -99,7 +99,7 @@ class TrainConfig:
     injection_factor: float = 100.0
     # blind mode (blind.py): the run's files withhold its injection / break settings until the reveal
     blind: bool = False
-    # remedy (remedies.py): the fix a stability-check leaf prescribes, applied inside the training step
+    # remedy (remedy.py): the fix a stability-check leaf prescribes, applied inside the training step
     remedy: str = "none"  # none | skip_batch | restore_moments | zclip
     remedy_step: int = -1  # skip_batch: the step not applied; restore_moments: the step it restores at
     remedy_param: str = ""  # restore_moments: the one tensor whose moments are restored ("" = every tensor)
@@ -174,7 +174,7 @@ def unknown_key_error(key: str) -> UserError:
     close = difflib.get_close_matches(key, FIELD_TYPES, n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     return UserError(
-        f"unknown config key '{key}'{hint}; see 'minitrain config --show' for the valid keys"
+        f"unknown config key '{key}'{hint}; 'minitrain config' lists every key"
     )
 
 
@@ -250,9 +250,9 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.corpus_scale >= 1, f"corpus_scale must be at least 1, got {cfg.corpus_scale}")
     need(len(cfg.val_verbs) >= 1, "val_verbs must name at least one verb")
     # the injection itself is validated by minitrain.injections (it knows the registered names)
-    from minitrain.injections import validate_injection_config
+    from minitrain.core.injections import validate_injection_config
 
     validate_injection_config(cfg)
-    from minitrain.remedies import validate_remedy_config
+    from minitrain.core.remedy import validate_remedy_config
 
     validate_remedy_config(cfg)

@@ -149,3 +149,10 @@ def build_model(cfg, generator: torch.Generator) -> GPT:
     model.init_weights(cfg.init_std, cfg.init_scale, generator)
     return model
 
+
+
+def param_names(cfg) -> list[str]:
+    """The model's parameter names for a config, without allocating or initialising any weights."""
+    with torch.device("meta"):
+        model = GPT(cfg.vocab_size, cfg.n_layer, cfg.d_model, cfg.n_head, cfg.d_ff, cfg.context)
+    return [n for n, _ in model.named_parameters()]

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from minitrain.corpus import Row, format_sequence
-from minitrain.errors import UserError
+from minitrain.core.corpus import Row, format_sequence
+from minitrain.core.errors import UserError
 
 SPECIALS = ("<pad>", "<bos>", "<eos>")
 PAD, BOS, EOS = 0, 1, 2

@@ -16,19 +16,18 @@ the optimizer-state injection point), and takes the optimizer step only if it re
 
 With `remedy: none` (the default) `ctx` is None and the hook returns True at once. A remedy is one
 function registered with `@remedy(name, params, cause)`; it writes what it did into `ctx.actions`, which
-the manifest records. `remediate()` at the bottom drives a whole remediation run (`minitrain remediate`).
+the manifest records. `minitrain.lab.remediate` drives a whole remediation run (`minitrain remediate`).
 """
 from __future__ import annotations
 
 import difflib
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from minitrain.errors import UserError
+from minitrain.core.errors import UserError
 
 MAX_ACTIONS_RECORDED = 50  # zclip may act often; the manifest keeps the first 50 and a count
 
@@ -200,119 +199,6 @@ def validate_remedy_config(cfg) -> None:
 
 
 def _param_names(cfg) -> list[str]:
-    from minitrain.model import build_model
+    from minitrain.core.model import param_names
 
-    return [n for n, _ in build_model(cfg, torch.Generator().manual_seed(0)).named_parameters()]
-
-
-# ---------------------------------------------------------------------------------------------------
-# A whole remediation: `minitrain remediate RUN`
-# ---------------------------------------------------------------------------------------------------
-
-# The registered remedy of each cause the walker can name; config fixes re-run from step 0.
-CAUSE_REMEDY = {"gradient_explosion": "zclip", "bad_batch": "skip_batch", "optimizer_state_corruption": "restore_moments"}
-CONFIG_FIXES = {"bad_init": "init_scale=1", "no_warmup": "warmup_steps=100", "broken_mask": "causal_mask=true"}
-
-
-def checkpoint_before(run: Path, limit: int) -> tuple[Path, int] | None:
-    """The latest checkpoint at or before step `limit` holding this run's state: in the run itself, or in the
-    run it was forked from (whose steps before the fork are this run's too)."""
-    import json
-
-    from minitrain import runfiles
-
-    best = None
-    run, seen = Path(run), set()
-    while run is not None and run.resolve() not in seen:
-        seen.add(run.resolve())
-        steps = [s for s in runfiles.list_checkpoints(run) if s <= limit]
-        if steps and (best is None or steps[-1] > best[1]):
-            best = (run, steps[-1])
-        try:
-            forked = json.loads((run / "manifest.json").read_text()).get("forked_from") or {}
-        except (OSError, ValueError):
-            forked = {}
-        if not forked.get("run"):
-            break
-        limit = min(limit, int(forked.get("checkpoint_step", limit)))
-        run = run.parent / forked["run"]
-    return best
-
-
-def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None = None,
-              force: bool = False) -> dict:
-    """Walk RUN, re-run it from the last checkpoint before the anomaly with the leaf's remedy into
-    RUN-remediated, walk that, measure both against the baseline and write RUN-remediated/dashboard.html
-    (remediated vs original vs baseline)."""
-    import json
-
-    from minitrain import blind, dashboard, loop, runfiles
-    from minitrain.config import build_config
-    from minitrain.learner import baseline_for, measure, walk
-
-    run = Path(run)
-    if not (run / "manifest.json").exists():
-        raise UserError(f"{run} is not a run folder (no manifest.json); give e.g. experiments/19-injection-B")
-    if run.name.endswith("-remediated"):
-        raise UserError(f"{run} is already a remediation; remediate the original run")
-    manifest = runfiles.read_json(run / "manifest.json", "manifest")
-    config = manifest.get("config") or {}
-    cfg = blind.true_config(run) if config.get("blind") else build_config(config, [])
-    verdict = walk(run)
-    if not verdict:
-        raise UserError(f"the stability walker could not read {run}; see 'minitrain diagnose {run}'")
-    cause, anomaly = verdict.get("cause"), verdict.get("anomaly_step")
-    name = remedy_name or CAUSE_REMEDY.get(cause) or CONFIG_FIXES.get(cause)
-    if name is None:
-        raise UserError(f"the walker stops at {verdict.get('leaf')} ({cause}), which has no registered remedy; "
-                        f"apply its remediation by hand, or pick one with --remedy ({', '.join(REGISTRY)})")
-    donor, overrides = None, ["progress=false", "blind=false"]
-    if name in REGISTRY:
-        if anomaly is None:
-            raise UserError(f"the walker names no anomaly step for {run}, so {name} has no step to act at")
-        remedy_step = anomaly + 1 if name == "restore_moments" else anomaly
-        if remedy_step >= cfg.steps:
-            raise UserError(f"the anomaly is at the run's last step ({anomaly}); there is nothing after it to remedy")
-        start_limit = anomaly - cfg.remedy_zclip_warmup if name == "zclip" else anomaly
-        donor = checkpoint_before(run, max(0, start_limit))
-        overrides += [f"remedy={name}", f"remedy_step={remedy_step}"]
-        tensor = (verdict.get("evidence") or {}).get("tensor")
-        if name == "restore_moments" and tensor:  # the walker names the tensor whose v moved: restore only it
-            overrides.append(f"remedy_param={tensor}")
-    elif "=" in name:
-        overrides.append(name)  # a config fix: the whole run again from step 0
-    else:
-        raise UserError(f"unknown remedy '{name}'; valid: {', '.join([*REGISTRY, *CONFIG_FIXES.values()])}")
-    new_cfg = build_config(cfg.to_dict(), overrides)
-    out = run.parent / f"{run.name}-remediated"
-    res = loop.train(new_cfg, out, force=force, fork=False, donor=donor)
-    after = walk(out) or {}
-    baseline = Path(baseline) if baseline else baseline_for(run, run.parent)
-    k = anomaly
-    before_m, after_m = measure(run, baseline, k), measure(out, baseline, k)
-    # one page, remediated vs original vs baseline: both runs' differences to the baseline side by side
-    pages = [dashboard.write_dashboard(out, baseline=baseline, compare=[run])]
-    summary = _summary(name, before_m, after_m, verdict, after)
-    report = {"run": run.name, "remediated": out.name, "baseline": baseline.name if baseline else None,
-              "walker_before": verdict, "walker_after": after, "remedy": name,
-              "from_checkpoint": {"run": donor[0].name, "step": donor[1]} if donor else None,
-              "status": res.get("status"), "measured_before": before_m, "measured_after": after_m,
-              "actions": (json.loads((out / "manifest.json").read_text()).get("remedy") or {}).get("actions"),
-              "action_count": (json.loads((out / "manifest.json").read_text()).get("remedy") or {}).get("action_count"),
-              "dashboards": [str(p) for p in pages], "summary": summary}
-    runfiles.atomic_write_json(out / "remediation.json", report)
-    return report
-
-
-def _summary(name: str, before: dict, after: dict, walk_before: dict, walk_after: dict) -> str:
-    from minitrain.learner import _fmt
-
-    parts = [f"remedy {name}"]
-    for label, key in (("mean loss diff K+1..K+50", "mean_loss_diff_after_K"),
-                       ("max loss diff after K", "max_loss_diff_after_K"),
-                       ("recovery steps", "recovery_steps"), ("final val loss diff", "final_val_loss_diff")):
-        if key in before or key in after:
-            parts.append(f"{label} {_fmt(before.get(key))} -> {_fmt(after.get(key))}")
-    parts.append(f"walker {walk_before.get('leaf')} ({walk_before.get('cause')}) -> "
-                 f"{walk_after.get('leaf')} ({walk_after.get('cause')})")
-    return "; ".join(parts)
+    return param_names(cfg)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from minitrain.errors import UserError
+from minitrain.core.errors import UserError
 
 POINTS = ("batch", "grads", "optimizer_state")
 

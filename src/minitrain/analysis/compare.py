@@ -1,0 +1,103 @@
+"""A run against its baseline: ONE definition of the loss difference, recovery and spike that the lab report
+(signature.py), the learner's reveal, the post-mortem and `remediate` all use."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from minitrain.run import reader
+
+TOL = 0.02  # nats: "recovered" once the windowed loss difference stays this close to zero
+WINDOW = 20  # steps in the windowed mean used for recovery
+SPIKE = 0.1  # nats: a loss excess above this is a visible spike on the loss panel
+
+
+def loss_difference(rows: dict[int, dict], base: dict[int, dict]) -> list[float | None]:
+    """Per step (0 .. the shorter run's last step): run loss minus baseline loss; None where either is missing."""
+    n = min(max(rows, default=-1), max(base, default=-1)) + 1
+    out = []
+    for s in range(n):
+        a, b = (rows.get(s) or {}).get("loss"), (base.get(s) or {}).get("loss")
+        out.append(a - b if a is not None and b is not None else None)
+    return out
+
+
+def recovery_steps(diff: list[float | None], k: int) -> int | None:
+    """Steps after K until every forward WINDOW-mean of the loss difference stays within TOL
+    (None: never, within the run)."""
+    vals = [d if d is not None else float("inf") for d in diff]
+    last_start = max(k, len(vals) - WINDOW)  # only full windows (the run's last WINDOW steps form the last)
+    last_bad = None
+    for t in range(k, last_start + 1):
+        window = vals[t:t + WINDOW]
+        if abs(sum(window) / len(window)) > TOL:
+            last_bad = t
+    if last_bad is None:
+        return 0
+    return None if last_bad == last_start else last_bad + 1 - k
+
+
+AFTER_WINDOW = 50  # "after K" means steps K+1 .. K+50
+
+
+def measure(run: Path, baseline: Path | None, k: int | None) -> dict:
+    """Facts about a run at and after step K, each against the baseline at the same step when there is one."""
+    rows = reader.rows_by_step(run)
+    base = reader.rows_by_step(baseline) if baseline is not None else {}
+    out: dict = {"run": Path(run).name, "baseline": Path(baseline).name if baseline else None, "K": k,
+                 "steps": len(rows)}
+    if rows:
+        first = rows[min(rows)]
+        out["step0_loss"] = first.get("loss")
+        out["lr_first"] = first.get("lr")
+        bad = [s for s, r in sorted(rows.items()) if r.get("loss") is None or r.get("grad_norm") is None]
+        out["non_finite_step"] = bad[0] if bad else None
+        early = [r["loss"] for s, r in rows.items() if s < 100 and r.get("loss") is not None]
+        out["max_loss_first_100"] = max(early) if early else None
+        if base and min(base) in base:
+            out["baseline_step0_loss"] = base[min(base)].get("loss")
+            a0, b0 = rows[min(rows)].get("act") or [], base[min(base)].get("act") or []
+            if a0 and b0 and b0[0]:
+                out["act0_ratio_step0"] = (a0[0] or 0) / b0[0]
+    if k is not None and k in rows:
+        r, b = rows[k], base.get(k, {})
+        out["loss_at_K"], out["baseline_loss_at_K"] = r.get("loss"), b.get("loss")
+        out["grad_norm_at_K"], out["baseline_grad_norm_at_K"] = r.get("grad_norm"), b.get("grad_norm")
+        if r.get("grad_norm") and b.get("grad_norm"):
+            out["grad_norm_ratio_at_K"] = r["grad_norm"] / b["grad_norm"]
+        batch = r.get("batch") or {}
+        out["dup_rows_at_K"], out["rare_share_at_K"] = batch.get("dup_rows"), batch.get("rare_share")
+        bb = b.get("batch") or {}
+        out["baseline_dup_rows_at_K"], out["baseline_rare_share_at_K"] = bb.get("dup_rows"), bb.get("rare_share")
+        pr, pb = r.get("params") or {}, b.get("params") or {}
+        ratios = {n: pr[n]["vm"] / pb[n]["vm"] for n in pr
+                  if n in pb and pr[n].get("vm") and pb[n].get("vm")}
+        if ratios:
+            top = max(ratios, key=ratios.get)
+            out["v_jump_param"], out["v_jump_ratio_at_K"] = top, ratios[top]
+            later = [s for s in sorted(rows) if s > k]
+            settle = None
+            for s in later:
+                pr_s, pb_s = rows[s].get("params") or {}, base.get(s, {}).get("params") or {}
+                if top in pr_s and top in pb_s and pb_s[top].get("vm") and abs(pr_s[top]["vm"] / pb_s[top]["vm"] - 1) <= 0.1:
+                    settle = s - k
+                    break
+            out["v_steps_to_within_10pct"] = settle
+        diffs = [(s, rows[s]["loss"] - base[s]["loss"]) for s in range(k + 1, k + 1 + AFTER_WINDOW)
+                 if s in rows and s in base and rows[s].get("loss") is not None and base[s].get("loss") is not None]
+        if diffs:
+            out["mean_loss_diff_after_K"] = sum(d for _, d in diffs) / len(diffs)
+            s_max, d_max = max(diffs, key=lambda t: abs(t[1]))
+            out["max_loss_diff_after_K"], out["max_loss_diff_step"] = d_max, s_max
+        out["recovery_steps"] = recovery_steps(loss_difference(rows, base), k)
+        first = next((s for s in sorted(rows) if s in base and rows[s].get("loss") != base[s].get("loss")), None)
+        out["first_step_differing"] = first
+    res_run, res_base = reader.results_of(run), reader.results_of(baseline) if baseline else {}
+    if res_run.get("final_val_loss") is not None:
+        out["final_val_loss"] = res_run["final_val_loss"]
+        if res_base.get("final_val_loss") is not None:
+            out["final_val_loss_diff"] = res_run["final_val_loss"] - res_base["final_val_loss"]
+    if res_run.get("final_train_loss") is not None and res_run.get("final_val_loss") is not None:
+        out["final_val_minus_train"] = res_run["final_val_loss"] - res_run["final_train_loss"]
+        if res_base.get("final_val_loss") is not None and res_base.get("final_train_loss") is not None:
+            out["baseline_final_val_minus_train"] = res_base["final_val_loss"] - res_base["final_train_loss"]
+    return out

@@ -1,0 +1,15 @@
+"""How a number is written for a person (reports, the walker's path, the learner's reveal): one rule."""
+from __future__ import annotations
+
+import math
+
+
+def fmt(x, digits: int = 4) -> str:
+    """`digits` significant digits; "n/a" for a missing value, "non-finite" for NaN/inf, yes/no for a bool."""
+    if x is None:
+        return "n/a"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}" if math.isfinite(x) else "non-finite"
+    return str(x)

@@ -1,0 +1,1 @@
+"""Layer 6: the lab and the learner's workflow on top of runs, analysis and pages."""

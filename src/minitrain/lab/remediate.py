@@ -1,0 +1,115 @@
+"""`minitrain remediate RUN`: walk a run, re-run it from the last checkpoint before its anomaly with the leaf's
+remedy (core/remedy.py holds the in-step part), walk again and compare against the baseline in one page."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from minitrain import loop
+from minitrain.core.config import build_config
+from minitrain.core.errors import UserError
+from minitrain.core.fmt import fmt
+from minitrain.core.remedy import REGISTRY
+from minitrain.lab import blind
+from minitrain.analysis.compare import measure
+from minitrain.lab.learner import walk
+from minitrain.run import files, reader
+from minitrain.views import dashboard
+
+
+# The registered remedy of each cause the walker can name; config fixes re-run from step 0.
+CAUSE_REMEDY = {"gradient_explosion": "zclip", "bad_batch": "skip_batch", "optimizer_state_corruption": "restore_moments"}
+CONFIG_FIXES = {"bad_init": "init_scale=1", "no_warmup": "warmup_steps=100", "broken_mask": "causal_mask=true"}
+
+
+def checkpoint_before(run: Path, limit: int) -> tuple[Path, int] | None:
+    """The latest checkpoint at or before step `limit` holding this run's state: in the run itself, or in the
+    run it was forked from (whose steps before the fork are this run's too)."""
+    best = None
+    run, seen = Path(run), set()
+    while run is not None and run.resolve() not in seen:
+        seen.add(run.resolve())
+        steps = [s for s in files.list_checkpoints(run) if s <= limit]
+        if steps and (best is None or steps[-1] > best[1]):
+            best = (run, steps[-1])
+        try:
+            forked = json.loads((run / "manifest.json").read_text()).get("forked_from") or {}
+        except (OSError, ValueError):
+            forked = {}
+        if not forked.get("run"):
+            break
+        limit = min(limit, int(forked.get("checkpoint_step", limit)))
+        run = run.parent / forked["run"]
+    return best
+
+
+def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None = None,
+              force: bool = False) -> dict:
+    """Walk RUN, re-run it from the last checkpoint before the anomaly with the leaf's remedy into
+    RUN-remediated, walk that, measure both against the baseline and write RUN-remediated/dashboard.html
+    (remediated vs original vs baseline)."""
+    run = Path(run)
+    if not (run / "manifest.json").exists():
+        raise UserError(f"{run} is not a run folder (no manifest.json); give e.g. experiments/19-injection-B")
+    if run.name.endswith("-remediated"):
+        raise UserError(f"{run} is already a remediation; remediate the original run")
+    manifest = reader.read_json(run / "manifest.json", "manifest")
+    config = manifest.get("config") or {}
+    cfg = blind.true_config(run) if config.get("blind") else build_config(config, [])
+    verdict = walk(run)
+    if not verdict:
+        raise UserError(f"the stability walker could not read {run}; see 'minitrain diagnose {run}'")
+    cause, anomaly = verdict.get("cause"), verdict.get("anomaly_step")
+    name = remedy_name or CAUSE_REMEDY.get(cause) or CONFIG_FIXES.get(cause)
+    if name is None:
+        raise UserError(f"the walker stops at {verdict.get('leaf')} ({cause}), which has no registered remedy; "
+                        f"apply its remediation by hand, or pick one with --remedy ({', '.join(REGISTRY)})")
+    donor, overrides = None, ["progress=false", "blind=false"]
+    if name in REGISTRY:
+        if anomaly is None:
+            raise UserError(f"the walker names no anomaly step for {run}, so {name} has no step to act at")
+        remedy_step = anomaly + 1 if name == "restore_moments" else anomaly
+        if remedy_step >= cfg.steps:
+            raise UserError(f"the anomaly is at the run's last step ({anomaly}); there is nothing after it to remedy")
+        start_limit = anomaly - cfg.remedy_zclip_warmup if name == "zclip" else anomaly
+        donor = checkpoint_before(run, max(0, start_limit))
+        overrides += [f"remedy={name}", f"remedy_step={remedy_step}"]
+        tensor = (verdict.get("evidence") or {}).get("tensor")
+        if name == "restore_moments" and tensor:  # the walker names the tensor whose v moved: restore only it
+            overrides.append(f"remedy_param={tensor}")
+    elif "=" in name:
+        overrides.append(name)  # a config fix: the whole run again from step 0
+    else:
+        raise UserError(f"unknown remedy '{name}'; valid: {', '.join([*REGISTRY, *CONFIG_FIXES.values()])}")
+    new_cfg = build_config(cfg.to_dict(), overrides)
+    out = run.parent / f"{run.name}-remediated"
+    res = loop.train(new_cfg, out, force=force, fork=False, donor=donor)
+    after = walk(out) or {}
+    baseline = Path(baseline) if baseline else reader.find_baseline(run)
+    k = anomaly
+    before_m, after_m = measure(run, baseline, k), measure(out, baseline, k)
+    # one page, remediated vs original vs baseline: both runs' differences to the baseline side by side
+    pages = [dashboard.write_dashboard(out, baseline=baseline, compare=[run])]
+    summary = _summary(name, before_m, after_m, verdict, after)
+    report = {"run": run.name, "remediated": out.name, "baseline": baseline.name if baseline else None,
+              "walker_before": verdict, "walker_after": after, "remedy": name,
+              "from_checkpoint": {"run": donor[0].name, "step": donor[1]} if donor else None,
+              "status": res.get("status"), "measured_before": before_m, "measured_after": after_m,
+              "actions": (json.loads((out / "manifest.json").read_text()).get("remedy") or {}).get("actions"),
+              "action_count": (json.loads((out / "manifest.json").read_text()).get("remedy") or {}).get("action_count"),
+              "dashboards": [str(p) for p in pages], "summary": summary}
+    files.atomic_write_json(out / "remediation.json", report)
+    return report
+
+
+def _summary(name: str, before: dict, after: dict, walk_before: dict, walk_after: dict) -> str:
+
+    parts = [f"remedy {name}"]
+    for label, key in (("mean loss diff K+1..K+50", "mean_loss_diff_after_K"),
+                       ("max loss diff after K", "max_loss_diff_after_K"),
+                       ("recovery steps", "recovery_steps"), ("final val loss diff", "final_val_loss_diff")):
+        if key in before or key in after:
+            parts.append(f"{label} {fmt(before.get(key))} -> {fmt(after.get(key))}")
+    parts.append(f"walker {walk_before.get('leaf')} ({walk_before.get('cause')}) -> "
+                 f"{walk_after.get('leaf')} ({walk_after.get('cause')})")
+    return "; ".join(parts)

@@ -1,0 +1,72 @@
+"""Training a run as a command does: the run itself (loop.py), then its page, and one summary line.
+
+`lab_run` is one run of the lab named as the lab names it (`just phase-19-train`); `train_run` and
+`resume_run` are `minitrain train`. Each writes RUN/dashboard.html when the run ends.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from minitrain import loop
+from minitrain.core.config import TrainConfig
+from minitrain.core.errors import UserError
+from minitrain.run import reader
+from minitrain.views import dashboard
+
+
+def summary_line(name: str, res: dict) -> str:
+    """One line per finished run: what the progress bar leaves behind."""
+    if res.get("status") == "finished" and res.get("final_val_loss") is not None:
+        ppl = f" (ppl {res['final_val_ppl']:.2f})" if res.get("final_val_ppl") is not None else ""
+        return (f"{name}: finished {res['steps_done']} steps; val loss {res['final_val_loss']:.3f}{ppl} "
+                f"vs n-gram {res['ngram_val_loss']:.3f} (ppl {res['ngram_val_ppl']:.2f}) "
+                f"in {res['seconds_this_session']:.1f}s")
+    if res.get("status") == "non_finite":
+        return f"{name}: stopped at step {res.get('stopped_at_step')}: non-finite loss or gradient (rows kept)"
+    return f"{name}: {res.get('status')} after {res.get('steps_done')} steps"
+
+
+def write_pages(out: Path) -> None:
+    """RUN/dashboard.html after a run; a failure here must never cost the run, so it is one warning line."""
+    if out is None or not (Path(out) / reader.METRICS).exists():
+        return
+    try:
+        dashboard.write_dashboard(out)
+    except Exception as e:  # noqa: BLE001 - the run is already safely on disk
+        print(f"minitrain: warning: dashboard.html not written ({type(e).__name__}: {str(e)[:200]}); "
+              f"retry with 'minitrain dashboard {out}'", file=sys.stderr)
+
+
+def train_run(cfg: TrainConfig, out: Path, **kwargs) -> dict:
+    res = loop.train(cfg, out, **kwargs)
+    if "steps_done" in res:  # under torchrun only rank 0 writes files and gets the full results
+        write_pages(out)
+    return res
+
+
+def resume_run(out: Path, device: str | None = None) -> dict:
+    res = loop.resume(out, device=device)
+    if "steps_done" in res:
+        write_pages(out)
+    return res
+
+
+def lab_run(cfg: TrainConfig, experiments: Path, force: bool = False) -> tuple[Path, str]:
+    """One run of the lab into experiments/<lab name>; a finished run of the same config is left alone.
+    Returns (folder, summary line). An injection run also gets its signature.json (expected vs observed)."""
+    from minitrain.analysis import signature
+
+    out = Path(experiments) / reader.lab_run_name(cfg.injection, cfg.seed, cfg.injection_step)
+    if (out / reader.RESULTS).exists() and not force:
+        manifest = reader.manifest_of(out)
+        if manifest.get("config_hash") == cfg.hash() and manifest.get("status") in ("finished", "non_finite"):
+            return out, f"{out.name}: up to date (same config, already {manifest['status']}); --force re-runs it"
+    res = train_run(cfg, out, force=force)
+    line = summary_line(out.name, res)
+    if cfg.injection != "none":  # expected vs observed, when the baseline of the same seed is there
+        try:
+            signature.write(out)
+        except UserError as e:
+            print(f"{out.name}: no signature.json yet ({e})", file=sys.stderr)
+    return out, line

@@ -1,0 +1,197 @@
+"""THE reader of a run folder: every module that looks at a finished or live run reads it through here.
+
+    read_json / read_metrics   one file, strict (a clear UserError when missing or corrupt)
+    load_run                   manifest, results, diagnosis and de-duplicated metrics rows of a folder
+    column / param_column      metrics rows as per-step arrays
+    find_baseline              the clean run an injection (or blind) run is compared with
+    lab_run_name               the lab's folder names (18-baseline, 19-injection-A, ...)
+
+It imports neither torch nor numpy, so the walker, the dashboard and `--help` stay fast.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from minitrain.core.config import NON_NUMERIC_FIELDS
+from minitrain.core.errors import UserError
+from minitrain.run.redact import SECRET_FIELDS, WITHHELD
+
+MANIFEST, RESULTS, METRICS, DIAGNOSIS = "manifest.json", "results.json", "metrics.jsonl", "diagnosis.json"
+
+# The lab's run folders (experiments/18-baseline, experiments/19-injection-A, ...)
+LAB_LETTERS = {"scale": "A", "bad_batch": "B", "v_corrupt": "C"}
+LAB_DEFAULT_SEED, LAB_DEFAULT_STEP = 42, 500
+BASELINE_NAME = "18-baseline"
+
+
+def lab_run_name(injection: str, seed: int, step: int) -> str:
+    """experiments/ folder of a lab run: 18-baseline, 19-injection-A.. (suffixes only off the lab defaults)."""
+    if injection == "none":
+        name = BASELINE_NAME
+    else:
+        name = f"19-injection-{LAB_LETTERS.get(injection, injection)}"
+        if step != LAB_DEFAULT_STEP:
+            name += f"-k{step}"
+    if seed != LAB_DEFAULT_SEED:
+        name += f"-seed{seed}"
+    return name
+
+
+# --- single files ----------------------------------------------------------------------------------
+
+
+def read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise UserError(f"{what} {path} is missing; is this a minitrain run folder?") from None
+    except IsADirectoryError:
+        raise UserError(f"{what} {path} is a folder, not a file; give the run folder that holds it") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"{what} {path} is corrupt ({e.msg if hasattr(e, 'msg') else e}); restore or re-create it") from None
+
+
+def read_optional_json(path: Path) -> tuple[dict | None, str | None]:
+    """A JSON object if the file exists, else None; a note instead of an error if it is unreadable."""
+    path = Path(path)
+    if not path.exists():
+        return None, None
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return None, f"{path.name} is unreadable ({str(e).splitlines()[0][:80]})"
+    if not isinstance(obj, dict):
+        return None, f"{path.name} does not hold a JSON object"
+    return obj, None
+
+
+def manifest_of(run: Path) -> dict:
+    """A run's manifest, or {} when it is missing or unreadable (for code that only looks something up)."""
+    return read_optional_json(Path(run) / MANIFEST)[0] or {}
+
+
+def results_of(run: Path | None) -> dict:
+    """A run's results.json, or {} when the run has not ended (or the file is unreadable)."""
+    return {} if run is None else read_optional_json(Path(run) / RESULTS)[0] or {}
+
+
+def config_of(manifest: dict) -> dict:
+    return manifest.get("config") or {}
+
+
+def injection_of(manifest: dict) -> str | None:
+    """The run's injection, "none", or None when it is withheld (a blind run before the reveal)."""
+    cfg = config_of(manifest)
+    return str(cfg["injection"]) if "injection" in cfg else None
+
+
+def read_metrics(path: Path) -> tuple[list[dict], str | None]:
+    """Rows of a metrics file and a note if it ends early (a partial last line, as a killed run leaves)."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path} is missing; the run has not started or the folder is not a run")
+    rows, note = [], None
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            if i == len(lines) - 1 or all(not rest.strip() for rest in lines[i + 1:]):
+                note = f"metrics end at step {rows[-1]['step'] if rows else 'none'}: the last line is incomplete"
+                break
+            raise UserError(f"{path} line {i + 1} is corrupt; the file was edited or damaged, re-create the run") from None
+    return rows, note
+
+
+def rows_by_step(run: Path) -> dict[int, dict]:
+    """metrics.jsonl as {step: row}; a step written twice (an older resume) keeps its last row."""
+    rows, _ = read_metrics(Path(run) / METRICS)
+    return {r["step"]: r for r in rows if isinstance(r, dict) and isinstance(r.get("step"), int)}
+
+
+# --- a whole folder --------------------------------------------------------------------------------
+
+
+def load_run(run: Path) -> dict:
+    """Manifest, results, diagnosis and metrics rows of a run folder (rows deduplicated by step, sorted)."""
+    run = Path(run)
+    if not run.is_dir():
+        raise UserError(f"{run} is not a folder; give a run folder such as experiments/18-baseline")
+    if not (run / METRICS).exists():
+        raise UserError(f"{run} holds no metrics.jsonl; is it a minitrain run folder?")
+    notes = []
+    manifest, why = read_optional_json(run / MANIFEST)
+    if why or manifest is None:
+        notes.append(why or "manifest.json is missing: config, seed and injection are unknown")
+    results, why = read_optional_json(run / RESULTS)
+    if why:
+        notes.append(why)
+    diagnosis, diagnosis_note = read_optional_json(run / DIAGNOSIS)
+    rows, data_note = read_metrics(run / METRICS)
+    by_step = {}
+    for row in rows:  # a resumed run may repeat steps; the last write of a step wins
+        if isinstance(row, dict) and isinstance(row.get("step"), int):
+            by_step[row["step"]] = row
+    rows = [by_step[s] for s in sorted(by_step)]
+    return {"dir": run, "name": run.resolve().name, "manifest": manifest or {}, "results": results,
+            "diagnosis": diagnosis, "diagnosis_note": diagnosis_note, "rows": rows, "data_note": data_note,
+            "notes": notes}
+
+
+def column(rows: list[dict], key: str) -> list:
+    """One per-step quantity as a list (None where a row lacks it)."""
+    return [r.get(key) for r in rows]
+
+
+def param_column(rows: list[dict], name: str, stat: str) -> list:
+    """One per-tensor statistic of one parameter as a per-step list (None where not measured)."""
+    return [((r.get("params") or {}).get(name) or {}).get(stat) for r in rows]
+
+
+# --- the baseline of a run -------------------------------------------------------------------------
+
+
+def _comparable_config(manifest: dict) -> dict:
+    drop = set(SECRET_FIELDS) | set(NON_NUMERIC_FIELDS)
+    return {k: v for k, v in config_of(manifest).items() if k not in drop}
+
+
+def same_trunk(a: dict, b: dict) -> bool:
+    """Do two runs (by manifest) agree on everything but their fault? By trunk hash when both show it; by
+    the shown config when one withholds it (a blind run)."""
+    ha, hb = a.get("trunk_hash"), b.get("trunk_hash")
+    if ha and hb and WITHHELD not in (ha, hb):
+        return ha == hb
+    return bool(config_of(a)) and _comparable_config(a) == _comparable_config(b)
+
+
+def find_baseline(run: Path, experiments: Path | None = None) -> Path | None:
+    """The clean run to compare RUN with: the run it was forked from when that one is clean; else a clean run
+    with the same trunk beside it, or one or two folders up (a blind lab's runs sit one level below the lab's
+    baseline); the one with the most metrics wins. None for a clean run itself or when nothing fits."""
+    run = Path(run).resolve()
+    manifest = manifest_of(run)
+    if not manifest or injection_of(manifest) == "none" and not config_of(manifest).get("blind"):
+        return None
+    forked = (manifest.get("forked_from") or {}).get("run")
+    candidates = [run.parent / forked] if forked else []
+    for folder in dict.fromkeys([run.parent, run.parent.parent, *([Path(experiments).resolve()] if experiments else [])]):
+        candidates += sorted(p.parent for p in folder.glob(f"*/{MANIFEST}"))
+    best, best_size = None, -1
+    for cand in dict.fromkeys(candidates):
+        if cand == run or not (cand / METRICS).exists():
+            continue
+        other = manifest_of(cand)
+        if injection_of(other) != "none" or config_of(other).get("blind") or not same_trunk(manifest, other):
+            continue
+        if forked and cand == run.parent / forked:
+            return cand
+        size = (cand / METRICS).stat().st_size
+        if size > best_size:
+            best, best_size = cand, size
+    return best
