@@ -83,7 +83,7 @@ eval-diagnosis *args:
 # run the whole test suite (installs the test tools and a headless Chromium if missing)
 test *args:
     ./dev --setup-only --test-tools
-    python -m pytest {{args}}
+    python -m pytest -n auto --dist loadfile {{args}}
 
 # benchmarks: step time of the project's loop against a bare PyTorch loop, telemetry cost
 bench:

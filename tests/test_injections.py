@@ -135,9 +135,10 @@ def test_just_phase_19_train_reads_shell_variables(tmp_path):
     import os
     import shutil
     import subprocess
+    import sys
     from pathlib import Path
 
-    just = shutil.which("just", path=str(Path(os.__file__).parents[3] / "bin")) or shutil.which("just")
+    just = shutil.which("just", path=str(Path(sys.executable).parent)) or shutil.which("just")  # the venv's first
     if just is None:
         pytest.skip("just is not installed")
     root = Path(__file__).resolve().parents[1]
