@@ -47,7 +47,7 @@ PREDICTIONS = {
 }
 
 
-def measure(run: Path, baseline: Path) -> dict:
+def lab_signature(run: Path, baseline: Path) -> dict:
     m = reader.read_json(Path(run) / "manifest.json", "manifest")
     cfg = m["config"]
     if cfg["injection"] == "none":
@@ -101,7 +101,7 @@ def write(run: Path, baseline: Path | None = None) -> dict:
     baseline = baseline or reader.find_baseline(run)
     if baseline is None:
         raise UserError(f"no baseline run beside {run}; train it first (just phase-18-train) or pass --baseline")
-    sig = measure(run, baseline)
+    sig = lab_signature(run, baseline)
     files.atomic_write_json(Path(run) / "signature.json", sig)
     return sig
 

@@ -41,13 +41,6 @@ def training_texts(rows: list[Row]) -> list[str]:
     return ["".join(format_sequence(r.spanish, r.text)) for r in rows]
 
 
-def load_tokenizer(path: Path) -> Tokenizer:
-    try:
-        return Tokenizer.from_file(str(path))
-    except Exception as e:  # the library raises a bare Exception on a bad file
-        raise UserError(f"tokenizer file {path} is unreadable ({str(e).splitlines()[0]}); re-create the run") from None
-
-
 def encode_row(tok: Tokenizer, spanish: str, english: str) -> tuple[list[int], int]:
     """Token ids of one row and the index where the target (English) part starts.
     Prompt and target are encoded apart: the boundary after 'en:' is a pre-token boundary, so this equals
