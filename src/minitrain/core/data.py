@@ -3,7 +3,7 @@ rare-token mask, the fixed validation batch and the n-gram baseline. Pure functi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import torch
@@ -30,20 +30,23 @@ class RunData:
     rare_mask: torch.Tensor
     ngram: dict
     manifest: dict
+    _blocks: dict = field(default_factory=dict, repr=False)  # (seed, batch_size, block) -> its batches
 
     def batch_indices(self, step: int, batch_size: int, seed: int) -> list[int]:
         """Rows of step `step`: consecutive slices of per-epoch permutations, a pure function of
         (seed, step), so the data iterator's state is just the step number."""
-        n = len(self.train)
-        out = []
-        start = step * batch_size
-        for pos in range(start, start + batch_size):
-            epoch, i = divmod(pos, n)
-            out.append(int(epoch_permutation(seed, epoch, n)[i]))
-        return out
+        return self.train_batch(step, batch_size, seed).rows
 
     def train_batch(self, step: int, batch_size: int, seed: int) -> Batch:
-        return make_batch(self.train, self.batch_indices(step, batch_size, seed))
+        """The training batch of `step`, cut from a block of BATCH_BLOCK steps built at once (one gather,
+        one mask computation, one transfer of the widths for the whole block)."""
+        block, i = divmod(step, BATCH_BLOCK)
+        key = (seed, batch_size, block)
+        if key not in self._blocks:
+            if len(self._blocks) >= 4:  # a run walks forward: the oldest block is done with
+                self._blocks.pop(next(iter(self._blocks)))
+            self._blocks[key] = batch_block(self.train, seed, batch_size, block * BATCH_BLOCK, BATCH_BLOCK)
+        return self._blocks[key][i]
 
     def sentence_batch(self, sentence: str, copies: int, context: int) -> tuple[Batch, dict]:
         """`copies` copies of one sentence, formatted like any corpus row (paired with its Spanish)."""
@@ -66,10 +69,36 @@ class RunData:
         return batch, info
 
 
+BATCH_BLOCK = 250  # training batches built together
+
+
 @lru_cache(maxsize=64)
 def epoch_permutation(seed: int, epoch: int, n: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return torch.randperm(n, generator=g)
+
+
+def batch_block(data: EncodedSet, seed: int, batch_size: int, first: int, count: int) -> list[Batch]:
+    """The batches of steps [first, first + count): step s takes positions s*B .. s*B+B-1 of the stream of
+    epoch permutations (epoch e = permutation of (seed, e)); each batch trimmed to its longest row, exactly
+    as `make_batch` cuts it, but with every gather and mask computed once for the block."""
+    n = len(data)
+    pos = torch.arange(first * batch_size, (first + count) * batch_size)
+    e0, e1 = first * batch_size // n, ((first + count) * batch_size - 1) // n
+    stream = torch.cat([epoch_permutation(seed, e, n) for e in range(e0, e1 + 1)])
+    idx = stream[pos - e0 * n].view(count, batch_size)
+    lengths = data.lengths[idx]  # [S, B]
+    seq = data.ids[idx]  # [S, B, L]
+    L = seq.shape[2]
+    t = torch.arange(1, L)  # target position t-1 predicts token t
+    loss_mask = ((t >= data.target_start[idx].unsqueeze(2)) & (t < lengths.unsqueeze(2))).float()
+    x, y = seq[:, :, :-1], seq[:, :, 1:]
+    key_pad = x == PAD
+    irregular = data.irregular[idx]
+    widths = lengths.max(1).values.tolist()
+    return [Batch(x=x[s, :, :w - 1], y=y[s, :, :w - 1], loss_mask=loss_mask[s, :, :w - 1],
+                  key_pad=key_pad[s, :, :w - 1], irregular=irregular[s], rows=rows)
+            for s, (w, rows) in enumerate(zip(widths, idx.tolist()))]
 
 
 def ngram_baseline(train: EncodedSet, val: EncodedSet, vocab: int) -> dict:
