@@ -48,10 +48,10 @@ class Attention(nn.Module):
 
     def forward(self, x, mask, rot):
         B, T, C = x.shape
-        qkv = self.qkv(x)
-        qk = apply_rope(qkv[..., :2 * C].view(B, T, 2 * self.n_head, C // self.n_head), rot)  # q and k at once
+        qk, v = self.qkv(x).split([2 * C, C], dim=2)
+        qk = apply_rope(qk.view(B, T, 2 * self.n_head, C // self.n_head), rot)  # q and k in one multiply
         q, k = qk.transpose(1, 2).split(self.n_head, dim=1)
-        v = qkv[..., 2 * C:].view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         if mask is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
