@@ -35,3 +35,16 @@ def test_a_batch_is_a_function_of_seed_and_step_alone():
     data.train_batch(3000, 8, 42)
     assert torch.equal(data.train_batch(1234, 8, 42).x, late.x)
     assert data.train_batch(1234, 8, 43).rows != late.rows
+
+
+def test_ngram_baseline_is_cached_by_its_exact_inputs(tmp_path, monkeypatch):
+    monkeypatch.setenv("MINITRAIN_CACHE", str(tmp_path))
+    data = D.prepare(TrainConfig())
+    fresh = D.ngram_baseline(data.train, data.val, 512)
+    assert D.cached_ngram_baseline(data.train, data.val, 512) == fresh  # computed, stored
+    assert len(list((tmp_path / "ngram").glob("*.json"))) == 1
+    calls = []
+    monkeypatch.setattr(D, "ngram_baseline", lambda *a: calls.append(a) or {"val_loss": 0.0})
+    assert D.cached_ngram_baseline(data.train, data.val, 512) == fresh and not calls  # read back, bit-exact
+    D.cached_ngram_baseline(data.val, data.val, 512)  # other inputs: computed again, never the stored value
+    assert len(calls) == 1

@@ -3,8 +3,11 @@ rare-token mask, the fixed validation batch and the n-gram baseline. Pure functi
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
@@ -141,6 +144,45 @@ def ngram_baseline(train: EncodedSet, val: EncodedSet, vocab: int) -> dict:
             "val_ppl": math.exp(loss), "tokens": count}
 
 
+NGRAM_VERSION = 1  # bump when ngram_baseline's definition changes: cached results are then recomputed
+
+
+def cache_dir() -> Path:
+    """Where derived data artefacts are kept between processes: $MINITRAIN_CACHE, else
+    $XDG_CACHE_HOME/minitrain, else ~/.cache/minitrain. Deleting it is always safe."""
+    if os.environ.get("MINITRAIN_CACHE"):
+        return Path(os.environ["MINITRAIN_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minitrain"
+
+
+def cached_ngram_baseline(train: EncodedSet, val: EncodedSet, vocab: int) -> dict:
+    """`ngram_baseline`, computed once per distinct input: the result is stored under a hash of exactly
+    what it reads (the encoded splits, the vocabulary size, the definition's version), so a cached value
+    can never belong to other data. Every command used to spend ~0.4 s recomputing it."""
+    import hashlib
+    import json
+
+    h = hashlib.sha256(f"ngram v{NGRAM_VERSION} vocab {vocab}".encode())
+    for t in (train.ids, train.lengths, val.ids, val.lengths, val.target_start):
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.contiguous().numpy().tobytes())
+    path = cache_dir() / "ngram" / f"{h.hexdigest()[:32]}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    result = ngram_baseline(train, val, vocab)
+    try:  # atomic (a concurrent process writes the same bytes); a read-only home only costs the recompute
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(result, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return result
+
+
 @lru_cache(maxsize=8)
 def _prepare(corpus_seed: int, val_verbs: tuple[str, ...], vocab_size: int, context: int,
              val_max_rows: int, corpus_scale: int = 1) -> RunData:
@@ -168,7 +210,7 @@ def _prepare(corpus_seed: int, val_verbs: tuple[str, ...], vocab_size: int, cont
     by_length = sorted(range(len(val)), key=lambda i: (int(val.lengths[i]), i))
     buckets = [make_batch(val, by_length[i:i + 64]) for i in range(0, len(by_length), 64)]
     return RunData(rows, train_rows, val_rows, tok, train, val, buckets,
-                   counts, rare, ngram_baseline(train, val, vocab_size), manifest)
+                   counts, rare, cached_ngram_baseline(train, val, vocab_size), manifest)
 
 
 def _vocab_hash(tok: Tokenizer) -> str:
