@@ -22,13 +22,12 @@ phase-18-train *args:
 phase-19-train *args:
     minitrain lab-run --from-env {{args}}
 
-# the whole lab: baseline + injections A, B, C at step 500 (seed 42), forked from the baseline; each run
-# writes its dashboard.html; then the expected-vs-observed report and experiments/index.html
-lab:
-    minitrain lab-run --injection none
-    minitrain lab-run --injection scale --injection-step 500
-    minitrain lab-run --injection bad_batch --injection-step 500
-    minitrain lab-run --injection v_corrupt --injection-step 500
+# the whole lab: baseline + injections A, B, C at step 500 (seed 42), each forked from the baseline's
+# checkpoint at 500 as soon as it exists and run in parallel (one process per core; the same bytes as
+# one after another); each run writes its dashboard.html; then the expected-vs-observed report and
+# experiments/index.html
+lab *args:
+    minitrain lab {{args}}
     minitrain report experiments
     minitrain index experiments
 

@@ -405,7 +405,7 @@ def main(argv=None) -> int:
     cases = [c for c in cases if (suite / c.folder / "metrics.jsonl").exists()]
     evaluate(cases, suite)
     text = render(cases, mode, time.perf_counter() - t0)
-    from minitrain.analysis.stability import atomic_write_text
+    from minitrain.run.files import atomic_write_text
 
     suite.mkdir(parents=True, exist_ok=True)
     atomic_write_text(suite / "report.md", text)

@@ -18,7 +18,9 @@ def rows_of(cfg, steps):
 def test_full_and_basic_rows():
     full = rows_of(small_config(), 45)
     basic = rows_of(small_config("telemetry=basic"), 5)
-    assert set(full[1]["params"]["lm_head.bias"]) == {"g", "u", "ur", "vm", "vx", "vn", "r"}
+    assert list(full[10]["params"]["lm_head.bias"]) == ["g", "u", "ur", "vm", "vx", "vn", "r"]  # a detail step
+    quiet = [r for r in full if "u" not in r["params"]["lm_head.bias"]]
+    assert quiet and all(list(r["params"]["lm_head.bias"]) == ["g", "vm"] for r in quiet)
     assert "params" not in basic[1] and "sigma" not in basic[0]
     assert "sigma" in full[40] and "sigma" not in full[41]  # spectral_every=40
     assert len(full[3]["act"]) == 2 and full[3]["logit_max"] > 0
@@ -33,7 +35,7 @@ def test_per_tensor_stats_match_a_direct_computation():
     run = loop.build_run(cfg)
     loop.run_steps(run, 0, stop_at=10)
     before = {n: p.detach().clone() for n, p in run.model.named_parameters()}
-    row = loop.train_step(run, 10)
+    row = loop.train_step(run, 10)  # a detail step (cadence)
     for name, p in run.model.named_parameters():
         st = run.opt.state[p]
         v = st["exp_avg_sq"]
@@ -68,3 +70,48 @@ def test_rare_token_mask():
     counts, rare = telemetry.rare_token_mask(ids, 10, share=0.2)
     assert counts[5] == 4 and counts[0] == 0  # padding is not counted
     assert rare[7] and not rare[5]
+
+
+def schedule_rows(*overrides, steps=60):
+    return rows_of(small_config(*overrides), steps)
+
+
+@pytest.mark.parametrize("sets", [
+    ("injection=scale", "injection_step=37", "injection_scale=50"),
+    ("injection=scale", "injection_step=43", "injection_scale=3"),
+    ("injection=bad_batch", "injection_step=41"),
+    ("injection=v_corrupt", "injection_step=33", "injection_factor=100"),
+    ("injection=v_corrupt", "injection_step=47", "injection_factor=0.01", "injection_param=tok_emb.weight"),
+    ("injection=v_corrupt", "injection_step=51", "injection_factor=1.01", "injection_param=blocks.0.ln1.weight"),
+])
+def test_every_lab_injection_step_is_a_detail_step(sets):
+    """The spike step is measured in full: K is off the cadence in every case, so the trigger must fire."""
+    k = int(next(s for s in sets if s.startswith("injection_step=")).split("=")[1])
+    assert k % telemetry.DETAIL_EVERY != 0
+    rows = schedule_rows(*sets, steps=k + 3)
+    assert set(rows[k]["params"]["lm_head.bias"]) == {key for key, _, _ in telemetry.PARAM_STATS}
+    assert all(set(r["params"]["lm_head.bias"]) == {key for key, _, _ in telemetry.PARAM_STATS} for r in rows[k:k + 3])
+
+
+def test_a_healthy_run_is_mostly_cheap_steps_and_the_cadence_always_measures():
+    rows = schedule_rows(steps=120)
+    detail = [r["step"] for r in rows if "u" in r["params"]["lm_head.bias"]]
+    assert all(s in detail for s in range(0, 120, telemetry.DETAIL_EVERY))
+    assert len(detail) < 0.5 * len(rows), detail
+
+
+def test_v_recurrence_holds_to_rounding_on_healthy_steps():
+    run = loop.build_run(small_config())
+    rows = []
+    loop.run_steps(run, 0, on_row=rows.append, stop_at=40)
+    tel = run.telemetry
+    b2, clip = tel.beta2, tel.cfg.grad_clip
+    worst = 0.0
+    for prev, row in zip(rows, rows[1:]):
+        coef = min(1.0, clip / (row["grad_norm"] + 1e-6))
+        for name, n in zip(tel.names, tel.sizes):
+            vp, v, g = prev["params"][name]["vm"], row["params"][name]["vm"], row["params"][name]["g"]
+            expected = b2 * vp + (1 - b2) * (g * coef) ** 2 / n
+            worst = max(worst, abs(v / expected - 1))
+    # rows hold 5 significant digits: the residual seen from them is rounding, far below the trigger
+    assert worst < telemetry.TRIGGER_V_RESIDUAL / 5, worst

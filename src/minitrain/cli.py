@@ -95,6 +95,16 @@ def cmd_lab_run(args) -> int:
     return 0
 
 
+def cmd_lab(args) -> int:
+    """The whole lab's runs: the baseline, then the three injections forked from it, in parallel."""
+    from minitrain.lab.parallel import run_lab
+
+    for line in run_lab(Path(args.experiments), args.seed, args.injection_step, jobs=args.jobs, sets=args.set,
+                        force=args.force):
+        print(line)
+    return 0
+
+
 # --- corpus --------------------------------------------------------------------------------------
 
 
@@ -444,6 +454,19 @@ def build_parser() -> argparse.ArgumentParser:
     lr.add_argument("--force", action="store_true", help="re-run even if the run is up to date")
     lr.add_argument("--no-progress", action="store_true")
     lr.set_defaults(func=cmd_lab_run)
+
+    la = sub.add_parser("lab", help="the lab's four runs: baseline + injections A, B, C forked at K, in parallel",
+                        description="Train EXPERIMENTS/18-baseline and, from its checkpoint at K, the three "
+                                    "injection runs 19-injection-{A,B,C}, one process per core, with one progress "
+                                    "line per run. Up-to-date runs are left alone. The same bytes as running "
+                                    "'minitrain lab-run' four times in a row.")
+    la.add_argument("--seed", type=int, default=LAB_DEFAULT_SEED)
+    la.add_argument("--injection-step", dest="injection_step", type=int, default=LAB_DEFAULT_STEP)
+    la.add_argument("--experiments", default="experiments", metavar="DIR", help="where runs land")
+    la.add_argument("--jobs", type=int, default=None, metavar="N", help="runs at a time (default: one per core)")
+    la.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field (every run)")
+    la.add_argument("--force", action="store_true", help="re-run even the runs that are up to date")
+    la.set_defaults(func=cmd_lab)
 
     c = sub.add_parser("corpus", help="show (or write) the generated corpus, its split and its long tail",
                        description="Generate the verb-grammar corpus, print its split, the n-gram baseline and "

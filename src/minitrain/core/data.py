@@ -3,8 +3,11 @@ rare-token mask, the fixed validation batch and the n-gram baseline. Pure functi
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import os
+import tempfile
+from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
@@ -30,20 +33,23 @@ class RunData:
     rare_mask: torch.Tensor
     ngram: dict
     manifest: dict
+    _blocks: dict = field(default_factory=dict, repr=False)  # (seed, batch_size, block) -> its batches
 
     def batch_indices(self, step: int, batch_size: int, seed: int) -> list[int]:
         """Rows of step `step`: consecutive slices of per-epoch permutations, a pure function of
         (seed, step), so the data iterator's state is just the step number."""
-        n = len(self.train)
-        out = []
-        start = step * batch_size
-        for pos in range(start, start + batch_size):
-            epoch, i = divmod(pos, n)
-            out.append(int(epoch_permutation(seed, epoch, n)[i]))
-        return out
+        return self.train_batch(step, batch_size, seed).rows
 
     def train_batch(self, step: int, batch_size: int, seed: int) -> Batch:
-        return make_batch(self.train, self.batch_indices(step, batch_size, seed))
+        """The training batch of `step`, cut from a block of BATCH_BLOCK steps built at once (one gather,
+        one mask computation, one transfer of the widths for the whole block)."""
+        block, i = divmod(step, BATCH_BLOCK)
+        key = (seed, batch_size, block)
+        if key not in self._blocks:
+            if len(self._blocks) >= 4:  # a run walks forward: the oldest block is done with
+                self._blocks.pop(next(iter(self._blocks)))
+            self._blocks[key] = batch_block(self.train, seed, batch_size, block * BATCH_BLOCK, BATCH_BLOCK)
+        return self._blocks[key][i]
 
     def sentence_batch(self, sentence: str, copies: int, context: int) -> tuple[Batch, dict]:
         """`copies` copies of one sentence, formatted like any corpus row (paired with its Spanish)."""
@@ -66,10 +72,36 @@ class RunData:
         return batch, info
 
 
+BATCH_BLOCK = 250  # training batches built together
+
+
 @lru_cache(maxsize=64)
 def epoch_permutation(seed: int, epoch: int, n: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
     return torch.randperm(n, generator=g)
+
+
+def batch_block(data: EncodedSet, seed: int, batch_size: int, first: int, count: int) -> list[Batch]:
+    """The batches of steps [first, first + count): step s takes positions s*B .. s*B+B-1 of the stream of
+    epoch permutations (epoch e = permutation of (seed, e)); each batch trimmed to its longest row, exactly
+    as `make_batch` cuts it, but with every gather and mask computed once for the block."""
+    n = len(data)
+    pos = torch.arange(first * batch_size, (first + count) * batch_size)
+    e0, e1 = first * batch_size // n, ((first + count) * batch_size - 1) // n
+    stream = torch.cat([epoch_permutation(seed, e, n) for e in range(e0, e1 + 1)])
+    idx = stream[pos - e0 * n].view(count, batch_size)
+    lengths = data.lengths[idx]  # [S, B]
+    seq = data.ids[idx]  # [S, B, L]
+    L = seq.shape[2]
+    t = torch.arange(1, L)  # target position t-1 predicts token t
+    loss_mask = ((t >= data.target_start[idx].unsqueeze(2)) & (t < lengths.unsqueeze(2))).float()
+    x, y = seq[:, :, :-1], seq[:, :, 1:]
+    key_pad = x == PAD
+    irregular = data.irregular[idx]
+    widths = lengths.max(1).values.tolist()
+    return [Batch(x=x[s, :, :w - 1], y=y[s, :, :w - 1], loss_mask=loss_mask[s, :, :w - 1],
+                  key_pad=key_pad[s, :, :w - 1], irregular=irregular[s], rows=rows)
+            for s, (w, rows) in enumerate(zip(widths, idx.tolist()))]
 
 
 def ngram_baseline(train: EncodedSet, val: EncodedSet, vocab: int) -> dict:
@@ -112,6 +144,45 @@ def ngram_baseline(train: EncodedSet, val: EncodedSet, vocab: int) -> dict:
             "val_ppl": math.exp(loss), "tokens": count}
 
 
+NGRAM_VERSION = 1  # bump when ngram_baseline's definition changes: cached results are then recomputed
+
+
+def cache_dir() -> Path:
+    """Where derived data artefacts are kept between processes: $MINITRAIN_CACHE, else
+    $XDG_CACHE_HOME/minitrain, else ~/.cache/minitrain. Deleting it is always safe."""
+    if os.environ.get("MINITRAIN_CACHE"):
+        return Path(os.environ["MINITRAIN_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "minitrain"
+
+
+def cached_ngram_baseline(train: EncodedSet, val: EncodedSet, vocab: int) -> dict:
+    """`ngram_baseline`, computed once per distinct input: the result is stored under a hash of exactly
+    what it reads (the encoded splits, the vocabulary size, the definition's version), so a cached value
+    can never belong to other data. Every command used to spend ~0.4 s recomputing it."""
+    import hashlib
+    import json
+
+    h = hashlib.sha256(f"ngram v{NGRAM_VERSION} vocab {vocab}".encode())
+    for t in (train.ids, train.lengths, val.ids, val.lengths, val.target_start):
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.contiguous().numpy().tobytes())
+    path = cache_dir() / "ngram" / f"{h.hexdigest()[:32]}.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        pass
+    result = ngram_baseline(train, val, vocab)
+    try:  # atomic (a concurrent process writes the same bytes); a read-only home only costs the recompute
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(result, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return result
+
+
 @lru_cache(maxsize=8)
 def _prepare(corpus_seed: int, val_verbs: tuple[str, ...], vocab_size: int, context: int,
              val_max_rows: int, corpus_scale: int = 1) -> RunData:
@@ -139,7 +210,7 @@ def _prepare(corpus_seed: int, val_verbs: tuple[str, ...], vocab_size: int, cont
     by_length = sorted(range(len(val)), key=lambda i: (int(val.lengths[i]), i))
     buckets = [make_batch(val, by_length[i:i + 64]) for i in range(0, len(by_length), 64)]
     return RunData(rows, train_rows, val_rows, tok, train, val, buckets,
-                   counts, rare, ngram_baseline(train, val, vocab_size), manifest)
+                   counts, rare, cached_ngram_baseline(train, val, vocab_size), manifest)
 
 
 def _vocab_hash(tok: Tokenizer) -> str:

@@ -25,17 +25,18 @@ import torch.nn.functional as F
 PARAM_ALIASES = {"lm_head.weight": "tok_emb.weight"}
 
 
-def rope_tables(context: int, d_head: int, base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_table(context: int, d_head: int, base: float = 10000.0) -> torch.Tensor:
+    """[T, d_head/2] complex64: cos + i sin of each position's angle for each channel pair."""
     inv = 1.0 / base ** (torch.arange(0, d_head, 2, dtype=torch.float32) / d_head)
     ang = torch.outer(torch.arange(context, dtype=torch.float32), inv)  # [T, d_head/2]
-    return ang.cos(), ang.sin()
+    return torch.complex(ang.cos(), ang.sin())
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate channel pairs (even, odd) of x [B, H, T, d_head] by position-dependent angles."""
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    out = torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
-    return out.flatten(-2)
+def apply_rope(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
+    """Rotate channel pairs (even, odd) of x [B, T, heads, d_head] by position-dependent angles: each pair
+    is one complex number, multiplied by rot [T, 1, d_head/2] (one complex multiply, no strided slices)."""
+    z = torch.view_as_complex(x.unflatten(-1, (-1, 2)))
+    return torch.view_as_real(z * rot).flatten(-2)
 
 
 class Attention(nn.Module):
@@ -45,12 +46,16 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj = nn.Linear(d_model, d_model, bias=False)
 
-    def forward(self, x, mask, cos, sin):
+    def forward(self, x, mask, rot):
         B, T, C = x.shape
-        q, k, v = self.qkv(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        qk, v = self.qkv(x).split([2 * C, C], dim=2)
+        qk = apply_rope(qk.view(B, T, 2 * self.n_head, C // self.n_head), rot)  # q and k in one multiply
+        q, k = qk.transpose(1, 2).split(self.n_head, dim=1)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 
 
@@ -72,8 +77,8 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(d_model, bias=False)
         self.mlp = MLP(d_model, d_ff)
 
-    def forward(self, x, mask, cos, sin):
-        x = x + self.attn(self.ln1(x), mask, cos, sin)
+    def forward(self, x, mask, rot):
+        x = x + self.attn(self.ln1(x), mask, rot)
         return x + self.mlp(self.ln2(x))
 
 
@@ -93,9 +98,7 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(d_model, n_head, d_ff) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(d_model, bias=False)
         self.lm_head = LMHeadBias(vocab_size)
-        cos, sin = rope_tables(context, d_model // n_head)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        self.register_buffer("rope", rope_table(context, d_model // n_head)[:, None, :], persistent=False)
         # mean |activation| per layer of the last forward (telemetry reads it; no autograd graph kept)
         self.record_activations = True
         self.last_activations: list[torch.Tensor] = []
@@ -119,7 +122,9 @@ class GPT(nn.Module):
 
     def attention_mask(self, key_pad: torch.Tensor, causal: bool) -> torch.Tensor:
         """[B, 1, T, T] bool, True = may attend. Causal + padding; `causal=False` is the broken
-        all-ones mask of the break-it lab (padding stays masked, so no row is ever empty)."""
+        all-ones mask of the break-it lab (padding stays masked, so no row is ever empty).
+        The causal forward does not build it: rows are right-padded, so under the causal mask no real
+        token ever sees a pad key, and `is_causal` gives the same losses and gradients, bit for bit."""
         T = key_pad.shape[1]
         allowed = ~key_pad[:, None, None, :]
         if causal:
@@ -131,12 +136,12 @@ class GPT(nn.Module):
 
     def forward(self, x: torch.Tensor, key_pad: torch.Tensor, causal: bool = True) -> torch.Tensor:
         T = x.shape[1]
-        mask = self.attention_mask(key_pad, causal)
-        cos, sin = self.rope_cos[:T], self.rope_sin[:T]
+        mask = None if causal else self.attention_mask(key_pad, causal)  # None: is_causal (see attention_mask)
+        rot = self.rope[:T]
         h = self.tok_emb(x)
         acts = []
         for block in self.blocks:
-            h = block(h, mask, cos, sin)
+            h = block(h, mask, rot)
             if self.record_activations:
                 acts.append(h.detach().abs().mean())
         self.last_activations = acts

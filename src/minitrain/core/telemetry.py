@@ -1,25 +1,45 @@
 """Per-step signals beyond the loss: what makes each injection visible from the metrics alone.
 
-Every signal is computed from tensors the step already has, batched with `_foreach` ops over all parameter
-tensors, and brought to the host in one transfer per step (`.tolist()` on one stacked vector), so it costs
-little next to the step (docs/benchmarks.md). A new per-step signal is one entry in `STEP_SIGNALS`; a new
-per-tensor statistic is one entry in `PARAM_STATS`.
+Every signal is computed from tensors the step already has, one `_foreach` pass over all parameter tensors
+per statistic, and brought to the host in one transfer (`.tolist()` on one stacked vector). A new per-step
+signal is one entry in `STEP_SIGNALS`; a new per-tensor statistic is one entry in `PARAM_STATS`.
+
+The schedule (full telemetry). Every step measures the global signals and, per tensor, the two statistics
+every lab signature is read from: `g` (a gradient scale moves every tensor's g at once; a bad batch a few)
+and `vm` (an optimizer-state corruption moves one tensor's vm). The rest of the per-tensor statistics
+(`DETAIL`: u, ur, vx, vn, r) are measured on *detail steps*:
+  - every `DETAIL_EVERY` steps (the cadence: the healthy level of every statistic);
+  - on any step whose cheap signals trip a trigger, and the `DETAIL_AFTER` steps that follow it:
+      a non-finite loss or gradient;
+      the pre-clip norm above `TRIGGER_GRAD_RATIO` x its running mean (EMA, decay `EMA_DECAY`);
+      the loss above its running mean by more than `TRIGGER_LOSS_NATS`;
+      Adam's second-moment recurrence broken on any tensor: AdamW updates v = b2 v + (1 - b2) gc^2, so
+      mean(v_t) = b2 mean(v_{t-1}) + (1 - b2) |gc_t|^2 / numel holds on every healthy step (to float
+      rounding, < 1e-5 here); anything that changes v outside the step (a corruption, a restore, a
+      skipped update) breaks it by more than `TRIGGER_V_RESIDUAL`.
+The trigger is decided after the step from values already on the host, so the anomalous step itself gets
+its detail (the weight copy that `u` needs is taken before every step). The state of the schedule (running
+means, the end of the current response) travels in checkpoints: resumed and forked runs write the same
+bytes. tests/test_telemetry.py checks that every lab injection's step K is a detail step.
 
 Row fields written by `Telemetry.row` (see docs/metrics.md for the full schema):
   act            mean |activation| of each block's output            (list, one per layer)
   logit_max      largest |logit| in the batch
   nonfinite      non-finite values in the loss and gradients
   batch          composition: rows, distinct tokens, top-token share, rare-token share, duplicated rows
-  params         per parameter tensor (full telemetry only):
+  params         per parameter tensor (full telemetry only); every step:
                  g   gradient norm before clipping (after any injection)
+                 vm  mean of Adam's exp_avg_sq (after the step)
+                 and on detail steps only:
                  u   update norm |p_new - p_old|        ur  update-to-weight ratio u / |p_old|
-                 vm  mean of Adam's exp_avg_sq           vx  max of exp_avg_sq     vn  norm of exp_avg_sq
-                 r   RMS(g^2 / v_hat): StableAdamW's statistic (g clipped, v bias-corrected, after the step;
-                     denominator sqrt(v_hat) + eps, as in Adam)
+                 vx  max of exp_avg_sq                   vn  norm of exp_avg_sq
+                 r   RMS(g / (sqrt(v_hat) + eps)): StableAdamW's statistic (g clipped, v bias-corrected,
+                     after the step; denominator as in Adam)
   sigma          largest singular value of each matrix, every `spectral_every` steps (full telemetry only)
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -56,22 +76,32 @@ class StepView:
 # list?). Adding a signal is one entry here (and a line in docs/metrics.md); `row` stacks them all into the
 # step's single host transfer. Ranks hold equal-shaped shares, so a mean of rank means is the global mean.
 STEP_SIGNALS = (
-    ("logit_max", "max", lambda s: s.logits.detach().abs().max().float().reshape(1), False),
+    ("logit_max", "max", lambda s: torch.stack(torch.aminmax(s.logits.detach())).abs().max().float().reshape(1), False),
     ("act", "mean", lambda s: torch.stack(s.model.last_activations).float() if s.model.last_activations
      else torch.zeros(0, device=s.logits.device), True),
 )
 
-# Per-parameter-tensor statistics (full telemetry): (key, function of the telemetry's `_Moments`) -> one
-# value per tensor, each a single `_foreach` pass over all tensors. Adding one is one entry here.
+# Per-parameter-tensor statistics (full telemetry): (key, measured on every step?, function of the
+# telemetry's `_Moments` -> one value per tensor, a single `_foreach` pass). Adding one is one entry here.
 PARAM_STATS = (
-    ("g", lambda m: m.grad_norms),  # gradient norm before clipping (after any injection)
-    ("u", lambda m: m.update),  # update norm |p_new - p_old|
-    ("ur", lambda m: m.update / m.weight.clamp_min(1e-12)),  # update-to-weight ratio
-    ("vm", lambda m: m.norms(m.sqrt_v).square() / m.numel),  # mean of exp_avg_sq: sum(v) = |sqrt(v)|^2
-    ("vx", lambda m: torch.stack(torch._foreach_max(m.v))),  # max of exp_avg_sq
-    ("vn", lambda m: m.norms(m.v)),  # L2 norm of exp_avg_sq
-    ("r", lambda m: m.norms(torch._foreach_div(m.grads, m.adam_denominator())) / m.numel.sqrt()),  # RMS(g^2/v_hat)
+    ("g", True, lambda m: m.grad_norms),  # gradient norm before clipping (after any injection)
+    ("u", False, lambda m: m.update),  # update norm |p_new - p_old|
+    ("ur", False, lambda m: m.update / m.weight.clamp_min(1e-12)),  # update-to-weight ratio
+    ("vm", True, lambda m: m.v_mean),  # mean of exp_avg_sq
+    ("vx", False, lambda m: torch.stack(torch._foreach_max(m.v))),  # max of exp_avg_sq
+    ("vn", False, lambda m: m.norms(m.v)),  # L2 norm of exp_avg_sq
+    ("r", False, lambda m: m.rms_adam_ratio()),  # RMS(g / (sqrt(v_hat) + eps))
 )
+EVERY_STEP = tuple(key for key, every, _ in PARAM_STATS if every)
+DETAIL = tuple(key for key, every, _ in PARAM_STATS if not every)
+
+# The detail schedule (see the module docstring); every threshold of it lives here.
+DETAIL_EVERY = 10
+DETAIL_AFTER = 20
+EMA_DECAY = 0.9
+TRIGGER_GRAD_RATIO = 2.0
+TRIGGER_LOSS_NATS = 0.5
+TRIGGER_V_RESIDUAL = 1e-3
 
 
 class Telemetry:
@@ -83,12 +113,17 @@ class Telemetry:
         self.detached = [p.detach() for p in self.params]  # views: they follow the in-place updates
         self.rare_mask = rare_mask
         self.rare_list = rare_mask.tolist()
-        self.prev: list[torch.Tensor] = []
+        self.prev = [torch.empty_like(p) for p in self.detached] if self.full else []  # weights before the step
         self.grad_norms: torch.Tensor | None = None
         self.beta2 = cfg.beta2
         self.sizes = [p.numel() for p in self.params]
         self.device = self.params[0].device
         self.numel = torch.tensor(self.sizes, dtype=torch.float32, device=self.device)
+        # the detail schedule's state (module docstring); `state()` / `restore()` carry it through checkpoints
+        self.ema_grad: float | None = None
+        self.ema_loss: float | None = None
+        self.detail_until = -1
+        self.vm_prev: list[float] | None = None
 
     # --- called by the loop around the optimizer step ---
     def after_backward(self, grads: list[torch.Tensor]) -> None:
@@ -97,44 +132,91 @@ class Telemetry:
             self.grad_norms = torch.stack(torch._foreach_norm(grads))
 
     def before_step(self) -> None:
-        if self.full:  # a copy of the weights, to measure this step's update
-            self.prev = torch._foreach_mul(self.detached, 1.0)
+        if self.full:  # a copy of the weights (into buffers kept from step to step), to measure the update
+            torch._foreach_copy_(self.prev, self.detached)
 
     def row(self, step: int, batch, logits: torch.Tensor, loss: torch.Tensor, grad_norm: torch.Tensor) -> dict:
         with torch.no_grad():
             view = StepView(self.model, logits, loss, grad_norm)
             parts = [distributed.all_reduce(fn(view), op) for _, op, fn, _ in STEP_SIGNALS]  # global over ranks
-            finite = torch.stack([torch.isfinite(loss), torch.isfinite(grad_norm)]).float()
-            per_param = self._per_param().flatten() if self.full else finite[:0]
-            vals = torch.cat([*parts, finite, per_param]).tolist()  # everything reaches the host in ONE transfer
+            states = [self.opt.state.get(p) for p in self.params] if self.full else []
+            moments = _Moments(self, states) if self.full and all(states) else None
+            every = self._stats(moments, EVERY_STEP) if self.full else loss.new_zeros(0)
+            scalars = torch.stack([loss.detach().float(), grad_norm.detach().float()])
+            vals = torch.cat([*parts, scalars, every.flatten()]).tolist()  # the step's ONE transfer to the host
             out: dict = {}
             at = 0
             for (key, _, _, as_list), part in zip(STEP_SIGNALS, parts):
                 chunk = [rnd(x) for x in vals[at:at + len(part)]]
                 out[key] = chunk if as_list else chunk[0]
                 at += len(part)
-            loss_finite, norm_finite = vals[at], vals[at + 1]
+            loss_f, norm_f = vals[at], vals[at + 1]
             if self.full:
-                stats, keys = vals[at + 2:], [key for key, _ in PARAM_STATS]
-                k = len(keys)
-                out["params"] = {name: dict(zip(keys, (rnd(x) for x in stats[i * k:(i + 1) * k])))
-                                 for i, name in enumerate(self.names)}
+                k = len(EVERY_STEP)
+                cheap = [vals[at + 2 + i * k:at + 2 + (i + 1) * k] for i in range(len(self.names))]
+                per_tensor = [dict(zip(EVERY_STEP, c)) for c in cheap]
+                if self.detail_due(step, loss_f, norm_f, [c["g"] for c in per_tensor], [c["vm"] for c in per_tensor]):
+                    detail = self._stats(moments, DETAIL).tolist()  # a second transfer, on detail steps only
+                    for c, d in zip(per_tensor, detail):
+                        c.update(zip(DETAIL, d))
+                order = [key for key, _, _ in PARAM_STATS]
+                out["params"] = {name: {key: rnd(c[key]) for key in order if key in c}
+                                 for name, c in zip(self.names, per_tensor)}
                 if self.cfg.spectral_every and step % self.cfg.spectral_every == 0:
                     out["sigma"] = self._spectral()
-            out["nonfinite"] = int(not loss_finite) + (
-                0 if norm_finite else sum(int((~torch.isfinite(p.grad)).sum()) for p in self.params))
+            out["nonfinite"] = int(not math.isfinite(loss_f)) + (
+                0 if math.isfinite(norm_f) else sum(int((~torch.isfinite(p.grad)).sum()) for p in self.params))
             out["batch"] = self.batch_composition(batch)
         return out
 
-    def _per_param(self) -> torch.Tensor:
-        """[n_params, len(PARAM_STATS)]: every statistic of PARAM_STATS for every tensor (zeros before the
+    def _stats(self, moments: "_Moments | None", keys: tuple[str, ...]) -> torch.Tensor:
+        """[n_params, len(keys)]: those statistics of PARAM_STATS for every tensor (zeros before the
         optimizer has state, i.e. at a step-0 skipped update)."""
-        n = len(self.params)
-        states = [self.opt.state.get(p) for p in self.params]
-        if not all(states):
-            return torch.zeros(n, len(PARAM_STATS), device=self.device)
-        moments = _Moments(self, states)
-        return torch.stack([fn(moments) for _, fn in PARAM_STATS], dim=1)
+        if moments is None:
+            return torch.zeros(len(self.params), len(keys), device=self.device)
+        fns = dict((key, fn) for key, _, fn in PARAM_STATS)
+        return torch.stack([fns[key](moments) for key in keys], dim=1)
+
+    # --- the detail schedule ---
+    def detail_due(self, step: int, loss: float, grad_norm: float, g: list[float], vm: list[float]) -> bool:
+        """Is `step` a detail step? Called once per step, in order, after the step: it also advances the
+        schedule's state. The rules and thresholds: the module docstring."""
+        finite = math.isfinite(loss) and math.isfinite(grad_norm)
+        fired = not finite
+        if finite and self.ema_grad is not None:
+            fired = grad_norm > TRIGGER_GRAD_RATIO * self.ema_grad or loss > self.ema_loss + TRIGGER_LOSS_NATS
+        if not fired and finite and self.vm_prev is not None:
+            fired = self.v_recurrence_broken(grad_norm, g, vm)
+        if finite:
+            a = EMA_DECAY
+            self.ema_grad = grad_norm if self.ema_grad is None else a * self.ema_grad + (1 - a) * grad_norm
+            self.ema_loss = loss if self.ema_loss is None else a * self.ema_loss + (1 - a) * loss
+        self.vm_prev = vm
+        if fired:
+            self.detail_until = step + DETAIL_AFTER
+        return step % DETAIL_EVERY == 0 or step <= self.detail_until
+
+    def v_recurrence_broken(self, grad_norm: float, g: list[float], vm: list[float]) -> bool:
+        """Does any tensor's vm differ from b2 * vm_prev + (1 - b2) * |g clipped|^2 / numel by more than
+        TRIGGER_V_RESIDUAL (relative)? Clipping scales every gradient by min(1, clip / (norm + 1e-6))."""
+        coef = min(1.0, self.cfg.grad_clip / (grad_norm + 1e-6))
+        b2 = self.beta2
+        for gi, v, v_prev, n in zip(g, vm, self.vm_prev, self.sizes):
+            expected = b2 * v_prev + (1 - b2) * (gi * coef) ** 2 / n
+            if not math.isfinite(v) or (expected > 0 and abs(v / expected - 1) > TRIGGER_V_RESIDUAL):
+                return True
+        return False
+
+    def state(self) -> dict:
+        """The schedule's state, for a checkpoint (JSON: floats round-trip exactly)."""
+        return {"ema_grad": self.ema_grad, "ema_loss": self.ema_loss, "detail_until": self.detail_until,
+                "vm_prev": self.vm_prev}
+
+    def restore(self, state: dict | None) -> None:
+        """Continue the schedule from a checkpoint's `state()` (absent in checkpoints made before it: fresh)."""
+        state = state or {}
+        self.ema_grad, self.ema_loss = state.get("ema_grad"), state.get("ema_loss")
+        self.detail_until, self.vm_prev = state.get("detail_until", -1), state.get("vm_prev")
 
     def _spectral(self) -> dict:
         mats = [(n, p) for n, p in zip(self.names, self.params) if p.dim() == 2]
@@ -159,21 +241,29 @@ class Telemetry:
 
 
 class _Moments:
-    """The tensors PARAM_STATS read, each computed once per step (lazily where only one stat needs it)."""
+    """The tensors PARAM_STATS read; what only detail statistics need is computed when first asked for."""
 
     def __init__(self, tel: Telemetry, states: list[dict]):
+        self.tel = tel
         self.norms = lambda ts: torch.stack(torch._foreach_norm(ts))
         self.numel = tel.numel
-        self.grads = [p.grad for p in tel.params]
         self.grad_norms = tel.grad_norms if tel.grad_norms is not None else torch.zeros_like(tel.numel)
-        self.update = self.norms(torch._foreach_sub(tel.detached, tel.prev))
-        self.weight = self.norms(tel.prev)
         self.v = [st["exp_avg_sq"] for st in states]
-        self.sqrt_v = torch._foreach_sqrt(self.v)
+        self.v_mean = torch.stack(torch._foreach_norm(self.v, 1)) / self.numel  # v >= 0: its L1 norm is its sum
         self._step, self._beta2, self._eps = float(states[0]["step"]), tel.beta2, tel.cfg.eps
 
-    def adam_denominator(self) -> list[torch.Tensor]:
-        """Adam's own sqrt(v_hat) + eps; every tensor steps together, so the bias correction is one scalar."""
-        denom = torch._foreach_div(self.sqrt_v, (1.0 - self._beta2 ** self._step) ** 0.5)
+    @functools.cached_property
+    def update(self) -> torch.Tensor:
+        return self.norms(torch._foreach_sub(self.tel.detached, self.tel.prev))
+
+    @functools.cached_property
+    def weight(self) -> torch.Tensor:
+        return self.norms(self.tel.prev)
+
+    def rms_adam_ratio(self) -> torch.Tensor:
+        """RMS(g / (sqrt(v_hat) + eps)) with Adam's own denominator; every tensor steps together, so the bias
+        correction is one scalar."""
+        denom = torch._foreach_div(torch._foreach_sqrt(self.v), (1.0 - self._beta2 ** self._step) ** 0.5)
         torch._foreach_add_(denom, self._eps)
-        return denom
+        grads = [p.grad for p in self.tel.params]
+        return self.norms(torch._foreach_div(grads, denom)) / self.numel.sqrt()

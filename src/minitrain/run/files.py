@@ -195,11 +195,13 @@ def restore(model: torch.nn.Module, optimizer: torch.optim.Optimizer, weights: d
     with torch.no_grad():
         for n, p in names.items():
             p.copy_(weights[n])
+    # a fused (or capturable) optimizer keeps its step counters beside the parameters, the others on the host
+    on_device = any(g.get("fused") or g.get("capturable") for g in optimizer.param_groups)
     for n, p in names.items():
         if f"exp_avg.{n}" not in opt_tensors:
             continue
         optimizer.state[p] = {
-            "step": opt_tensors[f"step.{n}"].reshape(()).clone(),
+            "step": opt_tensors[f"step.{n}"].reshape(()).to(p.device if on_device else "cpu").clone(),
             "exp_avg": opt_tensors[f"exp_avg.{n}"].to(p.device).clone(),
             "exp_avg_sq": opt_tensors[f"exp_avg_sq.{n}"].to(p.device).clone(),
         }

@@ -1,0 +1,220 @@
+"""Performance bench (issue 14): the project's training step against a reference GPT step, the cost of the
+default telemetry, and the lab's wall time against four sequential bare runs.
+
+    python bench/perf.py step [--rounds 9] [--steps-per-block 100]
+    python bench/perf.py lab [--rounds 2]
+
+`step` builds three loops in ONE process and runs them in interleaved blocks of the same steps:
+  reference  a plain GPT written here with nanoGPT's shapes and training step (learned positions, pre-norm
+             blocks, GELU MLP, tied head, `is_causal` attention, AdamW with decay on matrices only,
+             clip 1.0), fed the project's own batches (targets outside the loss mask ignored) so both
+             compute on the same tokens; its batches are prepared before the clock starts
+  bare       the project's model, optimizer and batches with nothing else (what `train_step` costs
+             without telemetry, metrics, validation or checkpoints)
+  default    the project's loop exactly as a default run drives it (full telemetry, a metrics row every
+             step, validation every 100 steps, a checkpoint every 100, spectral norms every 50)
+Each ratio is taken per round, then the median over rounds (the shared machine's load drifts).
+
+`lab` times the whole lab (`just lab`: baseline, the three injections, report, index) in a fresh folder
+against four sequential bare 2000-step runs (each a fresh process: import, data, 2000 bare steps), rounds
+interleaved, and prints the median of the per-round ratios.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+# ---------------------------------------------------------------------------------------------------
+# The reference: a plain GPT step with nanoGPT's shapes and optimizer (written here)
+# ---------------------------------------------------------------------------------------------------
+
+
+class RefBlock(nn.Module):
+    def __init__(self, d: int, n_head: int, d_ff: int):
+        super().__init__()
+        self.n_head = n_head
+        self.ln1, self.ln2 = nn.LayerNorm(d, bias=False), nn.LayerNorm(d, bias=False)
+        self.qkv, self.out = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+        self.fc, self.down = nn.Linear(d, d_ff, bias=False), nn.Linear(d_ff, d, bias=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.out(y.transpose(1, 2).contiguous().view(B, T, C))
+        return x + self.down(F.gelu(self.fc(self.ln2(x))))
+
+
+class RefGPT(nn.Module):
+    def __init__(self, vocab: int, n_layer: int, d: int, n_head: int, d_ff: int, block: int):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(block, d)
+        self.blocks = nn.ModuleList(RefBlock(d, n_head, d_ff) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(d, bias=False)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.wte.weight  # tied
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * n_layer) if name.endswith(("out.weight", "down.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+
+    def forward(self, idx, targets):
+        pos = torch.arange(idx.shape[1], device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+
+
+def reference_loop(cfg, batches):
+    torch.manual_seed(cfg.seed)
+    model = RefGPT(cfg.vocab_size, cfg.n_layer, cfg.d_model, cfg.n_head, cfg.d_ff, cfg.context)
+    groups = [{"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+              {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=cfg.lr_max, betas=(cfg.beta1, cfg.beta2))  # nanoGPT on a CPU: not fused
+    # the project's batches, targets outside the loss mask set to -1 (ignored), prepared before timing
+    data = [(b.x, torch.where(b.loss_mask > 0, b.y, -1)) for b in batches]
+
+    def steps(start: int, stop: int) -> None:
+        from minitrain import loop
+
+        for step in range(start, stop):
+            x, y = data[step % len(data)]
+            for group in opt.param_groups:
+                group["lr"] = loop.lr_at(step, cfg)
+            loss = model(x, y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+
+    return steps
+
+
+# ---------------------------------------------------------------------------------------------------
+# The project's step, bare and as a default run drives it
+# ---------------------------------------------------------------------------------------------------
+
+
+def bare_loop(cfg):
+    """The project's model, optimizer, loss and batches with nothing else: no telemetry, metrics, eval,
+    checkpoints (`train_step` less what it measures and writes)."""
+    from minitrain import loop
+
+    run = loop.build_run(cfg)
+    model, opt = run.model, run.opt
+    model.record_activations = False
+    params = list(model.parameters())
+
+    def steps(start: int, stop: int) -> None:
+        for step in range(start, stop):
+            batch = run.data.train_batch(step, cfg.batch_size, cfg.seed)
+            for group in opt.param_groups:
+                group["lr"] = loop.lr_at(step, cfg)
+            loss, _ = loop.masked_loss(model(batch.x, batch.key_pad, causal=cfg.causal_mask), batch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            opt.step()
+
+    return steps, run
+
+
+def default_loop(cfg, folder: Path):
+    """The real loop writing a real run folder, as `minitrain train` drives it."""
+    from minitrain import loop
+    from minitrain.run import files as runfiles
+
+    run = loop.build_run(cfg, folder)
+    runfiles.prepare_run_dir(folder, force=True)
+    run.metrics = runfiles.MetricsWriter(folder / "metrics.jsonl")
+
+    def steps(start: int, stop: int) -> None:
+        loop.run_steps(run, start, stop_at=stop)
+
+    return steps
+
+
+def load() -> str:
+    try:
+        return "/".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:
+        return "n/a"
+
+
+def bench_step(args) -> int:
+    from minitrain.core.config import build_config
+
+    n, rounds = args.steps_per_block, args.rounds
+    total = n * (rounds + 1)
+    cfg = build_config({}, ["progress=false", f"steps={max(total, 2000)}"])
+    bare, run = bare_loop(cfg)
+    batches = [run.data.train_batch(s, cfg.batch_size, cfg.seed) for s in range(total)]
+    tmp = Path(tempfile.mkdtemp(prefix="minitrain-perf-"))
+    loops = {"reference GPT step": reference_loop(cfg, batches), "minitrain bare step": bare,
+             "minitrain default run (full telemetry, metrics, validation, checkpoints)": default_loop(cfg, tmp / "run")}
+    load0 = load()
+    for fn in loops.values():  # warm up: one block each
+        fn(0, n)
+    times: dict[str, list[float]] = {k: [] for k in loops}  # CPU ms per step of this process
+    walls: dict[str, list[float]] = {k: [] for k in loops}
+    for r in range(rounds):
+        start = n * (r + 1)
+        order = list(loops.items())
+        for name, fn in order if r % 2 == 0 else reversed(order):  # alternate the order between rounds
+            c0, t0 = time.process_time(), time.perf_counter()
+            fn(start, start + n)
+            times[name].append((time.process_time() - c0) / n * 1000)
+            walls[name].append((time.perf_counter() - t0) / n * 1000)
+        print(f"round {r + 1}/{rounds}", file=sys.stderr)
+    ref, bare_t, default_t = (times[k] for k in loops)
+
+    def ratio(a, b) -> float:
+        return statistics.median(x / y for x, y in zip(a, b))
+
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.machine()}, {os.cpu_count()} cores, "
+          f"{torch.get_num_threads()} torch thread(s), torch {torch.__version__}; load average {load0} -> {load()}; "
+          f"{rounds} interleaved rounds of {n} steps after one warm-up block\n")
+    print("| loop | CPU ms/step | vs reference | vs bare | wall ms/step | wall vs reference | wall vs bare |")
+    print("|---|---|---|---|---|---|---|")
+    wref, wbare = (walls[k] for k in list(loops)[:2])
+    for name, t in times.items():
+        w = walls[name]
+        print(f"| {name} | {statistics.median(t):.2f} | {ratio(t, ref):.3f}x | {ratio(t, bare_t):.3f}x "
+              f"| {statistics.median(w):.2f} | {ratio(w, wref):.3f}x | {ratio(w, wbare):.3f}x |")
+    print(f"\nbare step / reference step: {ratio(bare_t, ref):.3f}x CPU, {ratio(walls[list(loops)[1]], wref):.3f}x wall "
+          "(target <= 0.90x)")
+    print(f"default run / bare step: {ratio(default_t, bare_t):.3f}x CPU, {ratio(walls[list(loops)[2]], wbare):.3f}x wall "
+          "(target <= 1.15x)")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="what", required=True)
+    s = sub.add_parser("step", help="reference vs bare vs default step, interleaved in one process")
+    s.add_argument("--rounds", type=int, default=9)
+    s.add_argument("--steps-per-block", type=int, default=100,
+                   help="a multiple of eval_every and ckpt_every (100): every block does the same work")
+    s.set_defaults(func=bench_step)
+    args = ap.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
