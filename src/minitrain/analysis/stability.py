@@ -28,6 +28,7 @@ from typing import Callable
 
 import numpy as np
 
+from minitrain.analysis.panels import cite
 from minitrain.core.errors import UserError
 from minitrain.run import files, reader
 from minitrain.core.fmt import fmt
@@ -45,6 +46,7 @@ T = {
     "loss0_band": 0.5,          # §1: step-0 loss within ln V +- this
     "gn1_high": 100.0,          # §1: step-1 gradient norm above this: bad init or a sum/mean mix-up
     "gn1_low": 0.001,           # §1: step-1 gradient norm below this: degenerate data or all-zero loss mask
+    "gn1_healthy": (0.1, 10.0),  # the course's healthy step-1 gradient norm (the dashboard's health summary)
     "lr_flat": 1e-3,            # §2: (max LR - min LR) / max LR below this: the LR never changed
     "warmup_share": 0.5,        # §2: first-step LR at or above this share of the peak LR: no warmup ramp
     "mask_train": 0.5,          # §3: training loss (smoothed) below this share of the n-gram baseline ...
@@ -475,7 +477,8 @@ def check_came_from_s1(ev: Evidence) -> Finding:
 # --- §6 optimizer state / update dynamics ---
 
 
-def _v_threshold(vf: dict) -> float:
+def v_threshold(vf: dict) -> float:
+    """§6.1's bound on |log f|: the larger of the fixed factor and the run's own rounding noise times a margin."""
     return max(math.log(T["v_factor"]), T["v_noise_mult"] * vf["noise"])
 
 
@@ -483,7 +486,7 @@ def check_v_factor(ev: Evidence) -> Finding:
     vf = ev.v_factor
     if vf is None:
         return _miss("no per-parameter optimizer statistics (telemetry: basic?)")
-    thr = _v_threshold(vf)
+    thr = v_threshold(vf)
     return Finding(abs(vf["log_factor"]) > thr, vf["factor"],
                    f"{vf['tensor']}: v changed by x{fmt(vf['factor'])} beyond g^2 at step {ev.step_at(vf['index'])} "
                    f"(allowed x{math.exp(-thr):.4g}..x{math.exp(thr):.4g}; rounding noise {vf['noise']:.1e})",
@@ -546,14 +549,14 @@ def check_gn_huge(ev: Evidence) -> Finding:
 # THE TREE (edit here; then `minitrain stability-md` regenerates stability-check.md)
 # ---------------------------------------------------------------------------------------------------
 
-# Dashboard panels, by the titles dashboard.html gives them (the course's panel number first).
-P_LOSS = "panel 1 'Loss (log scale)'"
-P_LR = "panel 2 'Learning rate'"
-P_GN = "panel 3 'Gradient norm, before and after clipping'"
-P_ACT = "panel 4 'Mean absolute activation per layer' and 'Largest output logit |logit|'"
-P_UPD = "panel 6 'Per-tensor Adam second moment (mean of v)' and 'Per-tensor update-to-weight ratio'"
-P_G = "panel 'Per-tensor gradient norm (before clipping)'"
-P_BATCH = "panel 'Batch composition: shares' (duplicated rows / batch size, rare-token share)"
+# Dashboard panels, cited by the number and title the panel registry (analysis/panels.py) gives them.
+P_LOSS = cite("loss")
+P_LR = cite("lr")
+P_GN = cite("grad")
+P_ACT = cite("logits", "act")
+P_UPD = cite("vm", "v-factor")
+P_G = cite("g", "g-all")
+P_BATCH = cite("batch-shares") + " (duplicated rows / batch size, rare-token share)"
 
 TREE: tuple[Section, ...] = (
     Section("§1", "Did the run start?",

@@ -1,18 +1,20 @@
 """dashboard.html: one self-contained page per run, opened by double-click with no network.
 
-    write_dashboard(run)        RUN/dashboard.html (called at the end of every run, and by `minitrain dashboard`)
-    write_index(experiments)    EXPERIMENTS/index.html: every run folder with a one-line summary
+    write_dashboard(run)        RUN/dashboard.html (written after every run, and by `minitrain dashboard`)
+    write_index(experiments)    EXPERIMENTS/index.html: one row per run folder found at any depth
 
-The page is a static HTML file: the CSS and the plotting script (assets/dashboard.css, assets/dashboard.js) are
-inlined, and the run's data is embedded as one JSON block. Python does the reading and the judging (health
-summary, course spike flags, the per-tensor "movers", the difference to a baseline run, and that of any further
-runs given with `compare`, e.g. the original beside its remediation); the script only draws. Every string
-reaches the page through that JSON block (with <, > and & escaped, so `</script>` in a run name stays text)
-and is put on screen with textContent, never as HTML.
+The page is one static HTML file: uPlot (vendored unmodified in assets/vendor/, pinned and checked by
+scripts/fetch_uplot.py), the CSS and the page script (assets/dashboard.css, assets/dashboard.js) are
+inlined, and the run's data is embedded as one JSON block. The panels, their numbers, titles and y-axis units
+come from the panel registry (analysis/panels.py), which stability-check.md cites too. Python reads and
+judges (health summary with the tree's thresholds, the walker's verdict and every question of the tree, the
+per-tensor "movers", differences to a baseline and whether they exceed float rounding); the script only
+draws. Every string reaches the page through that JSON block (with <, > and & escaped, so `</script>` in a
+run name stays text) and is put on screen with textContent, never as HTML.
 
-Extension hook: if the run folder holds `diagnosis.json` (keys leaf, cause, anomaly_step, diagnosis,
-remediation, path), it is embedded as `diagnosis` and shown in its own section, with a marker at
-anomaly_step on every panel. Nothing else needs to change to show a diagnosis.
+Sealed runs (a blind run before its lab's reveal, or a lab run the caller says is sealed): the page does
+not show the walker's verdict, the tree's answers or diagnosis.json until the learner presses "reveal"
+in the page, and the index says "sealed".
 """
 from __future__ import annotations
 
@@ -27,15 +29,20 @@ from pathlib import Path
 
 import numpy as np
 
-from minitrain.run import files, reader
+from minitrain.analysis import panels, readings
+from minitrain.analysis.stability import T
 from minitrain.core.errors import UserError
+from minitrain.run import files, reader
 
-PER_TENSOR_STATS = ("g", "ur", "vm")  # per-parameter telemetry the page plots (see docs/metrics.md)
+PER_TENSOR_STATS = tuple(panels.tensor_stats())  # per-parameter telemetry the page plots (the panel registry)
 MOVERS = 4  # tensors shown by default in each per-tensor panel
 MOVER_LOOKBACK = 50  # a tensor "moves" when it leaves the median of its own previous 50 steps
 MOVER_WINDOW = 50  # with an injection, movers are ranked over steps K..K+50
 SPIKE_WINDOW, SPIKE_SIGMA = 100, 3.0  # the course's spike flag: loss > 3 sigma above its rolling 100-step mean
-DIAGNOSIS_KEYS = ("leaf", "cause", "anomaly_step", "diagnosis", "remediation", "path")
+SMOOTHING = 0.9  # the smoothing slider's starting value (EMA weight, debiased as TensorBoard does)
+OVERLAY_SERIES = ("loss", "val", "lr", "grad_norm", "act", "loss_regular", "loss_irregular", "logit_max")
+FLOAT_ROUNDING_REL = 32 * 2.0 ** -23  # |a - b| within 32 float32 ulps of |b|: identical up to float rounding
+UPLOT = ("vendor/uPlot.iife.min.js", "vendor/uPlot.min.css")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -140,16 +147,18 @@ def _log_deviation(values: list, keep: np.ndarray, lookback: int = MOVER_LOOKBAC
 
 
 def _rank_window(steps: list[int], cfg: dict) -> tuple[int, int, str]:
-    """Steps over which movers are ranked: K..K+50 for an injection run, else after warmup (when there is
-    enough of it), else from step 1 (step 0 has no past; a zero-initialised bias has ur = u / 0 there)."""
-    last = steps[-1] if steps else 0
-    k = cfg.get("injection_step") if cfg.get("injection", "none") != "none" else None
-    if k is not None and steps and steps[0] <= k <= last:
+    """Steps over which movers are ranked: K..K+50 for an injection run; otherwise from the end of warmup (or,
+    when the warmup is unknown or short, from the first step that has MOVER_LOOKBACK steps of past: a tensor's
+    first steps have almost no past to be compared with) to the last step."""
+    first, last = (steps[0], steps[-1]) if steps else (0, 0)
+    k = cfg.get("injection_step") if cfg.get("injection", "none") not in ("none", None) else None
+    if k is not None and first <= k <= last:
         return k, k + MOVER_WINDOW, f"over steps {k}-{min(last, k + MOVER_WINDOW)} from K"
-    warm = int(cfg.get("warmup_steps") or 0)
-    if last - warm >= 20:
-        return warm, last, f"over steps {warm}-{last}, after warmup"
-    return 1, last, f"over steps 1-{last}"
+    lo = max(int(cfg.get("warmup_steps") or 0), first + MOVER_LOOKBACK)
+    if last - lo < 20:
+        lo = min(last, first + 1)
+    why = ", after warmup" if lo == cfg.get("warmup_steps") else ""
+    return lo, last, f"over steps {lo}-{last}{why}"
 
 
 def _movers(steps: list[int], per_stat: list[list], names: list[str], lo: int, hi: int) -> list[dict]:
@@ -181,14 +190,14 @@ def spike_flags(steps: list[int], loss: list) -> list[int]:
     return flags
 
 
-def _markers(r: dict, steps: list[int], spikes: list[int]) -> list[dict]:
+def _markers(r: dict, steps: list[int], sealed: bool) -> list[dict]:
     cfg, manifest = _config(r), r["manifest"]
     out = []
     warm = int(cfg.get("warmup_steps") or 0)
     if warm > 0:
         out.append({"step": warm, "kind": "warmup", "label": f"warmup ends (step {warm})", "short": "warmup end"})
     inj = _injection(r)
-    if inj != "none" and cfg.get("injection_step") is not None:
+    if inj not in ("none", "withheld") and cfg.get("injection_step") is not None:
         k = int(cfg["injection_step"])
         what = _injection_words(manifest.get("injection") or {}, cfg)
         out.append({"step": k, "kind": "k", "label": f"K={k}: {what}", "short": f"K={k} {inj}"})
@@ -200,7 +209,7 @@ def _markers(r: dict, steps: list[int], spikes: list[int]) -> list[dict]:
     if r["data_note"] and steps:
         out.append({"step": steps[-1], "kind": "end", "label": f"data ends (step {steps[-1]})", "short": "data ends"})
     d = r["diagnosis"] or {}
-    if isinstance(d.get("anomaly_step"), int) and not isinstance(d.get("anomaly_step"), bool):
+    if not sealed and isinstance(d.get("anomaly_step"), int) and not isinstance(d.get("anomaly_step"), bool):
         leaf = d.get("leaf")
         out.append({"step": d["anomaly_step"], "kind": "diagnosis",
                     "label": f"diagnosis: anomaly at {d['anomaly_step']}" + (f" ({leaf})" if leaf else ""),
@@ -223,41 +232,54 @@ def _injection_words(inj: dict, cfg: dict) -> str:
     return str(name)
 
 
-def health(r: dict, spikes: list[int]) -> list[dict]:
-    """The run's health at a glance: each item has a label, a value, a verdict (ok | warn | bad | info)."""
+def health(r: dict, spikes: list[int], verdict: dict | None, sealed: bool) -> list[dict]:
+    """The run's health at a glance: each item has a label, a value, a verdict (ok | warn | bad | info).
+    Judged with the stability tree's thresholds (analysis), so nothing the tree calls healthy is flagged:
+    a warning here is a question of the tree that matched, or a fact the tree has no opinion on is `info`."""
     cfg, rows, res = _config(r), r["rows"], r["results"] or {}
     out = []
 
     def item(label, value, verdict="info", detail=""):
         out.append({"label": label, "value": value, "verdict": verdict, "detail": detail})
 
+    if verdict is not None or sealed:
+        if sealed:
+            item("stability check", "sealed", "info", "the tree's verdict is shown after your diagnosis (reveal)")
+        else:
+            ok = verdict["cause"] == "healthy"
+            item("stability check", f"{verdict['leaf']} {verdict['title']}" + (
+                f" at step {verdict['anomaly_step']}" if verdict.get("anomaly_step") is not None else ""),
+                "ok" if ok else "bad", "the walker's verdict (stability-check.md, first matching leaf)")
     vocab = int(cfg.get("vocab_size") or 512)
     ln_v = math.log(vocab)
     first = rows[0] if rows else {}
     if first.get("step") == 0 and first.get("loss") is not None:
         l0 = first["loss"]
-        verdict = "ok" if abs(l0 - ln_v) <= 0.5 else "bad"
-        why = ("within ln V +- 0.5" if verdict == "ok" else
-               "above 8: broken init or non-zero LM-head bias" if l0 > 8 else
-               "below 4: the model is not untrained (wrong checkpoint?)" if l0 < 4 else "outside ln V +- 0.5")
-        item("step-0 loss", f"{l0:.3f} vs ln {vocab} = {ln_v:.3f}", verdict, why)
+        ok = abs(l0 - ln_v) <= T["loss0_band"]
+        why = (f"within ln V \u00b1 {T['loss0_band']}" if ok else
+               f"above {T['loss0_high']}: broken init or non-zero LM-head bias" if l0 > T["loss0_high"] else
+               f"below {T['loss0_low']}: the model is not untrained (wrong checkpoint?)" if l0 < T["loss0_low"]
+               else f"outside ln V \u00b1 {T['loss0_band']}")
+        item("step-0 loss", f"{l0:.3f} vs ln {vocab} = {ln_v:.3f}", "ok" if ok else "bad", why)
     elif rows:
         item("step-0 loss", "not in the data" if first.get("step") != 0 else "non-finite", "warn")
     if first.get("step") == 0 and first.get("grad_norm") is not None:
-        g0 = first["grad_norm"]
-        item("first-step grad norm", f"{g0:.4g}", "ok" if 0.1 <= g0 <= 10 else "bad",
-             "within [0.1, 10]" if 0.1 <= g0 <= 10 else "outside [0.1, 10]: init or loss reduction problem")
+        g0, lo, hi = first["grad_norm"], T["gn1_healthy"][0], T["gn1_healthy"][1]
+        verdict_g = ("ok" if lo <= g0 <= hi else "bad" if g0 > T["gn1_high"] or g0 < T["gn1_low"] else "warn")
+        item("first-step grad norm", f"{g0:.4g}", verdict_g,
+             f"within the course's healthy [{lo:g}, {hi:g}]" if verdict_g == "ok" else
+             f"outside [{lo:g}, {hi:g}]" + (f" and beyond the tree's {T['gn1_low']:g}..{T['gn1_high']:g}: init or "
+                                            "loss reduction problem" if verdict_g == "bad" else ""))
     finite = [row for row in rows if row.get("grad_norm") is not None]
     if finite:
         n_clip = sum(1 for row in finite if row.get("clipped"))
         share = n_clip / len(finite)
         item("clip rate", f"{n_clip} of {len(finite)} steps ({100 * share:.1f}%) at {cfg.get('grad_clip', '?')}",
-             "warn" if share > 0.5 else "ok",
-             "clipping engages on most steps (a healthy run clips only occasionally)" if share > 0.5
-             else "clipping engages occasionally")
+             "info", "this model's pre-clip norm is 2-5 when healthy, so clipping at 1.0 engages on every step "
+                     "(stability-check.md \u00a77)")
         top = max(finite, key=lambda row: row["grad_norm"])
-        item("max grad norm", f"{top['grad_norm']:.4g} at step {top['step']}",
-             "ok" if top["grad_norm"] <= 10 else "warn", "within [0.1, 10]" if top["grad_norm"] <= 10 else "above 10")
+        item("max grad norm", f"{top['grad_norm']:.4g} at step {top['step']}", "info",
+             f"{panels.cite('grad')}; the tree judges spikes against the trailing median (\u00a77)")
     n_nonfinite = sum(int(row.get("nonfinite") or 0) for row in rows)
     bad_rows = [row["step"] for row in rows if row.get("loss") is None or row.get("grad_norm") is None]
     item("non-finite values", f"{n_nonfinite}" + (f" (first at step {bad_rows[0]})" if bad_rows else ""),
@@ -278,15 +300,17 @@ def health(r: dict, spikes: list[int]) -> list[dict]:
         item("val loss", f"none yet (n-gram {ngram:.3f})", "warn")
     lrs = [row["lr"] for row in rows if row.get("lr") is not None]
     if len(lrs) > 2:
-        if max(lrs) == min(lrs):
-            item("learning rate", f"constant {lrs[0]:.3g}", "bad" if lrs[0] == 0 else "warn",
-                 "LR is zero: warmup multiplies a base LR of 0" if lrs[0] == 0 else "the schedule never stepped")
+        if max(lrs) == 0:
+            item("learning rate", "0 at every step", "bad", "warmup multiplies a base LR of 0 (\u00a72.2)")
+        elif (max(lrs) - min(lrs)) / max(lrs) < T["lr_flat"]:
+            item("learning rate", f"constant {lrs[0]:.3g}", "bad", "the schedule never stepped (\u00a72.1)")
         else:
             item("learning rate", f"{min(lrs):.3g} .. {max(lrs):.3g}, warmup {cfg.get('warmup_steps', '?')} steps",
                  "ok", "warmup + cosine")
-    item("spike flags", (f"{len(spikes)}: step{'s' if len(spikes) > 1 else ''} " + ", ".join(map(str, spikes[:6]))
-                         + (" ..." if len(spikes) > 6 else "")) if spikes else "none",
-         "warn" if spikes else "ok", "loss > 3 sigma above its rolling 100-step mean (the course's flag)")
+    item("course spike flags", (f"{len(spikes)}: step{'s' if len(spikes) > 1 else ''} " + ", ".join(map(str, spikes[:6]))
+                                + (" ..." if len(spikes) > 6 else "")) if spikes else "none",
+         "info", "loss > 3 sigma above its rolling 100-step mean: the course's raw flag, which also fires on "
+                 "clean runs; the stability check decides")
     reg = [row["loss_regular"] for row in rows[-100:] if row.get("loss_regular") is not None]
     irr = [row["loss_irregular"] for row in rows[-100:] if row.get("loss_irregular") is not None]
     if reg and irr:
@@ -295,11 +319,25 @@ def health(r: dict, spikes: list[int]) -> list[dict]:
     return out
 
 
+
 def _difference(rows: list[dict], ref_rows: list[dict]) -> dict:
-    """The exact difference rows minus ref_rows at every shared step (loss, pre-clip grad norm, validation)."""
+    """The exact difference rows minus ref_rows at every shared step (loss, pre-clip grad norm, validation), and
+    whether every difference is below what float32 rounding of the reference's values explains."""
     by_step = {row["step"]: row for row in ref_rows}
     diff: dict = {"steps": [], "loss": [], "grad_norm": [], "val_steps": [], "val_loss": []}
     first_diff = None
+    worst = {"loss": (0.0, 0.0), "grad_norm": (0.0, 0.0), "val_loss": (0.0, 0.0)}  # (|diff|, its bound)
+
+    beyond = {k: False for k in worst}
+
+    def note(key, a, c):
+        d = a - c
+        bound = FLOAT_ROUNDING_REL * abs(c)
+        if abs(d) > worst[key][0]:
+            worst[key] = (abs(d), bound)
+        beyond[key] = beyond[key] or abs(d) > bound
+        return d
+
     for row in rows:
         other = by_step.get(row["step"])
         if other is None:
@@ -307,50 +345,57 @@ def _difference(rows: list[dict], ref_rows: list[dict]) -> dict:
         diff["steps"].append(row["step"])
         for key in ("loss", "grad_norm"):
             a, c = row.get(key), other.get(key)
-            d = a - c if a is not None and c is not None else None
+            d = note(key, a, c) if a is not None and c is not None else None
+            beyond[key] = beyond[key] or d is None
             diff[key].append(_num(d, 5))
             if first_diff is None and (d is None or d != 0):
                 first_diff = row["step"]
         if row.get("val_loss") is not None and other.get("val_loss") is not None:
+            d = note("val_loss", row["val_loss"], other["val_loss"])
             diff["val_steps"].append(row["step"])
-            diff["val_loss"].append(_num(row["val_loss"] - other["val_loss"], 5))
+            diff["val_loss"].append(_num(d, 5))
     diff["first_difference"] = first_diff
+    # per signal: does it differ at all, and is every difference below float32 rounding of the reference?
+    diff["rounding"] = {k: {"within": not beyond[k] and worst[k][0] > 0, "max_abs": _num(worst[k][0], 3),
+                            "bound": _num(worst[k][1], 3)} for k in worst}
+    diff["rounding_rel"] = FLOAT_ROUNDING_REL
     return diff
 
 
-def _baseline_payload(b: dict, run_rows: list[dict]) -> dict:
-    """The baseline's curves (for the overlay) and the exact difference injected minus baseline."""
-    cols = _series(b["rows"])
-    steps = [row["step"] for row in b["rows"]]
-    return {"name": b["name"], "steps": steps, "loss": cols["loss"], "grad_norm": cols["grad_norm"],
-            "grad_norm_clipped": cols["grad_norm_clipped"], "val": cols["val"], "act": cols["act"],
-            "loss_regular": cols["loss_regular"], "loss_irregular": cols["loss_irregular"],
-            "logit_max": cols["logit_max"], "trunk_hash": b["manifest"].get("trunk_hash"),
-            "diff": _difference(run_rows, b["rows"])}
+def _run_payload(r: dict, role: str, with_tensors: bool = False) -> dict:
+    """One run as the page draws it: its steps and every per-step column; per-tensor telemetry for the
+    page's own run only (the overlays of other runs draw the scalar panels)."""
+    rows = r["rows"]
+    series = _series(rows)
+    if not with_tensors:  # an overlay: only what the overlaid panels draw
+        series = {k: v for k, v in series.items() if k in OVERLAY_SERIES}
+    out = {"name": r["name"], "role": role, "steps": [row["step"] for row in rows], "series": series}
+    if with_tensors:
+        out["per_tensor"] = _per_tensor(rows)
+    return out
 
 
-def _compare_payload(c: dict, baseline_rows: list[dict] | None) -> dict:
-    """A further run drawn beside this one (loss, grad norm) and, with a baseline, its own difference to it."""
-    cols = _series(c["rows"])
-    return {"name": c["name"], "steps": [row["step"] for row in c["rows"]], "loss": cols["loss"],
-            "grad_norm": cols["grad_norm"], "val": cols["val"],
-            "diff": _difference(c["rows"], baseline_rows) if baseline_rows is not None else None}
-
-
-def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] = ()) -> dict:
+def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] = (), sealed: bool | None = None) -> dict:
     """Everything the page shows, as one JSON-able dict. `compare`: further runs drawn beside this one and the
-    baseline (e.g. the original run beside its remediation), each with its own colour and difference line."""
+    baseline (e.g. the original run beside its remediation), each with its own colour and difference line.
+    `sealed`: the run's diagnosis is not to be shown before the learner asks (the lab layer knows which runs
+    are; default: a blind run). The verdict and the tree's answers are then behind a "reveal" button."""
     r = reader.load_run(run)
     rows, cfg = r["rows"], _config(r)
+    blind = bool(cfg.get("blind"))
+    if sealed is None:
+        sealed = blind
     steps = [row["step"] for row in rows]
-    cols = _series(rows)
+    me = _run_payload(r, "run", with_tensors=True)
+    cols, per_tensor = me["series"], me["per_tensor"]
     spikes = spike_flags(steps, cols["loss"])
-    per_tensor = _per_tensor(rows)
     movers, rank_note = {}, ""
     if per_tensor:
         lo, hi, rank_note = _rank_window(steps, cfg)
         for s in PER_TENSOR_STATS:
             movers[s] = _movers(steps, per_tensor["stats"][s], per_tensor["names"], lo, hi)
+    inj = _injection(r)
+    read = readings.read(Path(run))
     payload = {
         "name": r["name"],
         "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -359,30 +404,35 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
         "notes": r["notes"],
         "manifest": r["manifest"],
         "results": r["results"],
-        "diagnosis": r["diagnosis"],
-        "diagnosis_note": r["diagnosis_note"],
-        "injection": {"name": _injection(r), "step": cfg.get("injection_step") if _injection(r) != "none" else None,
-                      "words": _injection_words(r["manifest"].get("injection") or {}, cfg)},
+        "sealed": sealed,
+        "blind": blind,
+        "diagnosis": None if sealed else r["diagnosis"],
+        "diagnosis_note": None if sealed else r["diagnosis_note"],
+        "injection": {"name": "withheld" if blind else inj, "withheld": blind,
+                      "step": cfg.get("injection_step") if inj != "none" and not blind else None,
+                      "words": "withheld until the reveal (blind run)" if blind
+                      else _injection_words(r["manifest"].get("injection") or {}, cfg)},
         "config": {k: cfg.get(k) for k in ("grad_clip", "vocab_size", "warmup_steps", "steps", "batch_size",
                                            "eval_every", "spectral_every", "telemetry")},
         "ngram_val_loss": (r["results"] or {}).get("ngram_val_loss",
                                                    (r["manifest"].get("ngram_baseline") or {}).get("val_loss")),
-        "steps": steps,
-        "series": cols,
-        "per_tensor": per_tensor,
+        "panels": panels.as_json(),
+        "tensor_stats": list(PER_TENSOR_STATS),
+        "runs": [me],
+        "diffs": [],
         "movers": movers,
-        "movers_all": ["sigma"],  # spectral norms are sampled and smooth: every matrix is shown
         "movers_rule": rank_note,
         "spikes": spikes,
-        "markers": _markers(r, steps, spikes),
-        "health": health(r, spikes),
-        "baseline": None,
-        "compare": [],
+        "markers": _markers(r, steps, sealed),
+        "health": health(r, spikes, (read or {}).get("verdict"), sealed),
+        "checks": read,
+        "smoothing": SMOOTHING,
     }
     b = None
     if baseline is not None:
         b = reader.load_run(baseline)
-        payload["baseline"] = _baseline_payload(b, rows)
+        payload["runs"].append(_run_payload(b, "baseline"))
+        payload["diffs"].append({"name": r["name"], "baseline": b["name"], **_difference(rows, b["rows"])})
         if b["manifest"].get("trunk_hash") != r["manifest"].get("trunk_hash"):
             from minitrain.core.config import INJECTION_FIELDS, NON_NUMERIC_FIELDS
 
@@ -397,7 +447,10 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
                                         f"({', '.join(differ) or 'trunk hash'}): differences are not the "
                                         "injection's alone")
     for path in compare:
-        payload["compare"].append(_compare_payload(reader.load_run(path), b["rows"] if b else None))
+        c = reader.load_run(path)
+        payload["runs"].append(_run_payload(c, "compare"))
+        if b is not None:
+            payload["diffs"].append({"name": c["name"], "baseline": b["name"], **_difference(c["rows"], b["rows"])})
     return payload
 
 
@@ -423,17 +476,18 @@ def fill(template: str, parts: dict[str, str]) -> str:
 
 
 def render_html(payload: dict) -> str:
-    css, js = _asset("dashboard.css"), _asset("dashboard.js")
+    css = _asset(UPLOT[1]) + "\n" + _asset("dashboard.css")
+    js = _asset(UPLOT[0]) + "\n" + _asset("dashboard.js")
     assert "</script" not in js.lower() and "</style" not in css.lower()
     return fill(_asset("dashboard.html"), {"TITLE": html.escape(f"{payload['name']} - minitrain dashboard"),
                                            "CSS": css, "JS": js, "DATA": embed_json(payload)})
 
 
 def write_dashboard(run: Path, baseline: Path | None = None, out: Path | None = None,
-                    auto_baseline: bool = True, compare: list[Path] = ()) -> Path:
+                    auto_baseline: bool = True, compare: list[Path] = (), sealed: bool | None = None) -> Path:
     """Write RUN/dashboard.html (or `out`). With no baseline given, an injection run's sibling baseline (same
     trunk hash, no injection) is found and overlaid. `compare`: further runs drawn beside it (see
-    build_payload). Returns the path written."""
+    build_payload). `sealed`: see build_payload. Returns the path written."""
     run = Path(run)
     if baseline is None and auto_baseline and not reader.config_of(reader.manifest_of(run)).get("blind"):
         baseline = reader.find_baseline(run)  # a blind page shows no other run's settings before the reveal
@@ -449,7 +503,7 @@ def write_dashboard(run: Path, baseline: Path | None = None, out: Path | None = 
     out = Path(out) if out else run / "dashboard.html"
     if out.is_dir():
         raise UserError(f"{out} is a folder; give --out a file name such as {out / 'dashboard.html'}")
-    page = render_html(build_payload(run, baseline, compare))
+    page = render_html(build_payload(run, baseline, compare, sealed))
     files.atomic_write_text(out, page)
     return out
 
@@ -459,16 +513,30 @@ def write_dashboard(run: Path, baseline: Path | None = None, out: Path | None = 
 # ---------------------------------------------------------------------------------------------------
 
 
-def run_summary(run: Path) -> dict:
-    """One line about a run folder for the index: status, injection, final val loss vs n-gram, anomaly."""
+def find_runs(experiments: Path) -> list[Path]:
+    """Every run folder under `experiments`, at any depth (blind labs, break-it, remediations), sorted by path.
+    A run folder's own subfolders (checkpoints) are not searched."""
+    out: list[Path] = []
+    for d in sorted(p for p in Path(experiments).rglob("*") if p.is_dir()):
+        if files.is_run_dir(d) and not any(parent in out for parent in d.parents):
+            out.append(d)
+    return out
+
+
+def run_summary(run: Path, sealed: bool | None = None) -> dict:
+    """One line about a run folder for the index: status, injection, final val loss vs n-gram, and the
+    stability check's verdict (or "sealed" while the run's diagnosis is sealed)."""
     run = Path(run)
     manifest, _ = reader.read_optional_json(run / "manifest.json")
     results, _ = reader.read_optional_json(run / "results.json")
-    diagnosis, _ = reader.read_optional_json(run / "diagnosis.json")
     manifest, results = manifest or {}, results or {}
     cfg = manifest.get("config") or {}
+    blind = bool(cfg.get("blind"))
+    if sealed is None:
+        sealed = blind
     inj = cfg.get("injection", "none")
-    injection = "none" if inj == "none" else f"{inj} at K={cfg.get('injection_step')}"
+    injection = ("withheld (blind run)" if blind else "none" if inj == "none"
+                 else f"{inj} at K={cfg.get('injection_step')}")
     status = results.get("status") or manifest.get("status") or "unknown"
     val, ngram = results.get("final_val_loss"), results.get("ngram_val_loss")
     if val is not None and ngram is not None:
@@ -477,44 +545,34 @@ def run_summary(run: Path) -> dict:
         loss = f"non-finite at step {results.get('stopped_at_step')}"
     else:
         loss = "no final validation"
-    anomaly = ""
-    if diagnosis:
-        anomaly = f"{diagnosis.get('leaf') or diagnosis.get('cause') or 'diagnosed'}"
-        if diagnosis.get("anomaly_step") is not None:
-            anomaly += f" at step {diagnosis.get('anomaly_step')}"
-    elif status == "non_finite":
-        anomaly = "non-finite loss or gradient"
+    if sealed:
+        check = "sealed (shown after your diagnosis)"
     else:
-        try:
-            rows, note = reader.read_metrics(run / "metrics.jsonl")
-        except UserError:
-            rows, note = [], "metrics unreadable"
-        if rows:
-            flags = spike_flags([row["step"] for row in rows], [_num(row.get("loss")) for row in rows])
-            if flags:
-                anomaly = f"course spike flag (loss > 3 sigma) at step {flags[0]}" + (f" (+{len(flags) - 1} more)" if len(flags) > 1 else "")
-        if note:
-            anomaly = (anomaly + "; " if anomaly else "") + note
+        v = (readings.read(run) or {}).get("verdict")
+        check = ("the walker cannot read this run" if v is None else f"{v['leaf']} {v['title']}" + (
+            f" at step {v['anomaly_step']}" if v.get("anomaly_step") is not None else ""))
     return {"name": run.name, "status": status, "injection": injection, "steps": results.get("steps_done"),
-            "loss": loss, "anomaly": anomaly or "none",
-            "dashboard": (run / "dashboard.html").exists()}
+            "loss": loss, "check": check, "sealed": sealed, "dashboard": (run / "dashboard.html").exists()}
 
 
-def write_index(experiments: Path) -> Path:
-    """EXPERIMENTS/index.html: a static table linking every run folder's dashboard, no script at all."""
+def write_index(experiments: Path, sealed: set[Path] | None = None) -> Path:
+    """EXPERIMENTS/index.html: one row per run folder found at any depth, linking its dashboard; no script.
+    `sealed`: run folders whose diagnosis is sealed (the lab layer knows; default: unrevealed blind runs)."""
     experiments = Path(experiments)
     if not experiments.is_dir():
         raise UserError(f"{experiments} is not a folder; give the folder that holds your run folders")
-    runs = sorted(d for d in experiments.iterdir() if d.is_dir() and files.is_run_dir(d))
+    sealed_set = {Path(p).resolve() for p in sealed} if sealed is not None else None
     e = html.escape
     lines = []
-    for run in runs:
-        s = run_summary(run)
-        link = (f'<a href="{e(run.name)}/dashboard.html">{e(s["name"])}</a>' if s["dashboard"]
-                else f'{e(s["name"])} <span class="hint">(no dashboard: minitrain dashboard {e(str(run))})</span>')
+    for run in find_runs(experiments):
+        rel = run.relative_to(experiments).as_posix()
+        s = run_summary(run, None if sealed_set is None else run.resolve() in sealed_set)
+        link = (f'<a href="{e(rel)}/dashboard.html">{e(rel)}</a>' if s["dashboard"]
+                else f'{e(rel)} <span class="hint">(no dashboard: minitrain dashboard {e(str(run))})</span>')
+        cls = ' class="sealed"' if s["sealed"] else ""
         lines.append(f'<tr class="{e(s["status"])}"><td>{link}</td><td>{e(s["status"])}</td>'
                      f'<td>{e(s["injection"])}</td><td>{e(str(s["steps"] if s["steps"] is not None else "?"))}</td>'
-                     f'<td>{e(s["loss"])}</td><td>{e(s["anomaly"])}</td></tr>')
+                     f'<td>{e(s["loss"])}</td><td{cls}>{e(s["check"])}</td></tr>')
     body = "\n".join(lines) or '<tr><td colspan="6">no run folders here yet</td></tr>'
     page = fill(_asset("index.html"), {"TITLE": e(f"{experiments.resolve().name}: minitrain runs"),
                                        "GENERATED": e(time.strftime("%Y-%m-%d %H:%M:%S")), "ROWS": body})
