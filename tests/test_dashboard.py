@@ -1,11 +1,15 @@
 """dashboard.html and experiments/index.html: content, escaping, damaged data, and a real headless browser.
 
-One tiny lab is trained once for the module: a 60-step baseline (checkpoints every 20) and two injection
-runs at K=30 forked from it (bad_batch and v_corrupt). The browser tests drive Debian's chromium through
-Playwright with every network request aborted; they are skipped when chromium is not installed.
+One tiny lab is trained once for the module: a 60-step baseline (checkpoints every 20), three injection runs
+at K=30 (scale, bad_batch, v_corrupt) and one blind run. The browser tests drive Debian's chromium through
+Playwright with every network request aborted (they are skipped when chromium is not installed): the panel
+registry's numbers and axis titles, legend toggle, smoothing slider, tooltip values, shared zoom (drag, wheel,
+shift+drag pan), PNG/CSV export, the blind badge, the sealed stability check, a compared run.
 """
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import shutil
@@ -14,11 +18,12 @@ from pathlib import Path
 import pytest
 
 from minitrain import loop
-from minitrain.lab.runs import train_run, write_pages
-from minitrain.views import dashboard
+from minitrain.analysis import panels
 from minitrain.cli import main
 from minitrain.core.config import build_config
 from minitrain.core.errors import UserError
+from minitrain.lab.runs import write_pages
+from minitrain.views import dashboard
 
 K = 30
 CHROMIUM = Path("/usr/bin/chromium")
@@ -36,9 +41,13 @@ def tiny(**extra) -> "TrainConfig":  # noqa: F821
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory) -> Path:
     exp = tmp_path_factory.mktemp("dash") / "experiments"
-    train_run(tiny(), exp / "18-baseline")
-    train_run(tiny(injection="bad_batch", injection_step=K), exp / "19-injection-B")
-    train_run(tiny(injection="v_corrupt", injection_step=K), exp / "19-injection-C")
+    runs = {"18-baseline": tiny(), "19-injection-A": tiny(injection="scale", injection_step=K),
+            "19-injection-B": tiny(injection="bad_batch", injection_step=K),
+            "19-injection-C": tiny(injection="v_corrupt", injection_step=K),
+            "19-blind/01": tiny(injection="bad_batch", injection_step=K, blind="true")}
+    for name, cfg in runs.items():
+        loop.train(cfg, exp / name)
+        dashboard.write_dashboard(exp / name)
     return exp
 
 
@@ -47,6 +56,10 @@ def embedded(page: str) -> dict:
     m = re.search(r'<script type="application/json" id="dashboard-data">(.*?)</script>', page, re.S)
     assert m, "no data block"
     return json.loads(m.group(1))
+
+
+def data_of(lab: Path, name: str) -> dict:
+    return embedded((lab / name / "dashboard.html").read_text())
 
 
 def copy_run(src: Path, dst: Path) -> Path:
@@ -59,40 +72,122 @@ def copy_run(src: Path, dst: Path) -> Path:
 # ---------------------------------------------------------------------------------------------------
 
 
-def test_every_run_writes_its_dashboard_with_baseline_found(lab):
-    for name in ("18-baseline", "19-injection-B", "19-injection-C"):
-        assert (lab / name / "dashboard.html").is_file(), f"{name}: loop did not write dashboard.html"
-    data = embedded((lab / "19-injection-B" / "dashboard.html").read_text())
-    assert data["baseline"]["name"] == "18-baseline"
+def test_the_baseline_is_found_and_the_exact_difference_starts_at_k(lab):
+    data = data_of(lab, "19-injection-B")
+    assert [(r["name"], r["role"]) for r in data["runs"]] == [("19-injection-B", "run"), ("18-baseline", "baseline")]
+    diff = data["diffs"][0]
     # forked from the baseline: identical rows before K, so the exact difference starts at K
-    assert data["baseline"]["diff"]["first_difference"] == K
-    assert data["baseline"]["diff"]["loss"][:K] == [0.0] * K
+    assert diff["first_difference"] == K and diff["loss"][:K] == [0.0] * K
     k_markers = [m for m in data["markers"] if m["kind"] == "k"]
     assert k_markers and k_markers[0]["step"] == K and "bad_batch" in k_markers[0]["label"]
     assert "She has written the letter." in k_markers[0]["label"]
-    assert embedded((lab / "18-baseline" / "dashboard.html").read_text())["baseline"] is None
+    assert data_of(lab, "18-baseline")["diffs"] == [] and len(data_of(lab, "18-baseline")["runs"]) == 1
+
+
+def test_difference_below_float_rounding_is_called_so(lab):
+    a = data_of(lab, "19-injection-A")["diffs"][0]["rounding"]
+    b = data_of(lab, "19-injection-B")["diffs"][0]["rounding"]
+    # x50 on every gradient is cut back by clipping (pre-clip norm > 1 here): the loss moves by float rounding only
+    assert a["loss"]["within"] and 0 < a["loss"]["max_abs"] <= a["loss"]["bound"]
+    assert not a["grad_norm"]["within"]  # ... while the pre-clip norm at K is x50: a real difference
+    assert not b["loss"]["within"] and b["loss"]["max_abs"] > 0.1  # the bad batch's own loss at K
+    assert dashboard.FLOAT_ROUNDING_REL == 32 * 2.0 ** -23
+
+
+def test_panels_and_tensor_statistics_come_from_the_registry(lab):
+    data = data_of(lab, "19-injection-C")
+    assert [p["number"] for p in data["panels"]] == list(range(1, len(panels.PANELS) + 1))
+    course = ["Loss: train and validation", "Learning rate", "Gradient norm before clipping",
+              "Mean absolute activation per layer", "Largest singular value of weight matrices",
+              "Update-to-weight ratio per tensor", "Loss per class: regular vs irregular verbs"]
+    assert [p["title"] for p in data["panels"][:7]] == course  # the course's panels 1-7, in its order
+    stats = [s.split(".", 1)[1] for p in data["panels"] for s in p["signals"] if s.startswith("params.")]
+    assert data["tensor_stats"] == stats and set(data["runs"][0]["per_tensor"]["stats"]) == set(stats)
+    js = (Path(dashboard.__file__).parent / "assets" / "dashboard.js").read_text()
+    for s in stats:  # the script gets the list through the data, never a hand copy
+        assert f"'{s}'" not in js and f'"{s}"' not in js
+    assert panels.cite("grad") == "panel 3 'Gradient norm before clipping'"
+
+
+def test_stability_check_cites_the_registry(lab):
+    from minitrain.analysis import stability
+
+    text = stability.render_markdown()
+    cited = set(re.findall(r"panel (\d+) '([^']+)'", text))
+    assert cited and cited <= {(str(p.number), p.title) for p in panels.PANELS}, cited
+    for number in ("3", "15", "16"):  # §6.1's factor f and §7.1's per-tensor ratio have panels of their own
+        assert number in {n for n, _ in cited}
 
 
 def test_movers_find_the_corrupted_second_moment(lab):
-    data = embedded((lab / "19-injection-C" / "dashboard.html").read_text())
+    data = data_of(lab, "19-injection-C")
     top = data["movers"]["vm"][0]
     assert top["name"] == "lm_head.bias" and top["step"] == K and top["factor"] > 30, data["movers"]["vm"]
     assert len(data["movers"]["ur"]) <= dashboard.MOVERS
 
 
-def test_health_summary(lab):
-    data = embedded((lab / "19-injection-B" / "dashboard.html").read_text())
-    health = {h["label"]: h for h in data["health"]}
+def test_movers_of_a_run_without_k_are_ranked_after_their_lookback(lab):
+    data = data_of(lab, "19-blind/01")  # K withheld: ranked over the steps that have 50 steps of past
+    lo = int(re.search(r"over steps (\d+)-", data["movers_rule"]).group(1))
+    assert lo >= dashboard.MOVER_LOOKBACK or lo == 1
+    assert all(m["step"] >= lo for ms in data["movers"].values() for m in ms)
+
+
+def test_health_summary_agrees_with_the_tree(lab):
+    base = data_of(lab, "18-baseline")
+    health = {h["label"]: h for h in base["health"]}
     assert health["step-0 loss"]["verdict"] == "ok" and "ln 512" in health["step-0 loss"]["value"]
-    assert health["clip rate"]["value"].startswith("60 of 60 steps")  # clipping engages on every step here
-    assert health["non-finite values"]["verdict"] == "ok"
-    assert "n-gram" in health["final val loss"]["value"]
+    assert health["clip rate"]["value"].startswith("60 of 60 steps")  # clipping engages on every step here ...
+    assert health["clip rate"]["verdict"] == "info"  # ... which the tree calls healthy
+    # nothing the tree calls healthy is flagged: the clean baseline's only mark is that 60 steps do not reach
+    # the n-gram baseline (the full 2000-step seed-42 baseline has none at all: docs/benchmarks.md)
+    assert base["checks"]["verdict"]["cause"] == "healthy"
+    assert [h["label"] for h in base["health"] if h["verdict"] in ("warn", "bad")] == ["final val loss"]
+    assert health["stability check"]["verdict"] == "ok"
+    b = {h["label"]: h for h in data_of(lab, "19-injection-B")["health"]}
+    assert b["stability check"]["verdict"] == "bad" and "§4.A" in b["stability check"]["value"]
+
+
+def test_every_question_of_the_tree_is_measured_on_the_page(lab):
+    from minitrain.analysis import stability
+
+    data = data_of(lab, "19-injection-C")
+    ids = [q["id"] for q in data["checks"]["questions"]]
+    assert ids == [i for i, it in stability.ITEMS.items() if isinstance(it, stability.Node)]
+    assert all(q["measured"] and q["threshold"] for q in data["checks"]["questions"])
+    sig = data["checks"]["signals"]
+    assert len(sig["v_factor"]) == len(sig["steps"]) and max(x for x in sig["v_factor"] if x) > 30  # v x100 at K
+    assert sig["v_factor_band"][1] == pytest.approx(1.02, rel=1e-3) or sig["v_factor_band"][1] > 1.02
+
+
+def test_a_blind_page_withholds_and_seals(lab):
+    page = (lab / "19-blind" / "01" / "dashboard.html").read_text()
+    data = embedded(page)
+    assert data["blind"] and data["sealed"] and data["diagnosis"] is None
+    assert data["injection"]["withheld"] and data["injection"]["step"] is None
+    assert "She has written" not in page and "injection" not in data["manifest"]["config"]
+    assert data["checks"]["verdict"]["leaf"] == "§4.A"  # the walker's verdict is there, behind the reveal button
+    assert [m for m in data["markers"] if m["kind"] == "k"] == []
+    assert {h["label"]: h for h in data["health"]}["stability check"]["value"] == "sealed"
 
 
 def test_embed_json_leaves_nothing_that_closes_a_script():
     text = dashboard.embed_json({"s": HOSTILE, "u": "\u2028ñ"})
     assert not set("<>&") & set(text) and "\u2028" not in text
     assert json.loads(text) == {"s": HOSTILE, "u": "\u2028ñ"}
+
+
+def test_uplot_is_inlined_unmodified_and_pinned(lab):
+    import hashlib
+
+    vendor = Path(dashboard.__file__).parent / "assets" / "vendor"
+    pins = json.loads((vendor / "uplot.json").read_text())
+    for name, digest in pins["files"].items():
+        assert hashlib.sha256((vendor / name).read_bytes()).hexdigest() == digest, name
+    page = (lab / "18-baseline" / "dashboard.html").read_text()
+    assert (vendor / "uPlot.iife.min.js").read_text() in page and (vendor / "uPlot.min.css").read_text() in page
+    assert "MIT" in (vendor / "uPlot.LICENSE").read_text()
+    assert "default-src 'none'" in page  # one offline file: the page may fetch nothing
 
 
 def test_hostile_strings_stay_text(lab, tmp_path):
@@ -114,6 +209,8 @@ def test_hostile_strings_stay_text(lab, tmp_path):
     assert data["manifest"]["name"] == HOSTILE and data["diagnosis"]["leaf"] == HOSTILE
     assert HOSTILE in next(m["label"] for m in data["markers"] if m["kind"] == "k")
     assert any(m["kind"] == "diagnosis" and m["step"] == K for m in data["markers"])
+    sealed = embedded(dashboard.write_dashboard(run, sealed=True).read_text())
+    assert sealed["diagnosis"] is None and not any(m["kind"] == "diagnosis" for m in sealed["markers"])
 
 
 def truncated_copy(lab: Path, dst: Path) -> Path:
@@ -129,7 +226,7 @@ def test_truncated_metrics_render_with_a_note(lab, tmp_path):
     run = truncated_copy(lab, tmp_path / "killed")
     data = embedded(dashboard.write_dashboard(run).read_text())
     assert "metrics end at step 44" in data["data_note"]
-    assert data["steps"][-1] == 44
+    assert data["runs"][0]["steps"][-1] == 44
     assert any(m["kind"] == "end" and m["step"] == 44 for m in data["markers"])
 
 
@@ -150,27 +247,34 @@ def test_nonfinite_run_renders(lab, tmp_path):
     run = nonfinite_copy(lab, tmp_path / "nan")
     data = embedded(dashboard.write_dashboard(run).read_text())
     assert data["status"] == "non_finite"
-    assert data["series"]["loss"][40] is None
+    assert data["runs"][0]["series"]["loss"][40] is None
     health = {h["label"]: h for h in data["health"]}
     assert health["non-finite values"]["verdict"] == "bad" and "step 40" in health["non-finite values"]["value"]
     assert any(m["kind"] == "nonfinite" and m["step"] == 40 for m in data["markers"])
 
 
-def test_index_links_every_run(lab):
+def test_index_has_one_row_per_run_at_any_depth(lab):
     page = dashboard.write_index(lab).read_text()
-    for name in ("18-baseline", "19-injection-B", "19-injection-C"):
-        assert f'href="{name}/dashboard.html"' in page
-    assert "bad_batch at K=30" in page and "v_corrupt at K=30" in page and "finished" in page
-    assert "vs n-gram" in page and "<script" not in page
+    for name in ("18-baseline", "19-injection-A", "19-injection-B", "19-injection-C", "19-blind/01"):
+        assert f'href="{name}/dashboard.html"' in page, name
+    assert page.count("<tr class=") == 5 and "<script" not in page
+    assert "bad_batch at K=30" in page and "withheld (blind run)" in page and "vs n-gram" in page
+    rows = {m.group(1): m.group(2) for m in re.finditer(r'href="([^"]+)/dashboard.html".*?<td[^>]*>([^<]*)</td></tr>', page)}
+    assert rows["18-baseline"] == "§8.A healthy"  # the walker's verdict, not the course's raw spike flags
+    assert rows["19-injection-B"].startswith("§4.A") and "at step 30" in rows["19-injection-B"]
+    assert rows["19-blind/01"].startswith("sealed")
+    sealed = dashboard.write_index(lab, sealed={lab / "19-injection-B"}).read_text()  # the lab layer says which
+    rows = {m.group(1): m.group(2) for m in re.finditer(r'href="([^"]+)/dashboard.html".*?<td[^>]*>([^<]*)</td></tr>', sealed)}
+    assert rows["19-injection-B"].startswith("sealed") and rows["19-blind/01"].startswith("§4.A")
 
 
 def test_cli_dashboard_and_index(lab, tmp_path, capsys):
     out = tmp_path / "page.html"
     assert main(["dashboard", str(lab / "19-injection-B"), "--no-baseline", "--out", str(out)]) == 0
-    assert embedded(out.read_text())["baseline"] is None
+    assert embedded(out.read_text())["diffs"] == []
     assert main(["dashboard", str(lab / "19-injection-C"), "--baseline", str(lab / "19-injection-B"),
                  "--out", str(out)]) == 0
-    assert embedded(out.read_text())["baseline"]["name"] == "19-injection-B"
+    assert embedded(out.read_text())["runs"][1]["name"] == "19-injection-B"
     capsys.readouterr()
     assert main(["dashboard", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
@@ -185,18 +289,17 @@ def test_compare_runs_are_drawn_beside_the_baseline(lab, tmp_path, capsys):
                                      compare=[hostile]).read_text()
     assert page.lower().count("<script") == 2  # the compared run's name stays data
     data = embedded(page)
-    assert [c["name"] for c in data["compare"]] == [hostile.name]
+    assert [(r["name"], r["role"]) for r in data["runs"]][1:] == [("18-baseline", "baseline"), (hostile.name, "compare")]
     # its own exact difference to the baseline, the same numbers as on its own page
-    own = embedded((lab / "19-injection-B" / "dashboard.html").read_text())["baseline"]["diff"]
-    assert data["compare"][0]["diff"] == own and own["first_difference"] == K
-    assert embedded((lab / "19-injection-B" / "dashboard.html").read_text())["compare"] == []
+    own = data_of(lab, "19-injection-B")["diffs"][0]
+    assert data["diffs"][1] == {**own, "name": hostile.name} and own["first_difference"] == K
     with pytest.raises(UserError, match="already on the page"):
         dashboard.write_dashboard(lab / "19-injection-C", baseline=lab / "18-baseline", out=out,
                                   compare=[lab / "18-baseline"])
     assert main(["dashboard", str(lab / "19-injection-C"), "--compare", str(lab / "19-injection-B"),
                  "--out", str(out)]) == 0
     assert "compared: 19-injection-B" in capsys.readouterr().out
-    assert [c["name"] for c in embedded(out.read_text())["compare"]] == ["19-injection-B"]
+    assert [r["name"] for r in embedded(out.read_text())["runs"] if r["role"] == "compare"] == ["19-injection-B"]
     assert main(["dashboard", str(lab / "19-injection-C"), "--compare", str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--compare" in err
@@ -233,82 +336,208 @@ def browser():
 
 
 class Opened:
-    """A page opened from file:// with every non-file request aborted and recorded, errors collected."""
+    """A page opened from file:// with every other request aborted and recorded, errors collected, every
+    panel drawn (the page draws panels below the first screen as they come near it)."""
 
     def __init__(self, browser, path: Path):
-        self.page = browser.new_page(viewport={"width": 1400, "height": 900})
+        self.context = browser.new_context(viewport={"width": 1400, "height": 900}, accept_downloads=True)
+        self.page = self.context.new_page()
         self.network, self.errors, self.dialogs = [], [], []
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
-        self.page.on("request", lambda r: r.url.startswith("file:") or self.network.append(r.url))
-        self.page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
+        self.page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(("file:", "blob:"))
                         else (self.network.append(route.request.url), route.abort()))
         self.page.goto(path.resolve().as_uri())
-        self.page.wait_for_function("window.__dashboardReady === true", timeout=30_000)
+        self.page.wait_for_function("() => window.__dashboardReady === true", timeout=30_000)
+        self.page.evaluate("() => window.__dashboard.drawAll()")
+
+    def plot(self, key: str) -> dict:
+        """The panel's uPlot state: series labels and shown flags, data columns, x range, axis titles."""
+        return self.page.evaluate("""key => { const p = window.__dashboard.plots.find(q => q.spec.key === key);
+            return { labels: p.u.series.map(s => s.label), show: p.u.series.map(s => s.show), data: p.u.data,
+                     x: [p.u.scales.x.min, p.u.scales.x.max], y: [p.u.scales.y.min, p.u.scales.y.max],
+                     axes: p.u.axes.map(a => a.label) }; }""", key)
+
+    def hover(self, key: str, step: float | None = None, frac: float = 0.5):
+        """Move the mouse over a panel's plot area, at `step` or at `frac` of its width."""
+        over = self.page.locator(f"#panel-{key} .u-over")
+        over.scroll_into_view_if_needed()
+        box = over.bounding_box()
+        if step is not None:
+            x = self.page.evaluate("""([key, step]) => window.__dashboard.plots.find(q => q.spec.key === key)
+                                      .u.valToPos(step, 'x')""", [key, step])
+        else:
+            x = box["width"] * frac
+        self.page.mouse.move(box["x"] + min(max(x, 1), box["width"] - 1), box["y"] + box["height"] * 0.5)
+        return box
 
     def check_clean(self):
         assert self.network == [], f"network requests were made: {self.network}"
         assert self.errors == [], f"console errors: {self.errors}"
         assert self.dialogs == []
+        self.context.close()
 
 
-EXPECTED_PANELS = ["Loss (log scale)", "Gradient norm, before and after clipping", "Injected minus baseline: loss",
-                   "Injected minus baseline: gradient norm", "Learning rate",
-                   "Loss on regular vs irregular verbs (log scale)", "Per-tensor update-to-weight ratio (log scale)",
-                   "Per-tensor Adam second moment (mean of v) (log scale)", "Mean absolute activation per layer",
-                   "Batch composition: shares", "Spectral norm \u03c3max of weight matrices (log scale)"]
-
-
-def test_browser_renders_offline_with_panels_and_k_marker(lab, browser):
+def test_browser_renders_the_registry_offline(lab, browser):
     view = Opened(browser, lab / "19-injection-B" / "dashboard.html")
     page = view.page
     titles = page.locator(".panel h2").all_text_contents()
-    for t in EXPECTED_PANELS:
-        assert t in titles, f"missing panel {t!r} in {titles}"
-    n_panels = page.locator(".panel").count()
-    assert page.locator(".marker-k[data-step='30'] line").count() == n_panels  # K on every panel
-    assert page.locator(".marker-warmup").count() == 0  # warmup (100 steps) ends after this 60-step run
-    assert "K=30: bad_batch" in page.locator("#panel-loss").inner_text()
+    assert titles == [f"{p.number}. {p.title}" for p in panels.PANELS], titles
+    for p in panels.PANELS:  # axis titles with units on every panel
+        x, y = view.plot(p.key)["axes"]
+        assert x == "step" and y.startswith(p.unit), (p.key, x, y)
+    assert "nats" in view.plot("loss")["axes"][1]
     assert "step-0 loss" in page.locator("#health").inner_text()
+    box = view.hover("grad", step=K)  # the K marker's label is in the tooltip at K
+    assert "K=30: bad_batch" in page.locator("#panel-grad .tooltip").inner_text()
     ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / "dashboard.png"))
+    page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+    assert box["width"] > 600
     view.check_clean()
 
 
-def test_browser_zoom_and_hover_are_shared(lab, browser):
-    view = Opened(browser, lab / "19-injection-B" / "dashboard.html")
+def test_legend_click_hides_and_shows_a_series(lab, browser):
+    view = Opened(browser, lab / "19-injection-C" / "dashboard.html")
+    i = view.plot("loss")["labels"].index("validation")
+    canvas = view.page.locator("#panel-loss canvas").screenshot()
+    entry = view.page.locator("#panel-loss .u-legend .u-series", has_text=re.compile(r"^validation$"))
+    entry.click()
+    after = view.plot("loss")
+    assert after["show"][i] is False and all(s for j, s in enumerate(after["show"]) if j != i)
+    assert view.page.locator("#panel-loss .u-legend .u-series.u-off").count() == 1
+    assert view.page.locator("#panel-loss canvas").screenshot() != canvas  # the points are gone from the plot
+    entry.click()
+    assert view.plot("loss")["show"][i] is True
+    view.check_clean()
+
+
+def test_smoothing_slider_changes_the_drawn_line(lab, browser):
+    view = Opened(browser, lab / "19-injection-C" / "dashboard.html")
+    raw = data_of(lab, "19-injection-C")["runs"][0]["series"]["loss"]
+    p = view.plot("loss")
+    smoothed = p["data"][p["labels"].index("train loss (smoothed 0.90)")]
+    assert smoothed[0] == pytest.approx(raw[0]) and smoothed != pytest.approx(raw)
+    view.page.locator("#smoothing").fill("0.5")
+    p = view.plot("loss")
+    half = p["data"][p["labels"].index("train loss (smoothed 0.50)")]
+    m, n, want = 0.0, 0, []  # the debiased EMA, as TensorBoard computes it
+    for v in raw:
+        n += 1
+        m = 0.5 * m + 0.5 * v
+        want.append(m / (1 - 0.5 ** n))
+    assert half == pytest.approx(want, rel=1e-9) and half != smoothed
+    view.page.locator("#smoothing").fill("0")
+    p = view.plot("loss")
+    assert not any("smoothed" in label for label in p["labels"])
+    assert p["data"][p["labels"].index("train loss")] == pytest.approx(raw)
+    view.check_clean()
+
+
+def test_tooltip_shows_the_values_at_the_cursor_sorted(lab, browser):
+    view = Opened(browser, lab / "19-injection-C" / "dashboard.html")
+    view.hover("grad", frac=0.5)
+    tip = view.page.locator("#panel-grad .tooltip")
+    assert tip.is_visible()
+    step = int(re.match(r"step (\d+)", tip.locator(".tstep").inner_text()).group(1))
+    runs = {r["name"]: r for r in data_of(lab, "19-injection-C")["runs"]}
+    i = runs["19-injection-C"]["steps"].index(step)
+    rows = [r.strip() for r in tip.locator(".trow").all_inner_texts()]
+    shown = {r.split(" ", 1)[1].strip(): float(r.split(" ", 1)[0]) for r in rows}
+    assert shown["before clipping"] == pytest.approx(runs["19-injection-C"]["series"]["grad_norm"][i], rel=1e-5)
+    assert shown["after clipping"] == pytest.approx(runs["19-injection-C"]["series"]["grad_norm_clipped"][i], rel=1e-5)
+    assert shown["18-baseline: before clipping"] == pytest.approx(runs["18-baseline"]["series"]["grad_norm"][i], rel=1e-5)
+    values = [float(r.split(" ", 1)[0]) for r in rows]
+    assert values == sorted(values, reverse=True)  # largest first
+    # the crosshair is shared: every panel's tooltip is at the same step
+    assert view.page.locator("#panel-lr .tooltip .tstep").inner_text() == f"step {step}"
+    view.check_clean()
+
+
+def test_drag_wheel_and_pan_zoom_every_panel_together(lab, browser):
+    view = Opened(browser, lab / "19-injection-C" / "dashboard.html")
     page = view.page
-    box = page.locator("#panel-loss svg").bounding_box()
+    box = view.hover("loss", frac=0.3)
     y = box["y"] + box["height"] / 2
-    page.mouse.move(box["x"] + box["width"] * 0.3, y)
     page.mouse.down()
-    page.mouse.move(box["x"] + box["width"] * 0.6, y, steps=5)
+    page.mouse.move(box["x"] + box["width"] * 0.7, y, steps=5)
     page.mouse.up()
-    domains = {(p.get_attribute("data-x0"), p.get_attribute("data-x1")) for p in page.locator(".panel").all()}
-    assert len(domains) == 1, domains  # every panel shows the same steps
-    x0, x1 = map(float, domains.pop())
-    assert 0 < x0 < x1 < 59, (x0, x1)
-    page.mouse.move(box["x"] + box["width"] * 0.5, y)
-    readout = page.locator("#panel-grad .readout").inner_text()  # hovering the loss plot reads out grad norm
-    assert re.match(r"step \d+", readout) and "pre-clip" in readout
+    ranges = {tuple(view.plot(p.key)["x"]) for p in panels.PANELS}
+    assert len(ranges) == 1, ranges  # every panel shows the same steps
+    x0, x1 = ranges.pop()
+    assert 0 < x0 < x1 < 59
     page.locator("#reset-zoom").click()
-    assert page.locator("#panel-lr").get_attribute("data-x1") == "59"
+    view.hover("loss", frac=0.5)
+    page.mouse.wheel(0, -300)
+    w0, w1 = view.plot("lr")["x"]
+    assert 0 < w0 < w1 < 59
+    page.keyboard.down("Shift")
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.3, y, steps=4)
+    page.mouse.up()
+    page.keyboard.up("Shift")
+    p0, p1 = view.plot("vm")["x"]
+    assert p0 > w0 and p1 - p0 == pytest.approx(w1 - w0)  # panned to later steps, same width, on another panel
+    page.locator("#reset-zoom").click()
+    assert view.plot("grad")["x"] == [0, 59]
     view.check_clean()
 
 
-def test_browser_damaged_and_hostile_runs(lab, browser, tmp_path):
+def test_export_png_and_csv(lab, browser, tmp_path):
+    view = Opened(browser, lab / "19-injection-C" / "dashboard.html")
+    with view.page.expect_download() as dl:
+        view.page.locator("#panel-grad .export-png").click()
+    png = tmp_path / dl.value.suggested_filename
+    dl.value.save_as(png)
+    assert png.name == "19-injection-C-panel3-grad.png" and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with view.page.expect_download() as dl:
+        view.page.locator("#panel-grad .export-csv").click()
+    path = tmp_path / dl.value.suggested_filename
+    dl.value.save_as(path)
+    rows = list(csv.reader(io.StringIO(path.read_text())))
+    assert rows[0][0] == "step" and "before clipping" in rows[0] and len(rows) == 61
+    col = rows[0].index("before clipping")
+    assert [float(r[col]) for r in rows[1:]] == data_of(lab, "19-injection-C")["runs"][0]["series"]["grad_norm"]
+    view.check_clean()
+
+
+def test_blind_badge_and_sealed_stability_check(lab, browser):
+    view = Opened(browser, lab / "19-blind" / "01" / "dashboard.html")
+    page = view.page
+    assert "withheld" in page.locator("#injection-badge").inner_text()
+    assert "no injection" not in page.locator("header").inner_text()
+    assert page.locator("#stability table").is_hidden() and "sealed" in page.locator("#health").inner_text()
+    page.locator("#reveal-stability").click()
+    table = page.locator("#stability table")
+    assert table.is_visible() and "§4.1" in table.inner_text()
+    assert "§4.A" in page.locator("#stability .verdict").inner_text()
+    view.check_clean()
+    clean = Opened(browser, lab / "18-baseline" / "dashboard.html")
+    assert clean.page.locator("#injection-badge").inner_text() == "no injection"
+    assert clean.page.locator("#stability table").is_visible()  # not sealed: shown at once
+    clean.check_clean()
+
+
+def test_difference_panel_does_not_magnify_float_rounding(lab, browser):
+    view = Opened(browser, lab / "19-injection-A" / "dashboard.html")
+    assert "identical up to float rounding" in view.page.locator("#panel-diff-loss .sub").inner_text()
+    assert "identical up to float rounding" not in view.page.locator("#panel-diff-grad .sub").inner_text()
+    bound = data_of(lab, "19-injection-A")["diffs"][0]["rounding"]["loss"]["bound"]
+    lo, hi = view.plot("diff-loss")["y"]
+    assert hi >= bound and lo <= -bound  # the axis spans the rounding bound: the noise stays small on it
+    view.check_clean()
+
+
+def test_damaged_and_hostile_runs_render(lab, browser, tmp_path):
     killed = truncated_copy(lab, tmp_path / "killed")
     view = Opened(browser, dashboard.write_dashboard(killed))
     assert "metrics end at step 44" in view.page.locator("#data-note").inner_text()
-    assert view.page.locator(".marker-end").count() > 0
     view.check_clean()
-
     nan = nonfinite_copy(lab, tmp_path / "nan")
     view = Opened(browser, dashboard.write_dashboard(nan))
-    assert view.page.locator(".marker-nonfinite[data-step='40']").count() > 0
+    view.hover("loss", step=40)
+    assert "non-finite at step 40" in view.page.locator("#panel-loss .tooltip").inner_text()
     view.check_clean()
-
     run = copy_run(lab / "19-injection-B", tmp_path / "x <script>alert(2) <i>")
     (run / "diagnosis.json").write_text(json.dumps({"leaf": HOSTILE, "anomaly_step": K}))
     view = Opened(browser, dashboard.write_dashboard(run))
@@ -318,20 +547,21 @@ def test_browser_damaged_and_hostile_runs(lab, browser, tmp_path):
     view.check_clean()
 
 
-def test_browser_draws_a_compared_run(lab, browser, tmp_path):
+def test_a_compared_run_is_drawn_and_can_be_hidden(lab, browser, tmp_path):
     out = dashboard.write_dashboard(lab / "19-injection-C", baseline=lab / "18-baseline", out=tmp_path / "cmp.html",
                                     compare=[lab / "19-injection-B"])
     view = Opened(browser, out)
     page = view.page
-    assert "compared: 19-injection-B" in page.locator("header").inner_text()
-    assert "19-injection-B (EMA)" in page.locator("#panel-loss .legend").inner_text()
-    assert "19-injection-B pre-clip" in page.locator("#panel-grad .legend").inner_text()
-    assert "19-injection-B: train loss difference" in page.locator("#panel-diff-loss .legend").inner_text()
-    assert "19-injection-B: pre-clip grad norm difference" in page.locator("#panel-diff-grad .legend").inner_text()
-    colours = {p.get_attribute("stroke") for p in page.locator("#panel-diff-loss path.series").all()}
-    assert len(colours) >= 2, colours  # this run's difference and the compared run's, in different colours
-    box = page.locator("#panel-loss svg").bounding_box()
-    page.mouse.move(box["x"] + box["width"] * 0.7, box["y"] + box["height"] / 2)
-    assert "19-injection-B" in page.locator("#panel-grad .readout").inner_text()
-    assert "19-injection-B" in page.locator("#panel-diff-loss .readout").inner_text()
+    for key, label in (("loss", "19-injection-B: train loss (smoothed 0.90)"), ("grad", "19-injection-B: before clipping"),
+                       ("lr", "19-injection-B: learning rate"), ("act", "19-injection-B: layer 0"),
+                       ("diff-loss", "19-injection-B: train loss difference")):
+        assert label in view.plot(key)["labels"], key  # every overlaid panel, not only the top ones
+    view.hover("grad", frac=0.7)
+    assert "19-injection-B" in page.locator("#panel-grad .tooltip").inner_text()
+    page.locator("#runs input[data-run='19-injection-B']").uncheck()  # choose the runs inside the page
+    assert not any("19-injection-B" in label for label in view.plot("grad")["labels"])
+    assert not any("19-injection-B" in label for label in view.plot("diff-loss")["labels"])
+    page.locator("#add-run").set_input_files(str(lab / "19-injection-A" / "dashboard.html"))  # and add another
+    page.wait_for_function("() => window.__dashboard.state.extra.length === 1")
+    assert "19-injection-A: before clipping" in view.plot("grad")["labels"]
     view.check_clean()

@@ -618,8 +618,11 @@
       Array.prototype.forEach.call(file.files, function (f) {
         var rd = new FileReader();
         rd.onload = function () {
-          var m = /<script type="application\/json" id="dashboard-data">([\s\S]*?)<\/script>/.exec(String(rd.result));
-          var other = m && JSON.parse(m[1]);
+          var other = null;
+          try {  // parsed as an inert document: nothing in it runs
+            var block = new DOMParser().parseFromString(String(rd.result), 'text/html').getElementById('dashboard-data');
+            other = block && JSON.parse(block.textContent);
+          } catch (e) { other = null; }
           if (!other || !other.runs) { sec.appendChild(el('span', 'bad', ' ' + f.name + ' is not a minitrain dashboard')); return; }
           var run = other.runs[0];
           if (state.shown[run.name] !== undefined) return;
