@@ -508,9 +508,16 @@ def test_remediate_reruns_from_before_the_anomaly(lab, fault, remedy):
     assert json.loads((out / "manifest.json").read_text())["remedy"]["actions"]
     # one page: remediated vs original vs baseline
     page = json.loads(re.search(r'id="dashboard-data">(.*?)</script>', (out / "dashboard.html").read_text(), re.S)[1])
-    assert page["name"] == out.name and page["baseline"]["name"] == "18-baseline"
-    assert [c["name"] for c in page["compare"]] == [run.name] and K <= page["compare"][0]["diff"]["first_difference"] <= K + 1
+    assert page["name"] == out.name and [(r["name"], r["role"]) for r in page["runs"]][1:] == [
+        ("18-baseline", "baseline"), (run.name, "compare")]
+    assert K <= page["diffs"][1]["first_difference"] <= K + 1
     assert rep["dashboards"] == [str(out / "dashboard.html")]
+    # a verdict against the baseline, on a named measure, by how much; the page shows it
+    v = rep["verdict"]
+    assert v["verdict"] in ("better", "no better", "worse") and v["measure"] == "final validation loss"
+    assert v["by"] == pytest.approx(abs(v["after"]) - abs(v["before"])) and v["line"].startswith(v["verdict"])
+    item = next(h for h in page["health"] if h["label"].startswith(f"remedy {remedy}"))
+    assert item["detail"] == v["line"]
     assert rows[K + 2]["loss"] != orig[K + 2]["loss"]  # the remedy changed what follows K
     # both runs are measured against the baseline (whether the remedy helps is measured, not assumed:
     # docs/remediation.md records it)

@@ -285,6 +285,7 @@ def cmd_remediate(args) -> int:
 
     rep = remediate(Path(args.run), args.remedy, Path(args.baseline) if args.baseline else None, force=args.force)
     print(f"{rep['remediated']}: {rep['summary']}")
+    print(f"verdict against {rep['baseline'] or 'no baseline'}: {rep['verdict']['line']}")
     print("dashboards: " + ", ".join(rep["dashboards"]))
     return 0
 

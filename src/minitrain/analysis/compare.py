@@ -101,3 +101,30 @@ def measure(run: Path, baseline: Path | None, k: int | None) -> dict:
         if res_base.get("final_val_loss") is not None and res_base.get("final_train_loss") is not None:
             out["baseline_final_val_minus_train"] = res_base["final_val_loss"] - res_base["final_train_loss"]
     return out
+
+
+REMEDY_MARGIN = 0.001  # nats: a remedy changes the distance to the baseline by more than this, or it did nothing
+REMEDY_MEASURES = (  # in order: the first both runs have decides the verdict; the others are reported beside it
+    ("final_val_loss_diff", "final validation loss"),
+    ("mean_loss_diff_after_K", "mean training loss over K+1..K+50"),
+)
+
+
+def remedy_verdict(before: dict, after: dict) -> dict:
+    """Did the remedy bring the run closer to its baseline? `before`, `after`: measure() of the original and
+    the remediated run against the same baseline. On the first measure both have, compares the distances
+    |run - baseline|: better / worse when the remediated one is closer / further by more than REMEDY_MARGIN,
+    else "no better". Returns {verdict, measure, before, after, by, line}."""
+    for key, label in REMEDY_MEASURES:
+        b, a = before.get(key), after.get(key)
+        if b is None or a is None:
+            continue
+        by = abs(a) - abs(b)
+        verdict = "better" if by < -REMEDY_MARGIN else "worse" if by > REMEDY_MARGIN else "no better"
+        how = (f"{abs(by):.4f} nats {'closer to' if by < 0 else 'further from'} the baseline" if by else
+               "exactly as far from the baseline")
+        line = (f"{verdict} on {label}: {how} (|run - baseline| {abs(b):.4f} -> {abs(a):.4f} nats; "
+                f"changes within {REMEDY_MARGIN} nats count as no better)")
+        return {"verdict": verdict, "measure": label, "before": b, "after": a, "by": by, "line": line}
+    return {"verdict": "unmeasured", "measure": None, "before": None, "after": None, "by": None,
+            "line": "unmeasured: no baseline to compare with (give --baseline)"}

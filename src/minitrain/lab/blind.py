@@ -24,10 +24,11 @@ import json
 import secrets
 from pathlib import Path
 
+from minitrain.lab import spoilers
 from minitrain.run import files, reader
 from minitrain.core.errors import UserError
 
-RUN_IDS = ("01", "02", "03")
+RUN_IDS = spoilers.BLIND_RUN_IDS
 
 # Each lab: its default folder and its three faults as config overrides.
 LABS = {
@@ -64,7 +65,7 @@ def sealed_path(folder: Path) -> Path:
 
 
 def public_path(folder: Path) -> Path:
-    return Path(folder) / "SEALED.json"
+    return Path(folder) / spoilers.SEALED
 
 
 def read_public(folder: Path) -> dict:
@@ -127,7 +128,7 @@ def make_lab(lab: str, folder: Path, base_overrides: list[str], randomize: bool 
                 import shutil
 
                 shutil.rmtree(folder / run_id)
-        (folder / "REVEALED.json").unlink(missing_ok=True)
+        (folder / spoilers.REVEALED).unlink(missing_ok=True)
         exists = False
     if exists:
         public = read_public(folder)
@@ -138,7 +139,7 @@ def make_lab(lab: str, folder: Path, base_overrides: list[str], randomize: bool 
                             "pass the same settings, or --force to draw and run a new lab")
         mapping = open_mapping(folder)
     else:
-        if folder.exists() and any(p.name not in (".sealed", "SEALED.json", "REVEALED.json", *RUN_IDS)
+        if folder.exists() and any(p.name not in (".sealed", spoilers.SEALED, spoilers.REVEALED, *RUN_IDS)
                                   for p in folder.iterdir()):
             raise UserError(f"{folder} already holds other files; choose another --experiments folder")
         mapping = draw_mapping(lab, randomize, base.steps)
@@ -168,9 +169,7 @@ def make_lab(lab: str, folder: Path, base_overrides: list[str], randomize: bool 
 def reveal_mapping(folder: Path, by: str) -> dict:
     """Open the mapping and publish it in LAB/REVEALED.json (after a learner sealed their diagnoses)."""
     mapping = open_mapping(folder)
-    path = Path(folder) / "REVEALED.json"
-    if not path.exists():
-        files.atomic_write_json(path, {"revealed_at": _utc_now(), "revealed_by": by, "mapping": mapping})
+    spoilers.mark_revealed(folder, by, {"mapping": mapping})
     return mapping
 
 
@@ -180,7 +179,7 @@ def true_config(run: Path):
 
     run = Path(run)
     folder = run.parent
-    if not (folder / "REVEALED.json").exists():
+    if not (folder / spoilers.REVEALED).exists():
         raise UserError(f"{run} is a blind run and its lab is not revealed yet; reveal it first "
                         "('minitrain reveal NAME --lab blind|break-it')")
     mapping = open_mapping(folder)

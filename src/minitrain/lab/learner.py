@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from minitrain.analysis.compare import measure
+from minitrain.lab import spoilers
 from minitrain.run import files, reader
 from minitrain.run.reader import LAB_LETTERS
 from minitrain.core.errors import UserError
@@ -532,6 +533,10 @@ def reveal(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pa
     mapping = None
     if lab.key != "spike":
         mapping = blind.reveal_mapping(blind_folder(lab, experiments), by=name)
+    else:
+        spoilers.mark_revealed(experiments, by=name)
+    # the lab's pages and the index now show the walker's answers (they were sealed until here)
+    spoilers.refresh(experiments, [Path(experiments) / r for r in expected_runs(lab, experiments, mapping).values()])
     if not seal.get("revealed_at"):
         seal["revealed_at"] = utc_now()
         files.atomic_write_json(seal_path(d, lab), seal)
@@ -775,7 +780,7 @@ def check(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pat
     if lab.key != "spike":
         try:
             blind.read_public(blind_folder(lab, experiments))
-            opened = (blind_folder(lab, experiments) / "REVEALED.json").exists()
+            opened = (blind_folder(lab, experiments) / spoilers.REVEALED).exists()
             mapping = blind.open_mapping(blind_folder(lab, experiments)) if opened else None
         except UserError as e:
             items.append((False, str(e)))

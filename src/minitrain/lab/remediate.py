@@ -11,7 +11,8 @@ from minitrain.core.errors import UserError
 from minitrain.core.fmt import fmt
 from minitrain.core.remedy import REGISTRY
 from minitrain.lab import blind
-from minitrain.analysis.compare import measure
+from minitrain.analysis.compare import measure, remedy_verdict
+from minitrain.lab import spoilers
 from minitrain.lab.learner import walk
 from minitrain.run import files, reader
 from minitrain.views import dashboard
@@ -88,17 +89,20 @@ def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None =
     baseline = Path(baseline) if baseline else reader.find_baseline(run)
     k = anomaly
     before_m, after_m = measure(run, baseline, k), measure(out, baseline, k)
-    # one page, remediated vs original vs baseline: both runs' differences to the baseline side by side
-    pages = [dashboard.write_dashboard(out, baseline=baseline, compare=[run])]
     summary = _summary(name, before_m, after_m, verdict, after)
+    page = out / "dashboard.html"
     report = {"run": run.name, "remediated": out.name, "baseline": baseline.name if baseline else None,
               "walker_before": verdict, "walker_after": after, "remedy": name,
               "from_checkpoint": {"run": donor[0].name, "step": donor[1]} if donor else None,
               "status": res.get("status"), "measured_before": before_m, "measured_after": after_m,
+              "verdict": remedy_verdict(before_m, after_m),
               "actions": (json.loads((out / "manifest.json").read_text()).get("remedy") or {}).get("actions"),
               "action_count": (json.loads((out / "manifest.json").read_text()).get("remedy") or {}).get("action_count"),
-              "dashboards": [str(p) for p in pages], "summary": summary}
+              "dashboards": [str(page)], "summary": summary}
     files.atomic_write_json(out / "remediation.json", report)
+    # one page, remediated vs original vs baseline (it shows the verdict from remediation.json), then the index
+    dashboard.write_dashboard(out, baseline=baseline, compare=[run])
+    spoilers.refresh(spoilers.experiments_of(out))
     return report
 
 

@@ -1,7 +1,8 @@
 """Training a run as a command does: the run itself (loop.py), then its page, and one summary line.
 
 `lab_run` is one run of the lab named as the lab names it (`just phase-19-train`); `train_run` and
-`resume_run` are `minitrain train`. Each writes RUN/dashboard.html when the run ends.
+`resume_run` are `minitrain train`. Each writes RUN/dashboard.html when the run ends, and rebuilds the
+experiments folder's index.html.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from minitrain import loop
 from minitrain.core.config import TrainConfig
 from minitrain.core.errors import UserError
+from minitrain.lab import spoilers
 from minitrain.run import reader
 from minitrain.views import dashboard
 
@@ -28,11 +30,13 @@ def summary_line(name: str, res: dict) -> str:
 
 
 def write_pages(out: Path) -> None:
-    """RUN/dashboard.html after a run; a failure here must never cost the run, so it is one warning line."""
+    """RUN/dashboard.html after a run (its answers sealed if it is a lab exercise not yet revealed), then the
+    experiments folder's index.html; a failure here must never cost the run, so it is one warning line."""
     if out is None or not (Path(out) / reader.METRICS).exists():
         return
     try:
-        dashboard.write_dashboard(out)
+        dashboard.write_dashboard(out, sealed=spoilers.is_sealed(out))
+        spoilers.refresh(spoilers.experiments_of(out))  # the index, at the end of every command that writes a run
     except Exception as e:  # noqa: BLE001 - the run is already safely on disk
         print(f"minitrain: warning: dashboard.html not written ({type(e).__name__}: {str(e)[:200]}); "
               f"retry with 'minitrain dashboard {out}'", file=sys.stderr)

@@ -375,6 +375,17 @@ def _run_payload(r: dict, role: str, with_tensors: bool = False) -> dict:
     return out
 
 
+def _remedy_items(run: Path) -> list[dict]:
+    """A remediated run's verdict against the baseline (remediation.json, written by `minitrain remediate`)."""
+    rep, _ = reader.read_optional_json(run / "remediation.json")
+    v = (rep or {}).get("verdict")
+    if not isinstance(v, dict) or "line" not in v:
+        return []
+    mark = {"better": "ok", "no better": "warn", "worse": "bad"}.get(v.get("verdict"), "info")
+    return [{"label": f"remedy {rep.get('remedy')} vs {rep.get('baseline')}", "value": str(v["line"]).split(":")[0],
+             "verdict": mark, "detail": str(v["line"])}]
+
+
 def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] = (), sealed: bool | None = None) -> dict:
     """Everything the page shows, as one JSON-able dict. `compare`: further runs drawn beside this one and the
     baseline (e.g. the original run beside its remediation), each with its own colour and difference line.
@@ -396,6 +407,9 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
             movers[s] = _movers(steps, per_tensor["stats"][s], per_tensor["names"], lo, hi)
     inj = _injection(r)
     read = readings.read(Path(run))
+    verdict = (read or {}).get("verdict")
+    if read and sealed:  # the verdict names the cause: not in the page before the reveal (the answers are, hidden)
+        read["verdict"] = None
     payload = {
         "name": r["name"],
         "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -424,7 +438,7 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
         "movers_rule": rank_note,
         "spikes": spikes,
         "markers": _markers(r, steps, sealed),
-        "health": health(r, spikes, (read or {}).get("verdict"), sealed),
+        "health": health(r, spikes, verdict, sealed) + _remedy_items(Path(run)),
         "checks": read,
         "smoothing": SMOOTHING,
     }

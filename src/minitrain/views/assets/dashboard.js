@@ -661,8 +661,9 @@
     var sec = el('section', 'info'); sec.id = 'stability';
     sec.appendChild(el('h2', '', 'Stability check: every question of stability-check.md, measured on this run'));
     var body = el('div', 'stab'), v = ck.verdict;
-    body.appendChild(el('p', 'verdict', 'The walker\u2019s verdict (first matching leaf): ' + v.leaf + ' ' + v.title +
-                        (v.anomaly_step !== null && v.anomaly_step !== undefined ? ' at step ' + v.anomaly_step : '') + ' (cause: ' + v.cause + ')'));
+    body.appendChild(el('p', 'verdict', v ? 'The walker\u2019s verdict (first matching leaf): ' + v.leaf + ' ' + v.title +
+                        (v.anomaly_step !== null && v.anomaly_step !== undefined ? ' at step ' + v.anomaly_step : '') + ' (cause: ' + v.cause + ')'
+                        : 'The walker\u2019s verdict is not in this page until the lab is revealed (minitrain reveal NAME); walk the table from \u00a71 yourself.'));
     var t = el('table', 'nodes'), hr = el('tr');
     ['node', 'question', 'read it on', 'threshold', 'measured', 'answer'].forEach(function (c) { hr.appendChild(el('th', '', c)); });
     t.appendChild(hr);
