@@ -67,7 +67,7 @@ postmortem run *args:
 remediate run *args:
     minitrain remediate {{run}} {{args}}
 
-# walk the stability check over a run's metrics: just diagnose experiments/19-injection-A [--json] [--write]
+# walk the stability check over a run's metrics: just diagnose experiments/19-injection-A [--json] [--write] [--spoil: before the reveal]
 diagnose run *args:
     minitrain diagnose {{run}} {{args}}
 

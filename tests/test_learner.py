@@ -357,6 +357,16 @@ def test_reference_node_ids_exist_in_the_tree_and_paths_follow_it(lab_key):
 # ---------------------------------------------------------------------------------------------------
 
 
+def _index_row(exp, name: str) -> str:
+    """The stability-check column of a run's row in EXP/index.html."""
+    m = re.search(rf'href="{re.escape(name)}/dashboard.html".*?<td[^>]*>([^<]*)</td></tr>', (exp / "index.html").read_text())
+    return m.group(1)
+
+
+def _page(run) -> dict:
+    return json.loads(re.search(r'id="dashboard-data">(.*?)</script>', (run / "dashboard.html").read_text(), re.S)[1])
+
+
 def _reference_sections(refs, runs, overrides=None):
     out = {}
     for fault, run_id in runs.items():
@@ -378,8 +388,21 @@ def test_the_lab_end_to_end(lab, workdir):
     write_sections(d / "spike-diagnoses.md", _reference_sections(refs, runs, {
         # B stops at the question that turns to the leaf, so its cause comes from the cause field
         "bad_batch": {"node": "4.1", "cause": "bad batch"}}))
+    # before the reveal the lab's answers are sealed: diagnose asks for --spoil, pages and index say "sealed"
+    assert not (lab / "REVEALED.json").exists()
+    b_run = str(lab / "19-injection-B")
+    assert_one_line_error(run_cli("diagnose", b_run, cwd=workdir), "not revealed yet", "--spoil")
+    assert "§4.A" in run_cli("diagnose", b_run, "--spoil", cwd=workdir).stdout
+    assert run_cli("dashboard", b_run, cwd=workdir).returncode == 0
+    assert _page(lab / "19-injection-B")["sealed"] and _index_row(lab, "19-injection-B").startswith("sealed")
     proc = run_cli("reveal", "ana", *exp, cwd=workdir)
     assert proc.returncode == 0, proc.stderr
+    # the reveal opens the lab: its pages and index are rewritten with the walker's verdict
+    assert json.loads((lab / "REVEALED.json").read_text())["revealed_by"] == "ana"
+    page = _page(lab / "19-injection-B")
+    assert not page["sealed"] and page["checks"]["verdict"]["leaf"] == "§4.A"
+    assert _index_row(lab, "19-injection-B").startswith("§4.A bad batch")
+    assert "§4.A" in run_cli("diagnose", b_run, cwd=workdir).stdout
     seal = json.loads((d / "spike-diagnoses.seal.json").read_text())
     assert seal["sha256"] == learner.sha256_text((d / "spike-diagnoses.md").read_text())
     assert seal["sealed_at"] <= seal["revealed_at"]
@@ -428,23 +451,58 @@ def test_one_wrong_diagnosis_scores_two_and_is_explained(lab, workdir):
     assert "2/3 correct" in report and "MISS" in report
 
 
-@pytest.mark.parametrize("node,cause,diagnosis,ok,why", [
-    ("§4.A", "", "x", True, "from leaf §4.A"),
-    ("§4", "", "8 copies of one rare sentence", True, "your diagnosis sentence"),
-    ("§4.1", "bad_batch", "x", True, "on the path above the leaf"),
-    ("§1.1", "bad_batch", "x", False, "passes with 'no'"),
-    ("§6.A", "", "x", False, "not on the documented path"),
-    ("§4.A", "gradient_explosion", "x", False, "cause gradient_explosion"),
-    ("§4.1", "", "something odd happened", False, "add a 'cause:' line"),
-    ("§9.9", "", "x", False, "does not exist"),
-    ("", "", "x", False, "no node given"),
+WORDS = "the batch repeats one rare sentence"
+FIX = "skip that batch and re-run"
+
+
+@pytest.mark.parametrize("node,cause,diagnosis,remediation,ok,why", [
+    ("§4.A", "", WORDS, FIX, True, "from leaf §4.A"),
+    ("§4", "", "8 copies of one rare sentence", FIX, True, "your diagnosis sentence"),
+    ("§4.1", "bad_batch", WORDS, FIX, True, "on the path above the leaf"),
+    ("§4.A", "", "el lote repite una frase rara", "descartar ese lote", True, "from leaf §4.A"),
+    ("§1.1", "bad_batch", WORDS, FIX, False, "passes with 'no'"),
+    ("§6.A", "", WORDS, FIX, False, "not on the documented path"),
+    ("§4.A", "gradient_explosion", WORDS, FIX, False, "cause gradient_explosion"),
+    ("§4.1", "", "something odd happened", FIX, False, "add a 'cause:' line"),
+    ("§9.9", "", WORDS, FIX, False, "does not exist"),
+    ("", "", WORDS, FIX, False, "no node given"),
+    # the right node and cause with words that name none of the leaf's key concepts lose the point
+    ("§4.A", "", "banana", FIX, False, "your diagnosis names none of the key concepts of §4.A: the batch; "
+                                       "duplicated rows or rare tokens"),
+    ("§4.A", "bad_batch", WORDS, "banana", False, "your remediation names none of the key concepts of §4.A: "
+                                                  "skip or filter the batch"),
 ])
-def test_the_grading_rule(node, cause, diagnosis, ok, why):
+def test_the_grading_rule(node, cause, diagnosis, remediation, ok, why):
     tree = learner.stability_tree()
     _, refs = learner.read_reference(learner.LABS["spike"])
-    d = learner.Diagnosis("t", "19-injection-B", node, cause, diagnosis, "y")
+    d = learner.Diagnosis("t", "19-injection-B", node, cause, diagnosis, remediation)
     correct, text, _, _ = learner.judge(d, refs["bad_batch"], tree)
     assert correct == ok and why in text, text
+
+
+@pytest.mark.parametrize("lab_key", ["spike", "break-it"])
+def test_every_reference_answer_names_its_leafs_key_concepts(lab_key):
+    """The reference solutions score full marks under the words rule (the rule is not stricter than the key)."""
+    tree = learner.stability_tree()
+    _, refs = learner.read_reference(learner.LABS[lab_key])
+    for ref in refs.values():
+        d = learner.Diagnosis("t", "run", ref.leaf, "", ref.diagnosis, ref.remediation)
+        correct, text, _, _ = learner.judge(d, ref, tree)
+        assert correct, (ref.fault, text)
+
+
+def test_banana_scores_zero(lab, workdir):
+    learner.init_learner("eve", workdir / "learners")
+    d = workdir / "learners" / "eve" / "phase-19"
+    _, refs = learner.read_reference(learner.LABS["spike"])
+    runs = {f: f"19-injection-{letter}" for f, letter in learner.LAB_LETTERS.items()}
+    sections = _reference_sections(refs, runs)
+    for fields in sections.values():
+        fields.update(diagnosis="banana", remediation="banana")
+    write_sections(d / "spike-diagnoses.md", sections)
+    learner.reveal("eve", learner.LABS["spike"], workdir / "learners", lab)
+    g = learner.grade("eve", learner.LABS["spike"], workdir / "learners", lab)
+    assert g.score == 0 and all("names none of the key concepts" in v.why for v in g.verdicts)
 
 
 def test_grade_and_reveal_need_the_right_state(workdir, lab):

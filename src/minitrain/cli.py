@@ -172,6 +172,7 @@ def cmd_config(args) -> int:
 
 
 def cmd_dashboard(args) -> int:
+    from minitrain.lab import spoilers
     from minitrain.run.reader import find_baseline
     from minitrain.views.dashboard import write_dashboard
 
@@ -186,16 +187,18 @@ def cmd_dashboard(args) -> int:
         if not (c / "metrics.jsonl").exists():
             raise UserError(f"--compare {c} holds no metrics.jsonl; give a run folder such as experiments/19-injection-B")
     out = write_dashboard(run, baseline=baseline, out=Path(args.out) if args.out else None, auto_baseline=False,
-                          compare=compare)
+                          compare=compare, sealed=spoilers.is_sealed(run))
+    if not args.out:  # the index links the page (and says whether it is sealed)
+        spoilers.refresh(spoilers.experiments_of(run))
     print(f"wrote {out}" + (f" (baseline overlay: {baseline.name})" if baseline else "")
           + (f" (compared: {', '.join(c.name for c in compare)})" if compare else ""))
     return 0
 
 
 def cmd_index(args) -> int:
-    from minitrain.views.dashboard import write_index
+    from minitrain.lab import spoilers
 
-    out = write_index(Path(args.experiments))
+    out = spoilers.refresh(Path(args.experiments))
     print(f"wrote {out}")
     return 0
 
@@ -294,7 +297,13 @@ def cmd_diagnose(args) -> int:
     """Walk the stability check over RUN's metrics; print the path, the leaf and its evidence."""
     from minitrain.analysis import stability
 
+    from minitrain.lab import spoilers
+
     run = Path(args.run)
+    if spoilers.is_sealed(run) and not args.spoil:
+        raise UserError(f"{run} is a run of the {spoilers.lab_of(run)} lab, which is not revealed yet: walk "
+                        "stability-check.md on its dashboard first and reveal ('minitrain reveal NAME'), or pass "
+                        "--spoil to see the walker's answer now")
     result = stability.diagnose_run(run, Path(args.baseline) if args.baseline else None)
     if args.write:
         stability.write_diagnosis(run, result)
@@ -527,6 +536,9 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("--baseline", metavar="RUN", help="also report difference curves against this run")
     dg.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     dg.add_argument("--write", action="store_true", help="also write RUN/diagnosis.json (the dashboard shows it)")
+    dg.add_argument("--spoil", action="store_true",
+                    help="walk a run of a learner lab that is not revealed yet (19-injection-A/B/C, 19-blind/NN, "
+                         "19-break-it/NN): without it, such a run is refused so the answer is not given away")
     dg.set_defaults(func=cmd_diagnose)
 
     sm = sub.add_parser("stability-md", help="regenerate stability-check.md from the tree in stability.py",

@@ -285,12 +285,21 @@ class Node:
 
 
 @dataclass(frozen=True)
+class Concepts:
+    """What a learner's diagnosis and remediation of a leaf must each name (at least one concept of each):
+    (concept, regular expression over the lower-cased text, English and Spanish). The grader reads them."""
+    diagnosis: tuple[tuple[str, str], ...] = ()
+    remediation: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
 class Leaf:
     id: str
     cause: str
     title: str
     diagnosis: str
     remediation: str
+    concepts: Concepts = Concepts()  # the key concepts a learner's words must name (lab/learner.py grades them)
 
 
 @dataclass(frozen=True)
@@ -574,11 +583,31 @@ TREE: tuple[Section, ...] = (
         Leaf("§1.A", "bad_init", "not an untrained model",
              "The model already predicts well at step 0: it did not start from its initialisation "
              "(a checkpoint loaded by mistake, or the wrong seed).",
-             "Check the manifest's seed and forked_from, start from a fresh initialisation, and re-run."),
+             "Check the manifest's seed and forked_from, start from a fresh initialisation, and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("already trained / not untrained", r"already (?:trained|predict)|not (?:un)?trained|pre-?trained|ya entrenad"),
+                     ("a checkpoint or the wrong seed", r"checkpoint|seed|semilla|punto de control"),
+                 ),
+                 remediation=(
+                     ("fresh initialisation", r"fresh|re-?init|initiali[sz]|inicializ"),
+                     ("check the seed / manifest", r"seed|manifest|semilla"),
+                 ),
+             )),
         Leaf("§1.B", "broken_mask", "no gradient signal",
              "The first gradients are almost zero: the loss mask selects no target tokens or the batches are "
              "degenerate (all padding).",
-             "Check that the loss mask marks the English target tokens and that batches hold real rows, then re-run."),
+             "Check that the loss mask marks the English target tokens and that batches hold real rows, then re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the loss mask", r"mask|m[aá]scara"),
+                     ("no target tokens / padding", r"padding|no target|degenerate|relleno|vac[ií]"),
+                 ),
+                 remediation=(
+                     ("fix the loss mask", r"mask|m[aá]scara"),
+                     ("real rows in the batch", r"real rows|data|batch|datos|lote"),
+                 ),
+             )),
     )),
     Section("§2", "Is the LR schedule applying?",
             "The LR panel must show a linear warmup from near 0, then a cosine decay.", (
@@ -590,14 +619,40 @@ TREE: tuple[Section, ...] = (
         Leaf("§2.A", "lr_schedule", "the scheduler never stepped",
              "The learning rate never changes: the scheduler is not stepped (or the optimizer is rebuilt every "
              "step), so there is neither warmup nor decay.",
-             "Build the optimizer and scheduler once, step the scheduler after every optimizer step, and re-run."),
+             "Build the optimizer and scheduler once, step the scheduler after every optimizer step, and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the scheduler never steps", r"schedul\w*|never (?:changes|steps)|constant|constante|programador"),
+                 ),
+                 remediation=(
+                     ("step the scheduler", r"schedul\w*|step|programador"),
+                     ("build the optimizer once", r"optimi[sz]er|optimizador"),
+                 ),
+             )),
         Leaf("§2.B", "lr_schedule", "the learning rate is zero",
              "The learning rate is zero at every step: warmup multiplies a base LR of 0, so nothing trains.",
-             "Set a non-zero lr_max (the course default is 3e-4) and re-run."),
+             "Set a non-zero lr_max (the course default is 3e-4) and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the learning rate is zero", r"(?:lr|learning rate|tasa)\W+(?:\w+\W+){0,3}(?:zero|0\b|cero)|zero (?:lr|learning rate)|base lr"),
+                 ),
+                 remediation=(
+                     ("a non-zero lr", r"non-?zero|lr_max|3e-4|learning rate|tasa de aprendizaje"),
+                 ),
+             )),
         Leaf("§2.C", "no_warmup", "no warmup",
              "Training starts at the peak learning rate with no warmup ramp, so the first updates are as large "
              "as the schedule ever allows while Adam's moment estimates are still poor.",
-             "Restore the linear warmup (warmup_steps=100) and re-run."),
+             "Restore the linear warmup (warmup_steps=100) and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("no warmup", r"warm[- ]?up|calentamiento"),
+                     ("peak learning rate from step 0", r"peak|max(?:imum)?|full (?:lr|learning rate)|m[aá]xim"),
+                 ),
+                 remediation=(
+                     ("restore the warmup", r"warm[- ]?up|calentamiento|ramp"),
+                 ),
+             )),
     )),
     Section("§3", "Is the loss healthy?",
             "Non-finite values end a run; a training loss that falls while validation does not means the "
@@ -613,15 +668,41 @@ TREE: tuple[Section, ...] = (
         Leaf("§3.A", "non_finite", "non-finite values",
              "The loss or the gradients became NaN/Inf, so every later update is garbage.",
              "Resume from the last checkpoint before the first non-finite step with a lower LR or tighter "
-             "clipping, and re-run."),
+             "clipping, and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("NaN / Inf", r"\bnan\b|\binf\b|non[- ]finite|infinit|no finito"),
+                 ),
+                 remediation=(
+                     ("resume from a checkpoint before it", r"checkpoint|resume|rewind|punto de control|reanudar"),
+                     ("lower lr or tighter clipping", r"lower (?:the )?(?:lr|learning rate)|clip|recort|reduc"),
+                 ),
+             )),
         Leaf("§3.B", "broken_mask", "broken causal mask",
              "Training loss collapses far below the n-gram baseline while validation (always causal) stalls "
              "near it and then climbs: the attention mask lets positions see the tokens they must predict.",
-             "Restore the causal (lower-triangular) attention mask in training (causal_mask=true) and re-run."),
+             "Restore the causal (lower-triangular) attention mask in training (causal_mask=true) and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the causal attention mask", r"causal|mask|m[aá]scara"),
+                     ("sees future tokens", r"future|futur|leak|fuga"),
+                 ),
+                 remediation=(
+                     ("restore the causal mask", r"causal|mask|m[aá]scara|triangular"),
+                 ),
+             )),
         Leaf("§3.C", "unknown", "not learning",
              "The training loss does not fall although the LR schedule applies: the model or data pipeline is "
              "broken in a way this tree does not name.",
-             "Overfit a single batch to find the broken piece (data, loss, optimizer wiring), then re-run."),
+             "Overfit a single batch to find the broken piece (data, loss, optimizer wiring), then re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("not learning", r"not (?:learning|falling|decreas)|no aprende|does not fall|flat|plana"),
+                 ),
+                 remediation=(
+                     ("overfit one batch / debug the pipeline", r"overfit|single batch|one batch|pipeline|debug|sobreajust|un solo lote"),
+                 ),
+             )),
     )),
     Section("§4", "Is there a batch anomaly?",
             "A batch made of one repeated sentence (or of rare rows) has a high loss of its own and puts the "
@@ -636,7 +717,16 @@ TREE: tuple[Section, ...] = (
              "One batch is an outlier (repeated or rare sentences): its own loss is high and its gradient "
              "lands on rarely-updated embedding and output rows, whose small v makes the step large.",
              "Skip that batch (rewind to the checkpoint before it and drop it from the data order, as PaLM "
-             "and Lightning do), deduplicate the data, and re-run."),
+             "and Lightning do), deduplicate the data, and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the batch", r"batch|lote"),
+                     ("duplicated rows or rare tokens", r"duplicat|repeat|copies|same (?:sentence|row)|rare|long[- ]tail|outlier|repetid|copias|raro|cola larga|misma frase"),
+                 ),
+                 remediation=(
+                     ("skip or filter the batch", r"skip|filter|drop|remove|exclu|dedup|salt|filtr|quit|elimin|descart"),
+                 ),
+             )),
     )),
     Section("§5", "Is the initialisation sane?",
             "Reached from §1 when the run did not start like an untrained model, and walked in order otherwise.", (
@@ -649,11 +739,28 @@ TREE: tuple[Section, ...] = (
         Leaf("§5.A", "bad_init", "weights initialised too large",
              "The untrained model already outputs huge logits and activations: the weights (or the LM-head "
              "bias) start far too large, so the loss starts far above ln V.",
-             "Initialise weights with std 0.02 (init_scale=1) and the LM-head bias at zero, and re-run."),
+             "Initialise weights with std 0.02 (init_scale=1) and the LM-head bias at zero, and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("weights initialised too large", r"init\w*|too large|scale|inicializ|grande"),
+                     ("huge logits / activations", r"logit|activation|activaci"),
+                 ),
+                 remediation=(
+                     ("std 0.02 init / zero LM-head bias", r"0\.02|std|init_scale|bias|inicializ|init"),
+                 ),
+             )),
         Leaf("§5.B", "bad_init", "wrong starting loss",
              "The step-0 loss or gradient is off although the logits are small: the initialisation or the loss "
              "reduction (sum instead of mean) is wrong.",
-             "Check the init and that the loss is a token mean over target tokens, and re-run."),
+             "Check the init and that the loss is a token mean over target tokens, and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("initialisation or loss reduction", r"init\w*|reduction|sum|mean|inicializ|reducci|suma|media"),
+                 ),
+                 remediation=(
+                     ("fix init / token-mean loss", r"init\w*|mean|reduction|inicializ|media"),
+                 ),
+             )),
     )),
     Section("§6", "Is the optimizer state consistent?",
             "Adam's second moment obeys v_t = β2·v_(t-1) + (1-β2)·g_t² exactly, so the per-tensor mean of v "
@@ -668,12 +775,30 @@ TREE: tuple[Section, ...] = (
         Leaf("§6.A", "optimizer_state_corruption", "second moment inflated: a stall",
              "One tensor's Adam v was multiplied up at one step, so its updates shrink by about sqrt(f) and "
              "recover as v decays at β2 per step: a stall of that tensor, not a spike.",
-             "Reload the last checkpoint before the step (or reset that tensor's moments) and re-run."),
+             "Reload the last checkpoint before the step (or reset that tensor's moments) and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("Adam's second moment v", r"second moment|\bv\b|exp_avg_sq|adam|optimi[sz]er state|segundo momento|estado del optimizador"),
+                     ("inflated: updates shrink, a stall", r"inflat|multipl|x\s?\d|larger|stall|shrink|infla|aument|estanc"),
+                 ),
+                 remediation=(
+                     ("reload a checkpoint / reset the moments", r"checkpoint|reload|rewind|reset|restore|punto de control|recarg|restaur|reinici"),
+                 ),
+             )),
         Leaf("§6.B", "optimizer_state_corruption", "second moment deflated: the spike mechanism",
              "One tensor's Adam v was shrunk at one step, so v under-estimates g² and that tensor's updates "
              "grow by about 1/sqrt(f) for the next steps: the known loss-spike mechanism.",
              "Reload the last checkpoint before the step (or reset that tensor's moments; StableAdamW-style "
-             "update clipping guards against it) and re-run."),
+             "update clipping guards against it) and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("Adam's second moment v", r"second moment|\bv\b|exp_avg_sq|adam|optimi[sz]er state|segundo momento|estado del optimizador"),
+                     ("deflated: updates grow", r"deflat|shrunk|smaller|divid|spike|grow|reduc|pico|crec"),
+                 ),
+                 remediation=(
+                     ("reload a checkpoint / reset the moments", r"checkpoint|reload|rewind|reset|restore|stableadamw|update clip|punto de control|recarg|restaur|reinici"),
+                 ),
+             )),
     )),
     Section("§7", "Is there a gradient-norm spike (before / after clipping)?",
             "Clipping at 1.0 engages on every step of a healthy run here (pre-clip norm 2-5), so 'clipped' "
@@ -694,21 +819,56 @@ TREE: tuple[Section, ...] = (
              "Every gradient was multiplied by one common factor at one step; clipping cut the update back to "
              "its usual size, so the spike lives in the pre-clip norm only and the run continues unharmed.",
              "Keep gradient clipping on (or clip adaptively, as ZClip does) and find what scaled the gradients "
-             "at that step (loss scaling, a reduction bug); no rewind is needed."),
+             "at that step (loss scaling, a reduction bug); no rewind is needed.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the gradient norm spiked", r"gradient|grad[- ]norm|gradiente"),
+                     ("scaled at one step, clipped", r"scal|multipl|x\s?\d|clip|spike|explo|escal|recort|pico"),
+                 ),
+                 remediation=(
+                     ("keep (adaptive) clipping", r"clip|zclip|recort"),
+                     ("find what scaled the gradients", r"loss scal|reduction|scal|find|escal|reducci"),
+                 ),
+             )),
         Leaf("§7.B", "gradient_explosion", "transient gradient collapse",
              "Every gradient was multiplied by one common small factor at one step (the same fault as an "
              "explosion, downwards): clipping did not engage and that step's update was smaller.",
-             "Find what scaled the gradients at that step (loss scaling, a reduction bug); no rewind is needed."),
+             "Find what scaled the gradients at that step (loss scaling, a reduction bug); no rewind is needed.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the gradient norm collapsed", r"gradient|grad[- ]norm|gradiente"),
+                     ("scaled down at one step", r"scal|multipl|small|collapse|shr|escal|colaps|peque"),
+                 ),
+                 remediation=(
+                     ("find what scaled the gradients", r"loss scal|reduction|scal|find|escal|reducci"),
+                 ),
+             )),
         Leaf("§7.C", "unknown", "unexplained gradient spike",
              "A gradient-norm spike far beyond natural variation that neither the batch, the optimizer state "
              "nor a uniform scaling explains.",
              "Rewind to the checkpoint before the spike, replay the same batches to tell a transient from a "
-             "persistent fault, and re-run."),
+             "persistent fault, and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("an unexplained gradient spike", r"gradient|spike|grad[- ]norm|gradiente|pico"),
+                 ),
+                 remediation=(
+                     ("rewind and replay", r"rewind|checkpoint|replay|retroced|punto de control|repet"),
+                 ),
+             )),
     )),
     Section("§8", "Verdict", "Reached only when no question above matched.", (
         Leaf("§8.A", "healthy", "healthy",
              "Nothing in the run's metrics departs from healthy training beyond natural variation.",
-             "No fix needed; keep the run as the reference for later comparisons."),
+             "No fix needed; keep the run as the reference for later comparisons.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("healthy", r"healthy|no anomal|nothing wrong|sano|sin anomal|normal"),
+                 ),
+                 remediation=(
+                     ("no fix needed", r"no (?:fix|change|action)|nothing|keep|reference|ninguna|nada|mantener"),
+                 ),
+             )),
     )),
 )
 
@@ -740,13 +900,15 @@ def iter_nodes():
                        "yes": it.yes, "no": it.no or _next_node(it.id)}
             else:
                 yield {"id": it.id, "kind": "leaf", "title": it.title, "parent": parent, "cause": it.cause,
-                       "diagnosis": it.diagnosis, "remediation": it.remediation}
+                       "diagnosis": it.diagnosis, "remediation": it.remediation,
+                       "concepts": {"diagnosis": it.concepts.diagnosis, "remediation": it.concepts.remediation}}
 
 
 def _validate_tree() -> None:
     for it in ITEMS.values():
         if isinstance(it, Leaf):
             assert it.cause in CAUSES, it
+            assert it.concepts.diagnosis and it.concepts.remediation, f"{it.id} names no key concepts"
         else:
             for target in (it.yes, it.no):
                 assert target is None or target in ITEMS, (it.id, target)

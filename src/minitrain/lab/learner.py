@@ -20,7 +20,9 @@ The grading rule (also in docs/learner.md): a diagnosis is correct when
      passes with "no" (§1.1 on the way to §4.A) is a miss: the learner stopped too early. And
   2. its cause is the run's cause. The cause is read, first match wins, from: an explicit `cause:` field
      (a cause name or words that name one); the node, when the node is a leaf (its cause); the
-     one-sentence diagnosis, by the keyword table CAUSE_WORDS (ambiguous or no match: no cause, a miss).
+     one-sentence diagnosis, by the keyword table CAUSE_WORDS (ambiguous or no match: no cause, a miss). And
+  3. its diagnosis names at least one key concept of the correct leaf, and its remediation one of the leaf's
+     remediation concepts (the leaf's `concepts` in the tree; "banana" names none and loses the point).
 The sealed text is what is graded; a file changed after the seal is flagged, and what it would score now
 is shown but not counted.
 """
@@ -107,6 +109,7 @@ class TreeNode:
     cause: str | None = None  # leaves only
     diagnosis: str = ""
     remediation: str = ""
+    concepts: dict = field(default_factory=dict)  # leaves: {"diagnosis": ((concept, regex), ...), "remediation": ...}
 
 
 def node_key(text: str) -> str | None:
@@ -121,7 +124,8 @@ def stability_tree() -> dict[str, TreeNode]:
     from minitrain.analysis import stability
 
     return {n["id"]: TreeNode(n["id"], n["kind"], n.get("title", ""), n.get("parent"), n.get("yes"), n.get("no"),
-                              n.get("cause"), n.get("diagnosis", ""), n.get("remediation", ""))
+                              n.get("cause"), n.get("diagnosis", ""), n.get("remediation", ""),
+                              n.get("concepts") or {})
             for n in stability.iter_nodes()}
 
 
@@ -658,8 +662,19 @@ def judge(d: Diagnosis | None, ref: Reference, tree: dict[str, TreeNode]) -> tup
             return False, (f"{nid} is not a leaf and your diagnosis {what}; add a 'cause:' line. {right}"), None, source
     if cause != ref.cause:
         return False, f"cause {cause} (from {source}), but this run's cause is {ref.cause}; {right}", cause, source
+    for part, words in (("diagnosis", d.diagnosis), ("remediation", d.remediation)):
+        concepts = (tree[ref.leaf].concepts or {}).get(part) or ()
+        if concepts and not concepts_named(concepts, words):
+            return False, (f"node and cause are right ({nid}, {cause}), but your {part} names none of the key "
+                           f"concepts of {ref.leaf}: {'; '.join(c for c, _ in concepts)}"), cause, source
     note = "" if nid == ref.leaf else f"; you stopped at {nid}, on the path above the leaf {ref.leaf}"
     return True, f"{nid}, cause {cause} (from {source}){note}", cause, source
+
+
+def concepts_named(concepts, text: str) -> list[str]:
+    """The key concepts (concept, regex) that `text` names."""
+    low = (text or "").lower()
+    return [name for name, pattern in concepts if re.search(pattern, low)]
 
 
 def grade_text(text: str, lab: Lab, refs: dict[str, Reference], tree: dict[str, TreeNode], experiments: Path,
