@@ -241,13 +241,15 @@ def _check_no_leak(folder):
         for word in SECRET_WORDS:
             assert word not in text, (path, word)
     runs = [folder / r for r in blind.RUN_IDS]
-    assert len({(r / "config.yaml").read_bytes() for r in runs}) == 1  # identical config files
+    # identical config files but for each run's own seed (drawn, so it says nothing about the fault)
+    assert len({re.sub(rb"(?m)^seed: \d+\n", b"", (r / "config.yaml").read_bytes()) for r in runs}) == 1
     manifests = [json.loads((r / "manifest.json").read_text()) for r in runs]
     for m in manifests:
         assert m["injection"] == {"withheld": redact.WITHHELD}
         assert m["config_hash"] == m["trunk_hash"] == redact.WITHHELD
+        m.pop("seed", None), m["config"].pop("seed", None)
     stripped = [{k: v for k, v in m.items() if k not in VOLATILE} for m in manifests]
-    assert stripped[0] == stripped[1] == stripped[2]  # the manifests differ only in names and times
+    assert stripped[0] == stripped[1] == stripped[2]  # the manifests differ only in names, times and seeds
     for r in runs:
         for line in (r / "metrics.jsonl").read_text().splitlines():
             row = json.loads(line)
@@ -269,9 +271,18 @@ def test_blind_spike_lab_does_not_leak_the_mapping(blind_lab):
     assert sorted(v["fault"] for v in secret["mapping"].values()) == sorted(SPIKE_FAULTS)
     # the runs do carry their faults: the v_corrupt run's v jumps at K, the scale run's grad norm does
     by_fault = {v["fault"]: k for k, v in secret["mapping"].items()}
-    row = lambda f: json.loads((folder / by_fault[f] / "metrics.jsonl").read_text().splitlines()[K])  # noqa: E731
-    assert row("scale")["grad_norm"] > 20 * row("v_corrupt")["grad_norm"]
+
+    def row(fault, at=None):
+        k = secret["mapping"][by_fault[fault]]["overrides"]["injection_step"] if at is None else at
+        return json.loads((folder / by_fault[fault] / "metrics.jsonl").read_text().splitlines()[k])
+
+    k_scale = secret["mapping"][by_fault["scale"]]["overrides"]["injection_step"]
+    assert row("scale")["grad_norm"] > 20 * row("scale", k_scale - 1)["grad_norm"]
     assert row("bad_batch")["batch"]["dup_rows"] == 7
+    # own seed and K, recorded in the sealed mapping: never the named runs' (seed 42, K of the lab)
+    for entry in secret["mapping"].values():
+        o = entry["overrides"]
+        assert o["seed"] != 42 and o["injection_step"] != 60
     # the sealed store is checked against the published hash
     tampered = dict(secret, mapping={**secret["mapping"], "01": secret["mapping"]["02"]})
     (folder / ".sealed" / "mapping.json").write_text(json.dumps(tampered))
@@ -291,7 +302,7 @@ def test_random_draws_shuffle_the_faults_and_stay_in_range(seed):
     assert sorted(e["fault"] for e in mapping.values()) == sorted(SPIKE_FAULTS)
     for entry in mapping.values():
         o = entry["overrides"]
-        assert 400 <= o["injection_step"] <= 1400
+        assert 400 <= o["injection_step"] <= 1400 and o["injection_step"] != 500 and o["seed"] != 42
         assert 20 <= o.get("injection_scale", 50) <= 100 and 30 <= o.get("injection_factor", 100) <= 320
         build_config({}, [f"{k}={v}" for k, v in o.items()])  # every draw is a valid config
     fixed = blind.draw_mapping("break-it", False, 120, rng=random.Random(seed))

@@ -266,7 +266,7 @@ def cmd_postmortem(args) -> int:
 
 
 def cmd_blind_runs(args) -> int:
-    from minitrain.lab import blind
+    from minitrain.lab import blind, spoilers
 
     folder = Path(args.experiments) / Path(blind.LABS[args.lab]["folder"]).name
     if args.random not in ("0", "1", ""):
@@ -278,8 +278,10 @@ def cmd_blind_runs(args) -> int:
         print(line)
     print(f"sealed: which fault each run of {folder} carries is hidden until the reveal "
           f"(mapping hash in {blind.public_path(folder)})")
-    if not (Path(args.experiments) / "18-baseline" / "metrics.jsonl").exists():
-        print("compare each run with a baseline of the same settings: 'just phase-18-train' makes experiments/18-baseline")
+    if args.lab == "spike":
+        print("each run has its own seed and K (drawn, sealed): read its own signals on its dashboard, as the "
+              "stability check does")
+    spoilers.refresh(Path(args.experiments))
     return 0
 
 

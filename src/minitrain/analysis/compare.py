@@ -88,7 +88,7 @@ def measure(run: Path, baseline: Path | None, k: int | None) -> dict:
             out["mean_loss_diff_after_K"] = sum(d for _, d in diffs) / len(diffs)
             s_max, d_max = max(diffs, key=lambda t: abs(t[1]))
             out["max_loss_diff_after_K"], out["max_loss_diff_step"] = d_max, s_max
-        out["recovery_steps"] = recovery_steps(loss_difference(rows, base), k)
+        out["recovery_steps"] = recovery_steps(loss_difference(rows, base), k) if base else None
         first = next((s for s in sorted(rows) if s in base and rows[s].get("loss") != base[s].get("loss")), None)
         out["first_step_differing"] = first
     res_run, res_base = reader.results_of(run), reader.results_of(baseline) if baseline else {}

@@ -88,22 +88,25 @@ def open_mapping(folder: Path) -> dict:
 
 
 def draw_mapping(lab: str, randomize: bool, steps: int, rng: secrets.SystemRandom | None = None) -> dict:
-    """Shuffle the lab's faults over 01..03; with `randomize`, also draw K and the magnitude per run."""
+    """Shuffle the lab's faults over 01..03. A blind spike run never reproduces a named run's numbers: each
+    draws its own seed (not the lab's 42) and its own K (in 20-70% of the run, not the lab's K); with
+    `randomize`, the magnitude too. Everything drawn is recorded in the sealed mapping."""
     rng = rng or secrets.SystemRandom()
     faults = list(LABS[lab]["faults"])
     rng.shuffle(faults)
     mapping = {}
+    lab_k = reader.LAB_DEFAULT_STEP if steps > reader.LAB_DEFAULT_STEP else steps // 2
     for run_id, fault in zip(RUN_IDS, faults):
         overrides = dict(LABS[lab]["faults"][fault])
         if lab == "spike":
-            k = 500 if steps > 500 else steps // 2
+            lo, hi = max(1, int(steps * 0.2)), max(2, int(steps * 0.7))
+            overrides["seed"] = rng.choice([s for s in range(1, 10_000) if s != reader.LAB_DEFAULT_SEED])
+            overrides["injection_step"] = rng.choice([k for k in range(lo, hi + 1) if k != lab_k] or [lab_k])
             if randomize:
-                k = rng.randint(max(1, int(steps * 0.2)), max(2, int(steps * 0.7)))
                 if fault == "scale":
                     overrides["injection_scale"] = round(rng.uniform(20.0, 100.0), 1)
                 if fault == "v_corrupt":
                     overrides["injection_factor"] = round(10 ** rng.uniform(1.5, 2.5), 1)
-            overrides["injection_step"] = k
         mapping[run_id] = {"fault": fault, "overrides": overrides}
     return mapping
 
