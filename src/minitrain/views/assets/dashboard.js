@@ -127,7 +127,7 @@
     else if (pick !== '' && idx.indexOf(+pick) < 0) idx.push(+pick);
     return idx.map(function (i) {
       var m = mv.filter(function (q) { return q.index === i; })[0];
-      return S(PT.names[i] + (m ? ' (x' + fmt(m.factor, 3) + ' at ' + m.step + ')' : ''), ME.steps, PT.stats[stat][i], color(i));
+      return S(PT.names[i] + (m ? ' (x' + fmt(m.factor, 3) + ' its 50-step median, step ' + m.step + ')' : ''), ME.steps, PT.stats[stat][i], color(i));
     });
   }
   function sigmaSeries() {
