@@ -99,9 +99,12 @@ def cmd_lab(args) -> int:
     """The whole lab's runs: the baseline, then the three injections forked from it, in parallel."""
     from minitrain.lab.parallel import run_lab
 
+    from minitrain.lab import spoilers
+
     for line in run_lab(Path(args.experiments), args.seed, args.injection_step, jobs=args.jobs, sets=args.set,
                         force=args.force):
         print(line)
+    spoilers.refresh(Path(args.experiments))  # the index once every run is in
     return 0
 
 

@@ -127,7 +127,9 @@
     else if (pick !== '' && idx.indexOf(+pick) < 0) idx.push(+pick);
     return idx.map(function (i) {
       var m = mv.filter(function (q) { return q.index === i; })[0];
-      return S(PT.names[i] + (m ? ' (x' + fmt(m.factor, 3) + ' its 50-step median, step ' + m.step + ')' : ''), ME.steps, PT.stats[stat][i], color(i));
+      // span: statistics measured on detail steps only (telemetry's schedule) are joined across the steps between
+      return S(PT.names[i] + (m ? ' (x' + fmt(m.factor, 3) + ' its 50-step median, step ' + m.step + ')' : ''), ME.steps,
+               PT.stats[stat][i], color(i), { span: true });
     });
   }
   function sigmaSeries() {
@@ -222,7 +224,7 @@
         meta.push({ smoothed: true, of: s });
       } else {
         data.push(column(s, s.y));
-        series.push({ label: s.label, stroke: s.color, width: s.width, dash: s.dash || undefined, spanGaps: !!s.sparse,
+        series.push({ label: s.label, stroke: s.color, width: s.width, dash: s.dash || undefined, spanGaps: !!(s.sparse || s.span),
                       points: s.sparse ? { show: true, size: 5, fill: s.color } : { show: false } });
         meta.push({ of: s });
       }
@@ -299,7 +301,7 @@
         if (!s.show) continue;
         var v = u.data[k][i], at = step;
         var m = p.meta[k];
-        if (!isNum(v) && m && m.of && m.of.sparse) {  // a sampled series: its value at or before the cursor
+        if (!isNum(v) && m && m.of && (m.of.sparse || m.of.span)) {  // a sampled series: its value at or before the cursor
           for (var j = i; j >= 0; j--) if (isNum(u.data[k][j])) { v = u.data[k][j]; at = u.data[0][j]; break; }
         }
         if (!isNum(v)) continue;
