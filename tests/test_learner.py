@@ -265,6 +265,8 @@ def _check_no_leak(folder):
 def test_blind_spike_lab_does_not_leak_the_mapping(blind_lab):
     folder = blind_lab / "19-blind"
     _check_no_leak(folder)
+    for run_id in blind.RUN_IDS:  # the index was rebuilt by the command that made them: one sealed row each
+        assert _index_row(blind_lab, f"19-blind/{run_id}").startswith("sealed")
     public = json.loads((folder / "SEALED.json").read_text())
     secret = json.loads((folder / ".sealed" / "mapping.json").read_text())
     assert public["mapping_sha256"] == blind.mapping_digest(secret["salt"], secret["mapping"])
@@ -587,6 +589,7 @@ def test_remediate_reruns_from_before_the_anomaly(lab, fault, remedy):
     assert v["by"] == pytest.approx(abs(v["after"]) - abs(v["before"])) and v["line"].startswith(v["verdict"])
     item = next(h for h in page["health"] if h["label"].startswith(f"remedy {remedy}"))
     assert item["detail"] == v["line"]
+    assert _index_row(lab, out.name).startswith("§")  # the index was rebuilt: the remediation has its row
     assert rows[K + 2]["loss"] != orig[K + 2]["loss"]  # the remedy changed what follows K
     # both runs are measured against the baseline (whether the remedy helps is measured, not assumed:
     # docs/remediation.md records it)
