@@ -103,8 +103,9 @@ def measure(run: Path, baseline: Path | None, k: int | None) -> dict:
     return out
 
 
-REMEDY_MARGIN = 0.001  # nats: a remedy changes the distance to the baseline by more than this, or it did nothing
-REMEDY_MEASURES = (  # in order: the first both runs have decides the verdict; the others are reported beside it
+REMEDY_MARGIN = 0.10  # a remedy that moves the distance to the baseline by less than 10% of it did nothing
+REMEDY_FLOOR = 1e-5  # nats: distances below this are float rounding (32 float32 ulps of a loss near 3)
+REMEDY_MEASURES = (  # in order: the first both runs have decides the verdict; the next is reported beside it
     ("final_val_loss_diff", "final validation loss"),
     ("mean_loss_diff_after_K", "mean training loss over K+1..K+50"),
 )
@@ -113,18 +114,23 @@ REMEDY_MEASURES = (  # in order: the first both runs have decides the verdict; t
 def remedy_verdict(before: dict, after: dict) -> dict:
     """Did the remedy bring the run closer to its baseline? `before`, `after`: measure() of the original and
     the remediated run against the same baseline. On the first measure both have, compares the distances
-    |run - baseline|: better / worse when the remediated one is closer / further by more than REMEDY_MARGIN,
-    else "no better". Returns {verdict, measure, before, after, by, line}."""
-    for key, label in REMEDY_MEASURES:
-        b, a = before.get(key), after.get(key)
-        if b is None or a is None:
-            continue
-        by = abs(a) - abs(b)
-        verdict = "better" if by < -REMEDY_MARGIN else "worse" if by > REMEDY_MARGIN else "no better"
-        how = (f"{abs(by):.4f} nats {'closer to' if by < 0 else 'further from'} the baseline" if by else
-               "exactly as far from the baseline")
-        line = (f"{verdict} on {label}: {how} (|run - baseline| {abs(b):.4f} -> {abs(a):.4f} nats; "
-                f"changes within {REMEDY_MARGIN} nats count as no better)")
-        return {"verdict": verdict, "measure": label, "before": b, "after": a, "by": by, "line": line}
-    return {"verdict": "unmeasured", "measure": None, "before": None, "after": None, "by": None,
-            "line": "unmeasured: no baseline to compare with (give --baseline)"}
+    |run - baseline|: "better" / "worse" when the remediated one is closer / further by more than
+    REMEDY_MARGIN of the original's distance (and both are not below REMEDY_FLOOR), else "no better".
+    Returns {verdict, measure, before, after, by, line}; the line also gives the next measure."""
+    measured = [(label, before.get(key), after.get(key)) for key, label in REMEDY_MEASURES
+                if before.get(key) is not None and after.get(key) is not None]
+    if not measured:
+        return {"verdict": "unmeasured", "measure": None, "before": None, "after": None, "by": None,
+                "line": "unmeasured: no baseline to compare with (give --baseline)"}
+    label, b, a = measured[0]
+    by = abs(a) - abs(b)
+    if max(abs(a), abs(b)) < REMEDY_FLOOR or abs(by) <= REMEDY_MARGIN * abs(b):
+        verdict = "no better"
+    else:
+        verdict = "better" if by < 0 else "worse"
+    share = f", {abs(by) / abs(b):.0%} of it" if b else ""
+    line = (f"{verdict} on {label}: {abs(by):.2g} nats {'closer to' if by < 0 else 'further from'} the baseline{share} "
+            f"(|run - baseline| {abs(b):.2g} -> {abs(a):.2g} nats)")
+    for other, ob, oa in measured[1:]:
+        line += f"; {other}: |run - baseline| {abs(ob):.2g} -> {abs(oa):.2g} nats"
+    return {"verdict": verdict, "measure": label, "before": b, "after": a, "by": by, "line": line}
