@@ -513,21 +513,28 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(func=cmd_report)
 
     d = sub.add_parser("dashboard", help="write a run's self-contained dashboard.html (no network needed)",
-                       description="Write RUN/dashboard.html: one static page with every plot of the run sharing "
-                                   "the step axis, the injection marker, the health summary and the manifest. "
-                                   "An injection run is overlaid with its sibling baseline (same trunk hash, no "
-                                   "injection) when one exists. Also written at the end of every run.")
+                       description="Write RUN/dashboard.html: one static, offline page (uPlot inlined) with the "
+                                   "panels numbered as stability-check.md cites them, sharing the step axis (drag or "
+                                   "wheel to zoom, shift+drag to pan), a tooltip with the values at the cursor, "
+                                   "legend entries that hide/show a series, a smoothing slider, PNG/CSV export per "
+                                   "panel, the runs on the page chosen in the page, the health summary, every "
+                                   "question of the stability check measured on the run (behind a reveal button "
+                                   "while a lab run is sealed) and the manifest. An injection run is overlaid with "
+                                   "its baseline when one exists. Also written at the end of every run.")
     d.add_argument("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-B")
     d.add_argument("--baseline", metavar="RUN", help="overlay this run and plot the difference (default: found)")
     d.add_argument("--no-baseline", action="store_true", help="do not look for a baseline run")
     d.add_argument("--compare", action="append", metavar="RUN",
-                   help="also draw this run (loss, grad norm, its difference to the baseline); repeatable")
+                   help="also draw this run on every panel it has data for (and its difference to the baseline); "
+                        "repeatable")
     d.add_argument("--out", metavar="FILE", help="where to write the page (default RUN/dashboard.html)")
     d.set_defaults(func=cmd_dashboard)
 
     ix = sub.add_parser("index", help="write EXPERIMENTS/index.html linking every run with a one-line summary",
-                        description="Write EXPERIMENTS/index.html: one line per run folder (status, injection, "
-                                    "final validation loss vs the n-gram baseline, anomaly) linking its dashboard.")
+                        description="Write EXPERIMENTS/index.html: one line per run folder found at any depth "
+                                    "(status, injection, final validation loss vs the n-gram baseline, the stability "
+                                    "check's verdict or 'sealed' before a lab's reveal) linking its dashboard. "
+                                    "Every command that writes a run rebuilds it.")
     ix.add_argument("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
                     help="folder holding the run folders (default experiments)")
     ix.set_defaults(func=cmd_index)
