@@ -22,14 +22,24 @@ phase-18-train *args:
 phase-19-train *args:
     minitrain lab-run --from-env {{args}}
 
+# the config preset the lab runs with: `preset=pretraining-like just lab` (or `just preset=pretraining-like lab`)
+# runs it where clipping engages rarely, into experiments/preset-pretraining-like/ (see docs/regimes.md)
+preset := env_var_or_default("preset", "course")
+lab_dir := if preset == "course" { "experiments" } else { "experiments/preset-" + preset }
+
 # the whole lab: baseline + injections A, B, C at step 500 (seed 42), each forked from the baseline's
 # checkpoint at 500 as soon as it exists and run in parallel (one process per core; the same bytes as
 # one after another); each run writes its dashboard.html; then the expected-vs-observed report and
 # experiments/index.html
 lab *args:
-    minitrain lab {{args}}
-    minitrain report experiments
-    minitrain index experiments
+    minitrain lab --experiments {{lab_dir}} --set preset={{preset}} {{args}}
+    minitrain report {{lab_dir}}
+    minitrain index {{lab_dir}}
+
+# the regime map: where each of the lab's 10 predictions holds (quick=1: the 16-cell grid, a few minutes);
+# writes experiments/explore/index.html (a heat map per prediction) and regimes.md; cached by config hash
+explore *args:
+    minitrain explore $([ "${quick:-0}" = 1 ] && echo --quick) {{args}}
 
 # create a learner's folder learners/NAME/phase-19/ (spike-diagnoses.md, notes/lessons.md, blind and break-it files)
 learner name:

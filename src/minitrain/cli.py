@@ -161,6 +161,14 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_explore(args) -> int:
+    from minitrain.lab import explore
+
+    explore.run_explore(Path(args.experiments) / "explore", "quick" if args.quick else "default", args.jobs,
+                        args.set or [], Path(args.doc) if args.doc else None)
+    return 0
+
+
 def cmd_config(args) -> int:
     import yaml
 
@@ -511,6 +519,25 @@ def build_parser() -> argparse.ArgumentParser:
                                     "values per injection next to the lab text's predictions.")
     rp.add_argument("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS")
     rp.set_defaults(func=cmd_report)
+
+    ex = sub.add_parser("explore", help="the regime map: where each of the lab's 10 predictions holds",
+                        description="Sweep the settings that decide whether the lab's predictions can hold (clip "
+                                    "threshold relative to the healthy run's own norm, injection magnitude, C's "
+                                    "target tensor, learning rate, batch size): each cell is an injection at K=500 "
+                                    "forked from its trunk's baseline. Judges every prediction with the lab report's "
+                                    "definitions; writes EXPERIMENTS/explore/index.html (a heat map per prediction), "
+                                    "cells.json and regimes.md. Runs are cached by config hash: a re-run trains only "
+                                    "new cells. Default grid: 70 cells; --quick: 16.")
+    ex.add_argument("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
+                    help="the map goes to EXPERIMENTS/explore/ (default: experiments)")
+    ex.add_argument("--quick", action="store_true", help="the small grid: the lab's own injections at four clip "
+                                                         "thresholds (16 cells, a few minutes)")
+    ex.add_argument("--jobs", type=int, default=None, metavar="N",
+                    help="worker processes, one run each (default: one per CPU core)")
+    ex.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="a config override for every run (e.g. seed=7); the grid's own fields are refused")
+    ex.add_argument("--doc", metavar="PATH", help="also write the doc there (e.g. docs/regimes.md)")
+    ex.set_defaults(func=cmd_explore)
 
     d = sub.add_parser("dashboard", help="write a run's self-contained dashboard.html (no network needed)",
                        description="Write RUN/dashboard.html: one static, offline page (uPlot inlined) with the "

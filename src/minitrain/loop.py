@@ -367,9 +367,11 @@ def find_donor(cfg: TrainConfig, out: Path) -> tuple[Path, int] | None:
 
 
 def train(cfg: TrainConfig, out: Path, force: bool = False, fork: bool = True,
-          donor: tuple[Path, int] | None = None) -> dict:
+          donor: tuple[Path, int] | None = None, stop_at: int | None = None) -> dict:
     """Train a run into `out` from scratch, or forked from a sibling run's checkpoint when one fits
-    (or from `donor` = (run folder, checkpoint step) when given: remediation forks from the faulty run)."""
+    (or from `donor` = (run folder, checkpoint step) when given: remediation forks from the faulty run).
+    `stop_at`: end at that step with status 'stopped' (the schedule still spans cfg.steps; `minitrain explore`
+    runs the lab's schedule only as far as it measures; `resume` would finish such a run)."""
     out = Path(out)
     run = build_run(cfg, out)  # validates everything before the folder is touched
     donor = donor or (find_donor(cfg, out) if fork else None)  # before the folder is touched: every rank agrees
@@ -392,7 +394,7 @@ def train(cfg: TrainConfig, out: Path, force: bool = False, fork: bool = True,
     if run.out:
         run.metrics = files.MetricsWriter(out / "metrics.jsonl")
         write_manifest(run, "running", {**environment(run.device), "forked_from": forked, "started": now_iso()})
-    return _drive(run, start, {"forked_from": forked})
+    return _drive(run, start, {"forked_from": forked}, stop_at)
 
 
 def resume(out: Path, device: str | None = None) -> dict:
@@ -447,7 +449,7 @@ def _replay_injection_record(run: Run, manifest: dict) -> None:
         run.inject.record.update(rec)
 
 
-def _drive(run: Run, start: int, extra: dict) -> dict:
+def _drive(run: Run, start: int, extra: dict, stop_at: int | None = None) -> dict:
     t0 = time.perf_counter()
     last: dict = {}
     recorded = bool(run.inject and run.inject.record)
@@ -461,7 +463,7 @@ def _drive(run: Run, start: int, extra: dict) -> dict:
             recorded = True
 
     try:
-        status = run_steps(run, start, on_row)
+        status = run_steps(run, start, on_row, stop_at)
     finally:
         if run.metrics:
             run.metrics.close()
