@@ -99,6 +99,8 @@ def test_a_second_sweep_trains_nothing_and_agrees(tiny_map, monkeypatch):
     assert strip(again) == strip(data)
     saved = json.loads((out / "cells.json").read_text())
     assert saved["trained"] == 0 and strip(saved) == strip(data)
+    assert [h["trained"] for h in saved["history"]][-2:] == [15, 0]  # the cold sweep's cost is kept
+    assert saved["cold_cpu_seconds"] == pytest.approx(data["cold_cpu_seconds"], abs=0.1)
 
 
 def test_doc_states_a_region_for_every_prediction(tiny_map):
@@ -106,6 +108,12 @@ def test_doc_states_a_region_for_every_prediction(tiny_map):
     doc = (out / "regimes.md").read_text()
     for p in data["predictions"]:
         assert f"### {p['id']} " in doc and f"Holds in {p['holds_in']} of {len(p['points'])} cells: {p['region']}." in doc
+        assert explore.MECHANISMS[p["id"]] in doc
+    assert data["cold_cpu_seconds"] > 0 and len(data["history"]) >= 1
+    gains = {pt["coords"]["clip"]: pt["update_gain_at_k"] for pt in data["predictions"][0]["points"]
+             if pt["coords"]["factor"] == "x50"}
+    assert gains["course"] == pytest.approx(1.0) and gains["off"] == pytest.approx(50.0)  # what Adam received
+    assert 1.0 < gains["p99"] < 50.0
 
 
 def test_region_in_words():
@@ -118,8 +126,9 @@ def test_region_in_words():
     grid = [(c, f, c == "off" and f != "x5") for c in ("course", "p99", "off") for f in ("x5", "x50", "x500")]
     assert explore.region(pts(grid), axes) == "clip off, factor x50/x500"
     diag = [(c, f, (c, f) in {("course", "x5"), ("off", "x500")}) for c in ("course", "off") for f in ("x5", "x500")]
-    text = explore.region(pts(diag), axes)
-    assert "course" in text and "off" in text and ";" in text
+    assert explore.region(pts(diag), axes) == "clip course, factor x5; clip off, factor x500"
+    most = [(c, f, (c, f) != ("p99", "x50")) for c in ("course", "p99", "off") for f in ("x5", "x50", "x500")]
+    assert explore.region(pts(most), axes) == "everywhere except clip p99, factor x50"
 
 
 def test_bad_input_is_one_line(tmp_path):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from minitrain.analysis import signature
 from minitrain.analysis.compare import SPIKE, TOL, WINDOW
-from minitrain.core.config import TrainConfig, build_config
+from minitrain.core.config import PRESETS, TrainConfig, build_config
 from minitrain.core.errors import UserError
 from minitrain.run import files, reader
 from minitrain.views import explore as page
@@ -401,6 +401,8 @@ def collect(sw: Sweep) -> dict:
         "seconds": round(time.perf_counter() - sw.t0, 1), "cpu_seconds": round(sw.cpu_seconds, 1),
         "cold_cpu_seconds": round(sw.cold_cpu_seconds, 1), "runs": sw.trained + sw.reused,
         "trained": sw.trained, "reused": sw.reused, "jobs": sw.jobs, "cells": sw.n_cells,
+        "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load_average": round(os.getloadavg()[0], 1) if hasattr(os, "getloadavg") else None,
     }
 
 
@@ -419,52 +421,68 @@ SIGNATURE_KEYS = ("excess_at_k_window", "max_excess", "max_excess_step", "grad_n
 
 
 def most_telling_axes(points: list[dict], axes: list[str]) -> list[str]:
-    """The two axes along which the verdict changes most often (share of pairs of cells that differ in that
-    axis alone and disagree); ties go to the order of AXES. The page's default heat-map axes."""
-    def flips(a: str) -> float:
+    """The two axes along which the verdict changes most often (pairs of cells that differ in that axis alone
+    and disagree; then their share of such pairs; then the order of AXES). The page's default heat-map axes."""
+    def flips(a: str) -> tuple[int, float]:
         groups: dict = {}
         for p in points:
             groups.setdefault(tuple((k, v) for k, v in sorted(p["coords"].items()) if k != a), []).append(p["holds"])
-        pairs = sum(len(g) * (len(g) - 1) / 2 for g in groups.values())
-        return sum(g.count(True) * g.count(False) for g in groups.values()) / pairs if pairs else -1.0
+        pairs = sum(len(g) * (len(g) - 1) // 2 for g in groups.values())
+        disagree = sum(g.count(True) * g.count(False) for g in groups.values())
+        return disagree, disagree / pairs if pairs else 0.0
 
     order = list(AXES)
     varied = [a for a in axes if len({p["coords"][a] for p in points}) > 1]
-    return sorted(varied, key=lambda a: (-flips(a), order.index(a)))[:2]
+    return sorted(varied, key=lambda a: (*(-x for x in flips(a)), order.index(a)))[:2]
 
 
 def region(points: list[dict], axes: list[str]) -> str:
-    """Where a prediction holds, in words: 'nowhere on the grid', 'everywhere on the grid', or products of
-    axis values ('clip off, factor x50/x500'), split along one axis where one product does not describe it."""
+    """Where a prediction holds, in words: 'nowhere on the grid', 'everywhere on the grid', a union of boxes
+    ('clip off, lr 3e-3; clip off, factor x500'), or 'everywhere except' such a union when that is shorter.
+    A box fixes some axes to some values and holds (or fails) in every cell of the grid inside it."""
     if not points:
         return "not measured"
-    held = [p for p in points if p["holds"]]
-    if not held:
+    held = sum(1 for p in points if p["holds"])
+    if held == 0:
         return "nowhere on the grid"
-    if len(held) == len(points):
+    if held == len(points):
         return "everywhere on the grid"
     varied = [a for a in axes if len({p["coords"][a] for p in points}) > 1]
-    return describe(held, points, sorted(varied, key=lambda a: most_telling_axes(points, varied).index(a)
-                                         if a in most_telling_axes(points, varied) else 99))
+    where, where_not = cover(points, varied, True), cover(points, varied, False)
+    return "; ".join(where) if len(where) <= len(where_not) else "everywhere except " + "; ".join(where_not)
 
 
-def describe(held: list[dict], points: list[dict], axes: list[str]) -> str:
-    values = {a: sorted({p["coords"][a] for p in held}, key=lambda x: axis_sort(a, x)) for a in axes}
-    every = {a: {p["coords"][a] for p in points} for a in axes}
-    inside = [p for p in points if all(p["coords"][a] in values[a] for a in axes)]
-    if all(p["holds"] for p in inside):
-        parts = [f"{a} {'/'.join(values[a])}" for a in axes if set(values[a]) != every[a]]
-        return ", ".join(parts) or "everywhere"
-    if not axes:  # pragma: no cover - a single cell is a product
-        return "everywhere"
-    split, rest = axes[0], axes[1:]
-    out = []
-    for val in sorted(every[split], key=lambda x: axis_sort(split, x)):
-        h = [p for p in held if p["coords"][split] == val]
-        if h:
-            sub = describe(h, [p for p in points if p["coords"][split] == val], rest)
-            out.append(f"{split} {val}" + ("" if sub == "everywhere" else f" with {sub}"))
-    return "; ".join(out)
+def cover(points: list[dict], varied: list[str], verdict: bool) -> list[str]:
+    """Boxes covering every cell with this verdict and no other: greedily the box covering the most cells not
+    yet covered (each axis free or fixed to one value), then boxes that differ in one axis only are merged."""
+    values = {a: sorted({p["coords"][a] for p in points}, key=lambda x: axis_sort(a, x)) for a in varied}
+    boxes: list[dict] = [{}]
+    for a in varied:
+        boxes = [{**b, **({a: v} if v is not None else {})} for b in boxes for v in (None, *values[a])]
+    good = []
+    for box in boxes:
+        cells = {i for i, p in enumerate(points) if all(p["coords"][a] == v for a, v in box.items())}
+        if cells and all(points[i]["holds"] == verdict for i in cells):
+            good.append((box, cells))
+    todo, chosen = {i for i, p in enumerate(points) if p["holds"] == verdict}, []
+    while todo:
+        box, cells = max(good, key=lambda bc: (len(bc[1] & todo), -len(bc[0])))
+        chosen.append({a: [v] for a, v in box.items()})
+        todo -= cells
+    merged = True
+    while merged:  # {clip: [course]} + {clip: [p99]} -> {clip: [course, p99]}
+        merged = False
+        for i, x in enumerate(chosen):
+            for y in chosen[i + 1:]:
+                diff = [a for a in x if x[a] != y.get(a)]
+                if x.keys() == y.keys() and len(diff) == 1:
+                    x[diff[0]] = sorted(set(x[diff[0]]) | set(y[diff[0]]), key=lambda v: axis_sort(diff[0], v))
+                    chosen.remove(y)
+                    merged = True
+                    break
+            if merged:
+                break
+    return [", ".join(f"{a} {'/'.join(box[a])}" for a in varied if a in box) for box in chosen]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -479,6 +497,10 @@ def run_explore(out: Path, grid: str = "default", jobs: int | None = None, overr
     sw = Sweep(Path(out), grid, jobs, list(overrides or []), log)
     sw.run()
     data = collect(sw)
+    prev = reader.read_optional_json(Path(out) / "cells.json")[0] or {}
+    if prev.get("grid") == grid:  # what each invocation on this folder cost (the first one trained it cold)
+        data["history"] = prev.get("history") or [{k: prev.get(k) for k in HISTORY_KEYS}]
+    data.setdefault("history", []).append({k: data[k] for k in HISTORY_KEYS})
     files.atomic_write_json(Path(out) / "cells.json", data)
     where = page.write(Path(out), data)
     text = regimes_md(data)
@@ -488,6 +510,9 @@ def run_explore(out: Path, grid: str = "default", jobs: int | None = None, overr
     log(f"explore: {data['cells']} cells in {data['seconds']:.0f} s ({sw.trained} runs trained in "
         f"{sw.cpu_seconds:.0f} CPU s, {sw.reused} reused); map {where}; doc {doc or Path(out) / 'regimes.md'}")
     return data
+
+
+HISTORY_KEYS = ("generated", "seconds", "cpu_seconds", "trained", "reused", "jobs", "load_average")
 
 
 def regimes_md(data: dict) -> str:
@@ -505,11 +530,15 @@ def regimes_md(data: dict) -> str:
              f"is a loss excess above {data['definitions']['spike_nats']} nats; recovered = every "
              f"{data['definitions']['recovery_window']}-step mean of the loss difference within "
              f"{data['definitions']['recovery_tolerance_nats']} nats.", "",
-             f"{data['cells']} cells, {data['seconds']:.0f} s wall on {data['jobs']} worker processes "
-             f"({data['trained']} runs trained, {data['cpu_seconds']:.0f} CPU s; {data['reused']} reused from the cache). "
-             f"All {data['runs']} runs of the grid cost {data['cold_cpu_seconds']:.0f} CPU s of training and dashboards "
-             f"(one core each), about {data['cold_cpu_seconds'] / data['jobs'] / 60:.1f} min on {data['jobs']} idle "
-             "cores.", "",
+             f"Cost: the {data['runs']} runs of the grid ({data['cells']} cells) took {data['cold_cpu_seconds']:.0f} CPU s of "
+             f"training and dashboards, one core each: about {data['cold_cpu_seconds'] / data['jobs'] / 60:.1f} min "
+             f"on {data['jobs']} idle cores. Invocations on this folder (wall time depends on what else the "
+             "machine runs; the load average is the machine's at the end):", "",
+             "| when | wall | runs trained (CPU s) | reused from the cache | workers | load average |",
+             "|---|---|---|---|---|---|",
+             *(f"| {h.get('generated') or 'n/a'} | {fmt(h.get('seconds'), 3)} s | {h.get('trained')} "
+               f"({fmt(h.get('cpu_seconds'), 3)}) | {h.get('reused')} | {h.get('jobs')} | {fmt(h.get('load_average'), 2)} |"
+               for h in data.get("history", [])), "",
              "## The clip grid and how often the healthy run clips", "",
              "Thresholds are placed on the unclipped healthy run's pre-clip gradient norm over steps "
              "[warmup, K + tail): `median` and `p99` of it; `course` is the config's 1.0.", "",
@@ -520,7 +549,17 @@ def regimes_md(data: dict) -> str:
         lines.append(f"| {t['lr']} | {t['batch']} | {t['clip']} | {fmt(t['clip_value']) if t['clip_value'] else 'off'} | "
                      f"{fmt(c.get('median'))} / {fmt(c.get('p99'))} / {fmt(c.get('max'))} | "
                      f"{pct(t['clipped_before_k'])} | {pct(t['clipped_after_k'])} |")
-    lines += ["", "## Prediction by prediction", ""]
+    lines += ["", "## Summary: where each prediction holds", "",
+              "| | injection | the lab predicts | holds in | where |", "|---|---|---|---|---|"]
+    lines += [f"| {p['id']} | {p['letter']} `{p['injection']}` | {p['text']} | {p['holds_in']} of {len(p['points'])} | "
+              f"{p['region']} |" for p in data["predictions"]]
+    clip = PRESETS["pretraining-like"]["grad_clip"]
+    lines += ["", f"The `pretraining-like` preset (`--preset pretraining-like`; `preset=pretraining-like just lab`) "
+              f"runs the course model with grad_clip = {fmt(clip)}, near the 99th percentile of the healthy unclipped "
+              "norm over the lab's 2000 steps, so that clipping engages rarely, as in large-scale pretraining. It was "
+              "chosen from the clip grid above, not from any prediction; its lab report, and which predictions hold "
+              "in it, is in `docs/lab-pretraining-like.md`.", "",
+              "## Prediction by prediction", ""]
     for p in data["predictions"]:
         lines += [f"### {p['id']} ({p['letter']}, `{p['injection']}`): {p['text']}", "",
                   f"**Holds in {p['holds_in']} of {len(p['points'])} cells: {p['region']}.**", ""]
@@ -536,4 +575,57 @@ def regimes_md(data: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-MECHANISMS: dict[str, str] = {}  # filled from the measured map (docs/regimes.md explains each boundary)
+# The mechanism behind each prediction's boundary, in words; the numbers are in the tables above each one.
+MECHANISMS: dict[str, str] = {
+    "A1": "Mechanism: clipping rescales the whole gradient to the threshold, so wherever the x-factor gradient "
+          "crosses it (every finite threshold here, for every factor) Adam receives a gradient of norm "
+          "`threshold` pointing in the baseline's own direction: with `course` that is exactly the baseline's "
+          "clipped gradient (the healthy run clips on every step), so the update is the baseline's up to "
+          "rounding; at `median` and `p99` it is at most threshold / healthy norm times the baseline's (the last "
+          "column), too little to move the loss. Only without clipping does Adam get the full multiple: m "
+          "jumps by 0.1 x factor x g while v, an average of g², moves only 5% towards factor² x g², so the "
+          "next updates are several times the usual size and the loss rises for about ten steps (Adam's m "
+          "carries the kick: the largest excess comes a few steps after K, which is why the K..K+5 window "
+          "sees only part of it). Whether it crosses the 0.1-nat line then depends on the factor, the batch "
+          "size and the learning rate; at the 10x learning rate even a small kick is amplified (see B3).",
+    "A2": "Mechanism: arithmetic. The pre-clip norm is measured after the injection and before clipping, and an "
+          "injection run shares every weight and batch with its baseline up to K: the ratio is the injected "
+          "factor exactly, in every regime. This is the signature that survives everywhere, which is why the "
+          "stability check reads the pre-clip norm panel, not the loss.",
+    "A3": "Mechanism: a x5 (or larger) gradient is above every finite threshold on this grid, so clipping engages "
+          "at K whenever it is on; the post-clip norm is then the threshold (1.0 only for `course`). With "
+          "clipping off there is nothing to engage.",
+    "A4": "Mechanism: the lab's 20-40 steps needs a spike that then fades. Where clipping engages there is no "
+          "spike (recovery 0 steps: the windowed difference never leaves the band). Without clipping the kick "
+          "is real but the runs then differ for good: the injected run's weights were moved, and the two "
+          "trajectories never come back within 0.02 nats for 20 steps on end inside the measured tail "
+          "(or only after 100+ steps at the high learning rate).",
+    "B1": "Mechanism: B's \"spike\" is the bad batch's own loss, measured before the update: a batch of 8 copies "
+          "of a rare sentence scores about 1 nat above an ordinary batch whatever the clip or the learning "
+          "rate. A's loss excess is zero where clipping engages and a fraction of a nat without it, so B's is "
+          "the larger spike everywhere on the grid: the lab's ordering assumes A spikes hard, which needs "
+          "clipping off and a large factor, and even then A's excess stays below B's.",
+    "B2": "Mechanism: the bad batch's pre-clip norm is a few times the healthy one (its gradient lands on a "
+          "few rare rows of the embedding); A's is exactly the injected factor (A2). So B's is larger only "
+          "against an A of x5 or less, and only where the bad batch's ratio happens to exceed 5 (a trunk "
+          "with a small healthy norm).",
+    "B3": "Mechanism: at the course learning rate one step on one bad batch is forgotten at once (recovery 1 "
+          "step: only the batch's own loss at K is off); there is no 50-step recovery because there is "
+          "almost nothing to recover from. At the 10x learning rate the same small perturbation is amplified: "
+          "the two trajectories part chaotically and differ by a tenth of a nat or more for 100-250 steps "
+          "(the same drift appears after any perturbation there, see A1 at p99), which is again not the "
+          "lab's ~50 steps.",
+    "C1": "Mechanism: by construction. v is corrupted after the loss at K is measured, and it changes only the "
+          "size of later updates; the loss at K is the baseline's exactly, in every regime.",
+    "C2": "Mechanism: multiplying v by f divides that tensor's updates by about sqrt(f) until v's EMA forgets "
+          "it (beta2 = 0.95: about 1/20 per step), so the tensor learns more slowly and the loss falls behind "
+          "the baseline's over tens of steps: a rise relative to the baseline, not a spike. Whether it "
+          "crosses 0.1 nats depends on how much the tensor still has to learn: the token embedding (tied "
+          "with the output head) at x100 or x1000 does, the output bias stays far below at the course "
+          "learning rate, and shrinking v (x0.01: larger steps for a few dozen steps) barely shows there. At "
+          "the 10x learning rate most cells cross 0.1 nats, x0.01 included: there any perturbation grows into "
+          "a tenth-of-a-nat drift (B3), so a verdict there says the run is sensitive, not that v was corrupted.",
+    "C3": "Mechanism: Adam's v is an EMA of g² with beta2 = 0.95, so a corruption by f decays like 0.95^n and "
+          "is within 10% after about ln(f / 0.1) / 0.05 steps for f > 1 (about 140 for x100, 180 for x1000) "
+          "and a few dozen for f < 1; a cell fails only when the tail ends before that.",
+}
