@@ -122,3 +122,15 @@ def test_default_run_beats_the_ngram_baseline(tmp_path):
                                   "spectral_every=50"), tmp_path / "full")
     assert res["status"] == "finished"
     assert res["final_val_loss"] < res["ngram_val_loss"] - 0.5, res
+
+
+def test_stop_at_ends_early_on_the_full_schedule_and_resume_finishes_it(tmp_path, small_baseline):
+    """`stop_at` (minitrain explore) keeps the schedule of cfg.steps, ends with status 'stopped', and a resume
+    finishes the run with the bytes of an uninterrupted one."""
+    out = tmp_path / "stopped"
+    res = loop.train(small_config(), out, stop_at=60)
+    assert res["status"] == "stopped" and res["steps_done"] == 60
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 59 and rows[-1]["lr"] == loop.lr_at(59, small_config())
+    assert loop.resume(out)["status"] == "finished"
+    assert metrics_bytes(out) == metrics_bytes(small_baseline)
