@@ -383,8 +383,13 @@ def collect(sw: Sweep) -> dict:
                         "run": href(sw.folder[t.key] / v.name), "baseline": href(base),
                         "healthy_clip_rate": trunks[-1]["clipped_after_k"], "update_gain_at_k": update_gain(sig),
                         "signature": {k: sig.get(k) for k in SIGNATURE_KEYS}})
+    lab = build_config({}, sw.overrides)  # the lab's own setting of every axis: the page's default slice
+    lab_coords = {"clip": "course", "lr": fmt_lr(lab.lr_max), "batch": str(lab.batch_size), "target": lab.injection_param,
+                  "vs_a": axis_value("vs_a", lab.injection_scale)}
     axes: dict[str, set] = {}
     for p in preds.values():
+        p["lab_coords"] = {**lab_coords, "factor": axis_value("factor", lab.injection_scale if p["injection"] == "scale"
+                                                               else lab.injection_factor)}
         names = [a for a in AXES if any(a in pt["coords"] for pt in p["points"])]
         p["axes"] = names
         p["default_axes"] = most_telling_axes(p["points"], names)
@@ -536,8 +541,8 @@ def regimes_md(data: dict) -> str:
              "machine runs; the load average is the machine's at the end):", "",
              "| when | wall | runs trained (CPU s) | reused from the cache | workers | load average |",
              "|---|---|---|---|---|---|",
-             *(f"| {h.get('generated') or 'n/a'} | {fmt(h.get('seconds'), 3)} s | {h.get('trained')} "
-               f"({fmt(h.get('cpu_seconds'), 3)}) | {h.get('reused')} | {h.get('jobs')} | {fmt(h.get('load_average'), 2)} |"
+             *(f"| {h.get('generated') or 'n/a'} | {h.get('seconds', 0):.0f} s | {h.get('trained')} "
+               f"({h.get('cpu_seconds', 0):.0f}) | {h.get('reused')} | {h.get('jobs')} | {fmt(h.get('load_average'), 2)} |"
                for h in data.get("history", [])), "",
              "## The clip grid and how often the healthy run clips", "",
              "Thresholds are placed on the unclipped healthy run's pre-clip gradient norm over steps "
@@ -612,9 +617,9 @@ MECHANISMS: dict[str, str] = {
     "B3": "Mechanism: at the course learning rate one step on one bad batch is forgotten at once (recovery 1 "
           "step: only the batch's own loss at K is off); there is no 50-step recovery because there is "
           "almost nothing to recover from. At the 10x learning rate the same small perturbation is amplified: "
-          "the two trajectories part chaotically and differ by a tenth of a nat or more for 100-250 steps "
-          "(the same drift appears after any perturbation there, see A1 at p99), which is again not the "
-          "lab's ~50 steps.",
+          "the two trajectories part chaotically and their windowed difference stays outside the band for "
+          "about 200 steps or beyond the tail (A at p99 drifts the same way after a gradient only 1.8x the "
+          "baseline's: A4's table), which is again not the lab's ~50 steps.",
     "C1": "Mechanism: by construction. v is corrupted after the loss at K is measured, and it changes only the "
           "size of later updates; the loss at K is the baseline's exactly, in every regime.",
     "C2": "Mechanism: multiplying v by f divides that tensor's updates by about sqrt(f) until v's EMA forgets "
@@ -623,8 +628,9 @@ MECHANISMS: dict[str, str] = {
           "crosses 0.1 nats depends on how much the tensor still has to learn: the token embedding (tied "
           "with the output head) at x100 or x1000 does, the output bias stays far below at the course "
           "learning rate, and shrinking v (x0.01: larger steps for a few dozen steps) barely shows there. At "
-          "the 10x learning rate most cells cross 0.1 nats, x0.01 included: there any perturbation grows into "
-          "a tenth-of-a-nat drift (B3), so a verdict there says the run is sensitive, not that v was corrupted.",
+          "the 10x learning rate every embedding cell crosses 0.1 nats, x0.01 included, and the bias cells "
+          "scatter around the line: there any perturbation grows into a tenth-of-a-nat drift (B3), so a "
+          "verdict there says the run is sensitive, not which way v was corrupted.",
     "C3": "Mechanism: Adam's v is an EMA of g² with beta2 = 0.95, so a corruption by f decays like 0.95^n and "
           "is within 10% after about ln(f / 0.1) / 0.05 steps for f > 1 (about 140 for x100, 180 for x1000) "
           "and a few dozen for f < 1; a cell fails only when the tail ends before that.",
