@@ -27,6 +27,7 @@ from minitrain.run import files, reader
 from minitrain.core.errors import UserError
 from minitrain.core.fmt import fmt
 
+
 @dataclass(frozen=True)
 class Prediction:
     """One of the lab's predictions: its words, how a signature judges it (B's comparisons also read the
@@ -59,7 +60,7 @@ PREDICTIONS: dict[str, list[Prediction]] = {
                    lambda s, a: f"x{fmt(s['grad_norm_ratio_vs_baseline_at_k'], 3)} for an injected x{fmt(s['injection_scale'])}"),
         Prediction("clipping engages (post-clip ~1.0)", lambda s, a: s["clipped_at_k"],
                    lambda s, a: f"post-clip {fmt(s['grad_norm_clipped_at_k'], 3)}, clip "
-                                f"{fmt(s['grad_clip'], 3) if s['grad_clip'] < 1e9 else 'off'}"),
+                                f"{fmt(s['grad_clip'], 3) if s['grad_clip'] < 1e9 else 'off'}"),  # explore's "off": 1e30
         Prediction("loss recovers within 20-40 steps",
                    lambda s, a: s["recovery_steps"] is not None and 20 <= s["recovery_steps"] <= 40,
                    lambda s, a: _steps(s["recovery_steps"], "recovered")),
@@ -129,8 +130,8 @@ def lab_signature(run: Path, baseline: Path) -> dict:
         "grad_norm_ratio_vs_baseline_at_k": rows[k]["grad_norm"] / base[k]["grad_norm"],
         "grad_norm_clipped_at_k": rows[k]["grad_norm_clipped"],
         "clipped_at_k": bool(rows[k]["clipped"]),
-        "grad_clip": cfg["grad_clip"],
-        "injection_scale": cfg["injection_scale"],
+        "grad_clip": cfg.get("grad_clip"),
+        "injection_scale": cfg.get("injection_scale"),
         "pre_post_clip_ratio_at_k": rows[k]["grad_norm"] / rows[k]["grad_norm_clipped"],
         "recovery_tolerance_nats": TOL,
         "recovery_steps": recovery,
