@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_one_line_error, run_cli
-from test_dashboard import ARTIFACTS, Opened, browser  # noqa: F401 - the browser fixture (headless Chromium, offline)
+from test_dashboard import ARTIFACTS, browser  # noqa: F401 - the browser fixture (headless Chromium)
 from minitrain.analysis import signature
 from minitrain.core.config import PRESETS, build_config
 from minitrain.lab import explore
@@ -161,8 +161,14 @@ def test_pretraining_like_preset_only_moves_the_clip_threshold():
 
 def test_page_renders_offline_with_a_map_per_prediction(tiny_map, browser):
     out, data, _ = tiny_map
-    view = Opened(browser, out / "index.html", ready="window.__exploreReady === true")
-    page = view.page
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    network, errors = [], []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
+               else (network.append(route.request.url), route.abort()))  # the network is blocked
+    page.goto((out / "index.html").resolve().as_uri())
+    page.wait_for_function("() => window.__exploreReady === true", timeout=30_000)
     assert page.locator("section.map").count() == 10
     assert "Holds in" in page.locator("#map-A1 .region").inner_text()
     cells = page.locator("#map-A3 td[data-holds]")
@@ -180,4 +186,5 @@ def test_page_renders_offline_with_a_map_per_prediction(tiny_map, browser):
     assert page.locator("#trunks tr").count() == 1 + 3
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "explore.png"), full_page=True)
-    view.check_clean()
+    assert network == [] and errors == [], (network, errors)
+    page.close()
