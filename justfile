@@ -85,9 +85,10 @@ diagnose run *args:
 stability-md:
     minitrain stability-md
 
-# score the walker and the field's detectors on a generated suite (quick=1: short runs, about a minute)
+# score the walker and the field's detectors on a generated suite (quick=1: short runs, about a minute;
+# grown=1: issue 12's faults on a tuning and a held-out seed)
 eval-diagnosis *args:
-    python bench/eval_diagnosis.py $([ "${quick:-0}" = 1 ] && echo --quick) {{args}}
+    python bench/eval_diagnosis.py $([ "${quick:-0}" = 1 ] && echo --quick) $([ "${grown:-0}" = 1 ] && echo --grown) {{args}}
 
 # run the whole test suite (installs the test tools and a headless Chromium if missing)
 test *args:

@@ -31,7 +31,10 @@ from minitrain.analysis import detectors
 from minitrain.analysis import stability
 from minitrain.core.config import build_config
 
-CAUSE_OF_INJECTION = {"scale": "gradient_explosion", "bad_batch": "bad_batch", "v_corrupt": "optimizer_state_corruption"}
+CAUSE_OF_INJECTION = {"scale": "gradient_explosion", "bad_batch": "bad_batch", "v_corrupt": "optimizer_state_corruption",
+                      "lr_spike": "lr_spike", "corrupt_batch": "bad_batch", "stuck_loader": "stuck_loader",
+                      "target_leak": "target_leak", "adam_setting": "optimizer_setting"}
+NO_NAME = ("healthy", "unknown")  # the answers that name no cause: never a wrong name
 DETECT_WINDOW = 20  # a detector "detects" an injection at K if it flags a step in [K, K + 20]
 
 
@@ -47,6 +50,9 @@ class Case:
     magnitude: str = ""  # scale / factor / sentence, for the by-magnitude table
     param: str = ""
     borderline: bool = False  # within natural variation: either verdict is accepted, reported apart
+    split: str = "tuning"  # tuning: runs the thresholds were set on | held-out: runs that only measured them
+    near_miss: bool = False  # must stay healthy or unknown (the right name also counts as right)
+    oov: bool = False  # a fault outside the tree's vocabulary: healthy / unknown accepted, any name is wrong
     result: dict = field(default_factory=dict)
 
     @property
@@ -125,6 +131,124 @@ def full_suite() -> list[Case]:
     return cases
 
 
+def fault_cases(seed: int, split: str) -> list[Case]:
+    """The faults beyond the lab's three (issue 12) on one seed: every kind over steps and severities, plus
+    near misses. K is late (1200-1700, jittered by seed) so each forks from the clean run and costs little."""
+    j = 17 * seed % 97
+    k1, k2, k3 = 1210 + j, 1450 + j, 1620 + j
+    inj = lambda kind, k, *extra: ["injection=" + kind, f"injection_step={k}", *extra]  # noqa: E731
+    cases = [
+        Case(f"lr_spike-x30-5-k{k1}", seed, inj("lr_spike", k1, "injection_mult=30", "injection_span=5"),
+             "lr_spike", "lr_spike", "injection", k1, "LR x30 for 5 steps", split=split),
+        Case(f"lr_spike-x3-50-k{k2}", seed, inj("lr_spike", k2, "injection_mult=3", "injection_span=50"),
+             "lr_spike", "lr_spike", "injection", k2, "LR x3 for 50 steps", split=split),
+        Case(f"lr_spike-x0.2-30-k{k3}", seed, inj("lr_spike", k3, "injection_mult=0.2", "injection_span=30"),
+             "lr_spike", "lr_spike", "injection", k3, "LR x0.2 for 30 steps (a dip)", split=split),
+        Case(f"corrupt-random8-k{k1}", seed, inj("corrupt_batch", k1, "injection_mode=random"),
+             "bad_batch", "bad_batch", "injection", k1, "random ids, 8 of 8 rows", split=split),
+        Case(f"corrupt-shift4-k{k2}", seed, inj("corrupt_batch", k2, "injection_mode=shift", "injection_rows=4"),
+             "bad_batch", "bad_batch", "injection", k2, "wrong-place cuts, 4 of 8 rows", split=split),
+        Case(f"corrupt-mismatch2-k{k3}", seed, inj("corrupt_batch", k3, "injection_mode=mismatch", "injection_rows=2"),
+             "bad_batch", "bad_batch", "injection", k3, "mismatched targets, 2 of 8 rows", split=split),
+        Case(f"corrupt-shift1-k{k1 + 40}", seed, inj("corrupt_batch", k1 + 40, "injection_mode=shift", "injection_rows=1"),
+             "bad_batch", "bad_batch", "injection", k1 + 40, "wrong-place cut, 1 of 8 rows", split=split,
+             near_miss=True),
+        Case(f"stuck-20-k{k2}", seed, inj("stuck_loader", k2, "injection_span=20"),
+             "stuck_loader", "stuck_loader", "injection", k2, "same batch 20 steps", split=split),
+        Case(f"stuck-2-k{k3}", seed, inj("stuck_loader", k3, "injection_span=2"),
+             "stuck_loader", "stuck_loader", "injection", k3, "same batch 2 steps (one repeat)", split=split,
+             near_miss=True),
+        Case(f"leak-k{k1 - 200}", seed, inj("target_leak", k1 - 200, "injection_span=0"),
+             "target_leak", "target_leak", "injection", k1 - 200, "inputs = targets to the end", split=split),
+        Case(f"leak-20-k{k2}", seed, inj("target_leak", k2, "injection_span=20"),
+             "target_leak", "target_leak", "injection", k2, "inputs = targets for 20 steps", split=split,
+             near_miss=True),
+        Case(f"adam-b2-0.6-k{k1}", seed, inj("adam_setting", k1, "injection_beta2=0.6"),
+             "optimizer_setting", "optimizer_setting", "injection", k1, "beta2 0.95 -> 0.6 from K", split=split),
+    ]
+    return cases
+
+
+def whole_run_cases(seed: int, split: str) -> list[Case]:
+    """Faults that change a whole run (no fork): the LR's size, clipping off."""
+    return [
+        Case("lr-x10", seed, ["lr_max=0.003", "lr_min=0.0003"], "lr_too_high", "lr_too_high", "break",
+             magnitude="LR x10 (3e-3)", split=split),
+        Case("lr-x30", seed, ["lr_max=0.009", "lr_min=0.0009"], "lr_too_high", "lr_too_high", "break",
+             magnitude="LR x30 (9e-3)", split=split),
+        Case("lr-x3", seed, ["lr_max=0.0009", "lr_min=0.00009"], "lr_too_high", "lr_too_high", "break",
+             magnitude="LR x3 (9e-4)", split=split, near_miss=True),
+    ]
+
+
+def tuning_cases() -> list[Case]:
+    """Seed 1: the runs the new thresholds were set on (measured first, while the faults were being built)."""
+    t = "tuning"
+    inj = lambda kind, k, *extra: ["injection=" + kind, f"injection_step={k}", *extra]  # noqa: E731
+    return [
+        Case("clean", 1, [], "healthy", "healthy", "clean", split=t),
+        Case("lr10x20-k600", 1, inj("lr_spike", 600, "injection_mult=10", "injection_span=20"), "lr_spike",
+             "lr_spike", "injection", 600, "LR x10 for 20 steps", split=t),
+        Case("cb-random8-k600", 1, inj("corrupt_batch", 600, "injection_mode=random"), "bad_batch", "bad_batch",
+             "injection", 600, "random ids, 8 of 8 rows", split=t),
+        Case("cb-shift8-k600", 1, inj("corrupt_batch", 600, "injection_mode=shift"), "bad_batch", "bad_batch",
+             "injection", 600, "wrong-place cuts, 8 of 8 rows", split=t),
+        Case("cb-mismatch8-k600", 1, inj("corrupt_batch", 600, "injection_mode=mismatch"), "bad_batch", "bad_batch",
+             "injection", 600, "mismatched targets, 8 of 8 rows", split=t),
+        Case("cb-random2-k1500", 1, inj("corrupt_batch", 1500, "injection_mode=random", "injection_rows=2"),
+             "bad_batch", "bad_batch", "injection", 1500, "random ids, 2 of 8 rows", split=t),
+        Case("cb-mismatch2-k1500", 1, inj("corrupt_batch", 1500, "injection_mode=mismatch", "injection_rows=2"),
+             "bad_batch", "bad_batch", "injection", 1500, "mismatched targets, 2 of 8 rows", split=t),
+        Case("stuck50-k600", 1, inj("stuck_loader", 600, "injection_span=50"), "stuck_loader", "stuck_loader",
+             "injection", 600, "same batch 50 steps", split=t),
+        Case("leak-k600", 1, inj("target_leak", 600, "injection_span=0"), "target_leak", "target_leak", "injection",
+             600, "inputs = targets to the end", split=t),
+        Case("leak-k1400", 1, inj("target_leak", 1400, "injection_span=0"), "target_leak", "target_leak",
+             "injection", 1400, "inputs = targets to the end", split=t),
+        Case("leak-k0", 1, inj("target_leak", 0, "injection_span=0"), "target_leak", "target_leak", "injection", 0,
+             "inputs = targets, the whole run", split=t),
+        Case("lrhigh10", 1, ["lr_max=0.003", "lr_min=0.0003"], "lr_too_high", "lr_too_high", "break",
+             magnitude="LR x10 (3e-3)", split=t),
+        Case("lrhigh30", 1, ["lr_max=0.009", "lr_min=0.0009"], "lr_too_high", "lr_too_high", "break",
+             magnitude="LR x30 (9e-3)", split=t),
+        Case("nomask", 1, ["causal_mask=false"], "broken_mask", "broken_mask", "break", split=t),
+        # a setting from step 0 leaves no change to see, and measured no spike: healthy is the honest answer
+        Case("beta2-999", 1, ["beta2=0.999"], "optimizer_setting", "healthy", "break",
+             magnitude="beta2 0.999, whole run", split=t, oov=True),
+        Case("beta2-9999", 1, ["beta2=0.9999"], "optimizer_setting", "healthy", "break",
+             magnitude="beta2 0.9999, whole run", split=t, oov=True),
+        *[Case(f"adam-b2-{b2}{'-eps' + eps if eps else ''}-k300", 1,
+               inj("adam_setting", 300, f"injection_beta2={b2}", *([f"injection_eps={eps}"] if eps else [])),
+               "optimizer_setting", "optimizer_setting", "injection", 300,
+               f"beta2 0.95 -> {b2}{', eps ' + eps if eps else ''} from K", split=t)
+          for b2, eps in (("0.6", ""), ("0.8", ""), ("0.6", "1e-16"), ("0.9999", ""))],
+    ]
+
+
+def grown_suite() -> list[Case]:
+    """Issue 12's faults. Seed 1 is the TUNING split (the runs the new thresholds were set on); seed 6 is HELD
+    OUT (other K, magnitudes and severities; trained and scored only after the thresholds were fixed). Clipping
+    off: a clean run and a x50 scale on it (the leaf's text must say the clipping-off thing)."""
+    cases = tuning_cases()
+    # seed 7: held out from everything, including the two fixes made after seed 6 was scored (docs/diagnosis.md)
+    cases.append(Case("clean", 7, [], "healthy", "healthy", "clean", split="held-out-2"))
+    cases += fault_cases(7, "held-out-2")
+    cases.append(Case("lr-x30", 7, ["lr_max=0.009", "lr_min=0.0009"], "lr_too_high", "lr_too_high", "break",
+                      magnitude="LR x30 (9e-3)", split="held-out-2"))
+    seed, split = 6, "held-out"
+    cases.append(Case("clean", seed, [], "healthy", "healthy", "clean", split=split))
+    cases += fault_cases(seed, split)
+    cases += whole_run_cases(seed, split)
+    cases.append(Case("break-no-mask", seed, ["causal_mask=false"], "broken_mask", "broken_mask", "break",
+                      split=split))
+    cases.append(Case("noclip/clean", seed, ["grad_clip=0"], "healthy", "healthy", "clean", split=split))
+    cases.append(Case("noclip/scale-x50-k1500", seed, ["grad_clip=0", "injection=scale", "injection_step=1500",
+                                                       "injection_scale=50"],
+                      "gradient_explosion", "gradient_explosion", "injection", 1500, "scale x50, clipping off",
+                      split=split))
+    return cases
+
+
 def quick_suite() -> list[Case]:
     """Short runs (200 steps): the pipeline and the clear-cut leaves, in about a minute of CPU."""
     cases = [Case("clean", s, [], "healthy", "healthy", "clean") for s in (1, 2)]
@@ -188,14 +312,14 @@ def _train_one(args: tuple[str, list[str], str]) -> tuple[str, float]:
 
 
 def ensure_runs(cases: list[Case], suite: Path, base: list[str], jobs: int) -> None:
-    todo_first, todo_then = [], []
+    clean_first, forks, whole = [], [], []
     for c in cases:
         cfg = _config(c, base)
         if _up_to_date(suite / c.folder, cfg):
             continue
         job = (c.folder, [*base, f"seed={c.seed}", *c.sets], str(suite))
-        (todo_then if c.kind == "injection" else todo_first).append(job)
-    for batch in (todo_first, todo_then):  # clean runs first: the injection runs fork from them
+        (clean_first if c.kind == "clean" else forks if c.kind == "injection" else whole).append(job)
+    for batch in (clean_first, forks, whole):  # clean runs first: the injection runs fork from them
         if not batch:
             continue
         print(f"training {len(batch)} run(s) with {jobs} job(s) ...", file=sys.stderr)
@@ -231,7 +355,7 @@ def evaluate(cases: list[Case], suite: Path) -> None:
         if c.kind == "clean":
             c.result["margins"] = clean_margins(ev)
         if c.kind == "injection":
-            clean = suite / f"seed{c.seed}" / "clean"
+            clean = (suite / c.folder).parent / "clean"
             if clean.exists():
                 cmp = stability.compare(ev, stability.load_evidence(clean), c.k)
                 c.result["trace"] = {"first_differing_step": cmp.get("first_differing_step"),
@@ -246,9 +370,9 @@ def clean_margins(ev) -> dict:
     warnings.simplefilter("ignore", RuntimeWarning)
     with np.errstate(all="ignore"):
         up = ev.gn_log_ratio - np.maximum(np.nan_to_num(ev.loss_log_ratio, nan=0.0), 0)
-        rare = ev.batch("rare_share")
-        rare_ratio = rare / stability._trailing_median_fast(rare)
-        excess = ev.loss - np.exp(stability._trailing_median_fast(np.log(ev.loss)))
+        excess = ev.loss_excess
+        gn_ratio = np.exp(ev.gn_log_ratio)
+        back = np.append(excess[1:], np.nan) <= stability.T["outlier_back"] * excess
         vf = ev.v_factor
         idx = np.flatnonzero(np.isfinite(ev.val_loss))
         val = ev.val_loss[idx]
@@ -258,8 +382,13 @@ def clean_margins(ev) -> dict:
             "all_tensor_down_min": float(np.exp(np.nanmin(ev.g_all_down))),
             "gn_jump_any_max": float(np.exp(np.nanmax(up))),
             "loss_excess_max_nats": float(np.nanmax(excess)),
-            "loss_excess_max_with_rare_4x": float(np.nanmax(np.where(rare_ratio >= stability.T["outlier_rare"],
-                                                                     excess, np.nan))) if (rare_ratio >= 4).any() else None,
+            "loss_excess_max_with_gn_and_back": float(np.nanmax(np.where(
+                (gn_ratio >= stability.T["outlier_gn"]) & back, excess, np.nan))),
+            "update_ratio_median": float(np.nanmedian(ev.update_ratio)),
+            "stuck_repeats_max": int(ev.repeat_run.max()) if len(ev.repeat_run) else 0,
+            "lr_jump_max": float(np.exp(np.nanmax(np.abs(np.log(ev.lr_step_ratio[2:]))))),
+            "val_worst_over_lnv": float(val[idx > 0].max() / ev.ln_v) if (idx > 0).any() else None,
+            "v_fit_noise": float(vf["noise"]) if vf else None,
             "best_val_over_ngram": float(val.min() / ev.ngram_val_loss) if len(val) and ev.ngram_val_loss else None,
             "last_val_over_best": float(val[-1] / val.min()) if len(val) else None,
         }
@@ -274,11 +403,20 @@ def _at(ev, base, k):
 
 
 def correct(c: Case) -> bool:
-    if c.result["cause"] != c.expect:
+    """Right: the expected cause (and, for a fault at one step, the step). A near miss or a fault outside the
+    tree's vocabulary is also right when the answer names no cause (healthy / unknown)."""
+    if (c.near_miss or c.oov) and c.result["cause"] in NO_NAME:
+        return True
+    if c.oov or c.result["cause"] != c.expect:
         return False
-    if c.kind == "injection" and c.expect != "healthy":
+    if c.kind == "injection" and c.expect != "healthy" and c.result["anomaly_step"] is not None:
         return c.result["anomaly_step"] == c.k
-    return True
+    return c.kind != "injection" or c.expect == "healthy"
+
+
+def wrong_name(c: Case) -> bool:
+    """A cause named that is not the fault's: worse than 'unknown'. The goal is zero."""
+    return c.result["cause"] not in NO_NAME and (c.oov or c.result["cause"] != c.truth)
 
 
 def detector_rows(cases: list[Case]) -> list[dict]:
@@ -343,29 +481,46 @@ def render(cases: list[Case], mode: str, secs: float) -> str:
              "|---|" + "---|" * len(cols_present)]
     for r in rows_present:
         lines.append(f"| {r} | " + " | ".join(str(m.get((r, col), 0) or ".") for col in cols_present) + " |")
-    inj = [c for c in cases if c.kind == "injection" and c.expect != "healthy" and not c.borderline]
+    inj = [c for c in cases if c.kind == "injection" and c.expect != "healthy" and not c.borderline
+           and not c.near_miss and not c.oov]
     step_ok = sum(1 for c in inj if c.result["anomaly_step"] == c.k)
+    wrong = [c for c in cases if wrong_name(c)]
+    oov = [c for c in cases if c.oov]
+    named = [c for c in cases if c.result["cause"] not in NO_NAME]
     lines += ["", f"Anomaly step exactly right on {step_ok} of {len(inj)} injections that must be caught.", "",
-              "## Every run", "",
-              "| run | truth | expected | diagnosed | leaf | K | step found | ok |", "|---|---|---|---|---|---|---|---|"]
+              f"**Wrong names: {len(wrong)}** of {len(named)} runs given a cause "
+              f"(precision {1 - len(wrong) / max(1, len(named)):.3f}); 'unknown' answers: "
+              f"{sum(c.result['cause'] == 'unknown' for c in cases)}. Faults outside the tree's vocabulary: "
+              f"{len(oov)}, of which named wrongly: {sum(wrong_name(c) for c in oov)}.", ""]
+    for split in sorted({c.split for c in cases}):
+        sc = [c for c in cases if c.split == split and not c.borderline]
+        lines.append(f"- {split}: {sum(correct(c) for c in sc)} of {len(sc)} right, "
+                     f"{sum(wrong_name(c) for c in sc)} wrong names")
+    lines += ["", "## Every run", "",
+              "| run | split | truth | expected | diagnosed | leaf | K | step found | ok |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for c in cases:
-        ok = "borderline" if c.borderline else ("yes" if correct(c) else "**NO**")
-        lines.append(f"| {c.folder} | {c.truth} {c.magnitude} {c.param} | {c.expect} | {c.result['cause']} | "
-                     f"{c.result['leaf']} | {c.k if c.k is not None else ''} | "
+        tag = " (near miss)" if c.near_miss else " (outside the vocabulary)" if c.oov else ""
+        ok = "borderline" if c.borderline else ("**WRONG NAME**" if wrong_name(c) else "yes" if correct(c) else "**NO**")
+        lines.append(f"| {c.folder} | {c.split} | {c.truth} {c.magnitude} {c.param}{tag} | {c.expect} | "
+                     f"{c.result['cause']} | {c.result['leaf']} | {c.k if c.k is not None else ''} | "
                      f"{c.result['anomaly_step'] if c.result['anomaly_step'] is not None else ''} | {ok} |")
     clean = [c for c in cases if c.kind == "clean" and "margins" in c.result]
     if clean:
         lines += ["", "## How close clean runs come to each threshold", "",
-                  "| clean run | v factor (§6.1: 1.02) | every tensor up (§7.1: 2) | every tensor down (§7.2: 0.4) | "
-                  "any jump (§7.3: 30) | loss excess nats (§4.2: 1, with rare x4) | best val / n-gram (§3.2: 0.85) | "
-                  "last / best val (§3.2: 1.15) |", "|---|---|---|---|---|---|---|---|"]
+                  "| clean run | split | v factor (§6.1: 1.02) | every tensor up (§7.1: 2) | every tensor down (§7.2: 0.4) | "
+                  "any jump (§7.3: 30) | loss excess nats (§4.2: 1; with gn x1.5 and back) | best val / n-gram (§3.2: 0.85) | "
+                  "last / best val (§3.2: 1.15) | median update ratio (§2.5: 0.0025) | LR jump (§2.4: 1.8) | "
+                  "repeats (§4.3: 3) | worst val / ln V (§3.4: 1) |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for c in clean:
             mg = c.result["margins"]
             f = lambda x, d=3: "n/a" if x is None else f"{x:.{d}g}"  # noqa: E731
-            lines.append(f"| {c.folder} | {f(mg['v_factor_max_dev'], 6)} | {f(mg['all_tensor_up_max'])} | "
+            lines.append(f"| {c.folder} | {c.split} | {f(mg['v_factor_max_dev'], 6)} | {f(mg['all_tensor_up_max'])} | "
                          f"{f(mg['all_tensor_down_min'])} | {f(mg['gn_jump_any_max'])} | "
-                         f"{f(mg['loss_excess_max_nats'])} ({f(mg['loss_excess_max_with_rare_4x'])}) | "
-                         f"{f(mg['best_val_over_ngram'])} | {f(mg['last_val_over_best'])} |")
+                         f"{f(mg['loss_excess_max_nats'])} ({f(mg['loss_excess_max_with_gn_and_back'])}) | "
+                         f"{f(mg['best_val_over_ngram'])} | {f(mg['last_val_over_best'])} | "
+                         f"{f(mg['update_ratio_median'])} | {f(mg['lr_jump_max'])} | {mg['stuck_repeats_max']} | "
+                         f"{f(mg['val_worst_over_lnv'])} |")
     lines += ["", "## The field's detectors over the same runs", "",
               f"A detector detects an injection when it flags a step in [K, K+{DETECT_WINDOW}] that the same seed's "
               "clean run does not flag (the two share every batch; delay = first such flag - K); a break or LR bug when it flags any step (shown: the first flagged step, which may have "
@@ -391,13 +546,16 @@ def render(cases: list[Case], mode: str, secs: float) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="short runs (200 steps) for tests and CI")
+    ap.add_argument("--grown", action="store_true",
+                    help="issue 12's faults (LR spike / too high, corrupted and stuck batches, target leak, optimizer "
+                         "setting, clipping off) on a tuning seed and two held-out seeds, 2000-step runs")
     ap.add_argument("--suite", metavar="DIR", help="where the suite's runs live (default experiments/diagnosis-suite[-quick])")
     ap.add_argument("--jobs", type=int, default=1, help="training processes in parallel (default 1)")
     ap.add_argument("--no-train", action="store_true", help="score the runs already there, train nothing")
     args = ap.parse_args(argv)
-    mode = "quick" if args.quick else "full"
-    suite = Path(args.suite or f"experiments/diagnosis-suite{'-quick' if args.quick else ''}")
-    cases = quick_suite() if args.quick else full_suite()
+    mode = "quick" if args.quick else "grown" if args.grown else "full"
+    suite = Path(args.suite or f"experiments/diagnosis-suite{'' if mode == 'full' else '-' + mode}")
+    cases = quick_suite() if args.quick else grown_suite() if args.grown else full_suite()
     base = QUICK_BASE if args.quick else FULL_BASE
     t0 = time.perf_counter()
     if not args.no_train:
@@ -413,7 +571,8 @@ def main(argv=None) -> int:
         {"mode": mode, "cases": [asdict(c) for c in cases], "detectors": detector_rows(cases)}, indent=1) + "\n")
     print(text)
     wrong = [c.folder for c in cases if not c.borderline and not correct(c)]
-    print(f"wrong: {', '.join(wrong) if wrong else 'none'}", file=sys.stderr)
+    print(f"not right: {', '.join(wrong) if wrong else 'none'}; wrong names: "
+          f"{', '.join(c.folder for c in cases if wrong_name(c)) or 'none'}", file=sys.stderr)
     return 0
 
 

@@ -28,6 +28,8 @@ def test_set_overrides_and_types():
     (["causal_mask=maybe"], "expects bool"),
     (["d_model=65"], "multiple of n_head"),
     (["noequals"], "key=value"),
+    (["grad_clip=-1"], "grad_clip must be >= 0 (0 or none = no clipping)"),
+    (["grad_clip=sometimes"], "expects float"),
 ])
 def test_bad_values_are_one_line_user_errors(overrides, needle):
     with pytest.raises(UserError) as e:
@@ -88,3 +90,22 @@ def test_every_command_has_help():
         proc = run_cli(*cmd, "--help")
         assert proc.returncode == 0 and "usage:" in proc.stdout, cmd
         assert len(proc.stdout.splitlines()) >= 4, cmd  # a description, not a bare usage line
+
+
+@pytest.mark.parametrize("value", ["0", "none", "off", "None"])
+def test_grad_clip_can_be_turned_off(value, tmp_path):
+    assert build_config({}, [f"grad_clip={value}"]).grad_clip == 0.0
+    f = tmp_path / "c.yaml"
+    f.write_text("grad_clip: null\n")
+    assert build_config(load_yaml(f)).grad_clip == 0.0
+
+
+def test_a_run_without_clipping_logs_the_full_norm_and_never_clips():
+    from conftest import small_config
+    from minitrain import loop
+
+    run = loop.build_run(small_config("grad_clip=none", "steps=12"))
+    rows = []
+    loop.run_steps(run, 0, on_row=rows.append)
+    assert all(r["grad_norm_clipped"] == r["grad_norm"] and r["clipped"] is False for r in rows)
+    assert max(r["grad_norm"] for r in rows) > 1.0  # with clipping at 1.0 these steps would have been cut

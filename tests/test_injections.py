@@ -26,9 +26,11 @@ def lab(small_baseline):
     return out
 
 
-def test_registry_has_the_three_lab_injections_at_their_points():
-    assert {n: i.point for n, i in REGISTRY.items()} == {
-        "scale": "grads", "bad_batch": "batch", "v_corrupt": "optimizer_state"}
+def test_registry_has_the_lab_injections_and_the_faults_at_their_points():
+    assert {n: (i.point, i.lasts) for n, i in REGISTRY.items()} == {
+        "scale": ("grads", "step"), "bad_batch": ("batch", "step"), "v_corrupt": ("optimizer_state", "step"),
+        "lr_spike": ("lr", "span"), "corrupt_batch": ("batch", "step"), "stuck_loader": ("batch", "span"),
+        "target_leak": ("batch", "span"), "adam_setting": ("optimizer_state", "rest")}
 
 
 def test_hook_is_a_no_op_by_default():
@@ -116,7 +118,12 @@ def test_lm_head_weight_is_an_alias_of_the_tied_embedding():
 
 
 @pytest.mark.parametrize("args, needles", [
-    (["--injection", "explode"], ["unknown injection 'explode'", "scale, bad_batch, v_corrupt"]),
+    (["--injection", "explode"], ["unknown injection 'explode'", "scale, bad_batch, v_corrupt, lr_spike"]),
+    (["--injection", "corrupt_batch", "--injection-step", "60", "--set", "injection_mode=garble"], ["injection_mode", "random"]),
+    (["--injection", "corrupt_batch", "--injection-step", "60", "--set", "injection_rows=-1"], ["injection_rows"]),
+    (["--injection", "lr_spike", "--injection-step", "60", "--set", "injection_mult=0"], ["injection_mult"]),
+    (["--injection", "stuck_loader", "--injection-step", "60", "--set", "injection_span=-2"], ["injection_span"]),
+    (["--injection", "adam_setting", "--injection-step", "60", "--set", "injection_beta2=1"], ["injection_beta2"]),
     (["--injection", "scale", "--injection-step", "-1"], ["injection_step must be within [0, 119]"]),
     (["--injection", "scale", "--injection-step", "120"], ["injection_step must be within [0, 119]"]),
     (["--injection", "v_corrupt", "--injection-step", "60", "--set", "injection_param=lm_head.bais"], ["unknown parameter", "lm_head.bias"]),
@@ -155,3 +162,126 @@ def test_just_phase_19_train_reads_shell_variables(tmp_path):
     p = subprocess.run([just, "--justfile", str(root / "justfile"), "phase-19-train", *extra], env=env,
                        capture_output=True, text=True)
     assert p.returncode != 0 and "shell variable injection_step='abc' is not an integer" in p.stderr
+
+
+# ---------------------------------------------------------------------------------------------------
+# The faults beyond the lab's three (issue 12)
+# ---------------------------------------------------------------------------------------------------
+
+FAULTS = {
+    "lr_spike": ("injection_mult=10", "injection_span=5"),
+    "corrupt_batch": ("injection_mode=shift", "injection_rows=4"),
+    "stuck_loader": ("injection_span=8",),
+    "target_leak": ("injection_span=0",),
+    "adam_setting": ("injection_beta2=0.6", "injection_eps=1e-12"),
+}
+
+
+@pytest.fixture(scope="module")
+def faults(small_baseline):
+    """Each new fault at K, forked from the small baseline."""
+    exp = small_baseline.parent
+    out = {}
+    for name, sets in FAULTS.items():
+        out[name] = exp / f"fault-{name}"
+        if not out[name].exists():
+            loop.train(small_config(f"injection={name}", f"injection_step={K}", *sets), out[name])
+    return out
+
+
+@pytest.mark.parametrize("name", list(FAULTS))
+def test_fault_forks_at_k_and_is_recorded(faults, small_baseline, name):
+    base, r = rows(small_baseline), rows(faults[name])
+    assert r[:K] == base[:K] and r[K] != base[K] or name in ("lr_spike", "adam_setting")
+    manifest = json.loads((faults[name] / "manifest.json").read_text())
+    assert manifest["forked_from"] == {"run": "18-baseline", "checkpoint_step": K}
+    settings = manifest["injection"]
+    assert settings["injection"] == name and settings["step"] == K and settings["lasts"] == REGISTRY[name].lasts
+    for p in REGISTRY[name].params:
+        assert p in settings, p
+    assert settings["record"]["step"] == K and settings["record"]["touched"]
+
+
+@pytest.mark.parametrize("name", ["stuck_loader", "corrupt_batch"])
+def test_fault_fork_is_byte_identical_to_a_run_from_scratch(faults, tmp_path, name):
+    loop.train(small_config(f"injection={name}", f"injection_step={K}", *FAULTS[name]), tmp_path / "s", fork=False)
+    assert rows(tmp_path / "s") == rows(faults[name])
+
+
+def test_resume_inside_a_stuck_loader_span_is_byte_identical(small_baseline, tmp_path):
+    """The stuck batch is rebuilt from step K's data order, so a run resumed inside the span (checkpoint 60,
+    K = 55) serves the same batch and ends with the same bytes."""
+    import shutil
+
+    from minitrain.run import files
+
+    run = tmp_path / "stuck"
+    loop.train(small_config("injection=stuck_loader", f"injection_step={K - 5}", "injection_span=10"), run)
+    whole = rows(run)
+    for step in files.list_checkpoints(run):
+        if step > K:
+            shutil.rmtree(files.checkpoint_dir(run, step))
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "status": "running"}))
+    loop.resume(run)
+    assert rows(run) == whole
+
+
+def test_lr_spike_multiplies_the_logged_lr_for_its_span(faults, small_baseline):
+    base = [json.loads(x)["lr"] for x in rows(small_baseline)]
+    got = [json.loads(x)["lr"] for x in rows(faults["lr_spike"])]
+    for step, (b, g) in enumerate(zip(base, got)):
+        assert g == pytest.approx(b * (10.0 if K <= step < K + 5 else 1.0), rel=1e-12), step
+
+
+def test_corrupt_batch_rows_stay_distinct_and_only_the_chosen_rows_change(small_baseline):
+    for mode in ("random", "shift", "mismatch"):
+        cfg = small_config("injection=corrupt_batch", f"injection_step={K}", f"injection_mode={mode}",
+                           "injection_rows=3")
+        run = loop.build_run(cfg)
+        clean = run.data.train_batch(K, cfg.batch_size, cfg.seed)
+        bad = maybe_inject("batch", K, clean, run.inject)
+        changed = [i for i in range(cfg.batch_size)
+                   if not (torch.equal(bad.x[i], clean.x[i]) and torch.equal(bad.y[i], clean.y[i]))]
+        assert changed == run.inject.record["rows"] and len(changed) == 3, mode
+        seqs = {tuple(r) for r in bad.x.tolist()}
+        assert len(seqs) == cfg.batch_size, mode  # no duplicated rows: the old bad-batch check cannot see it
+        assert maybe_inject("batch", K, clean, run.inject).x.equal(bad.x), mode  # deterministic
+        assert maybe_inject("batch", K + 1, clean, run.inject) is clean  # at K only
+
+
+def test_stuck_loader_and_target_leak_batches(small_baseline):
+    cfg = small_config("injection=stuck_loader", f"injection_step={K}", "injection_span=3")
+    run = loop.build_run(cfg)
+    at_k = run.data.train_batch(K, cfg.batch_size, cfg.seed)
+    for step in (K + 1, K + 2):
+        assert maybe_inject("batch", step, run.data.train_batch(step, cfg.batch_size, cfg.seed), run.inject).x.equal(at_k.x)
+    later = run.data.train_batch(K + 3, cfg.batch_size, cfg.seed)
+    assert maybe_inject("batch", K + 3, later, run.inject) is later
+    leak = loop.build_run(small_config("injection=target_leak", f"injection_step={K}", "injection_span=0"))
+    b = leak.data.train_batch(100, cfg.batch_size, cfg.seed)
+    out = maybe_inject("batch", 100, b, leak.inject)  # span 0: to the end
+    assert torch.equal(out.x, b.y) and torch.equal(out.y, b.y)
+
+
+def test_adam_setting_changes_the_optimizer_from_k_on(faults):
+    cfg = small_config("injection=adam_setting", f"injection_step={K}", "injection_beta2=0.6", "injection_eps=1e-12")
+    run = loop.build_run(cfg)
+    maybe_inject("optimizer_state", K - 1, {}, run.inject)
+    assert run.opt.param_groups[0]["betas"] == (0.9, 0.95)
+    maybe_inject("optimizer_state", K, {}, run.inject)
+    assert all(g["betas"] == (0.9, 0.6) and g["eps"] == 1e-12 for g in run.opt.param_groups)
+
+
+def test_config_lists_every_injection():
+    out = run_cli("config", check=True).stdout
+    for name, inj in REGISTRY.items():
+        assert f"#   {name}" in out and inj.summary in out, name
+
+
+def test_a_fault_trains_from_the_lab_command(tmp_path):
+    proc = run_cli("lab-run", "--experiments", str(tmp_path), "--injection", "stuck_loader", "--injection-step", "60",
+                   *small_args("injection_span=5"))
+    assert proc.returncode == 0, proc.stderr
+    run = next(tmp_path.glob("19-injection-*"))
+    assert json.loads((run / "manifest.json").read_text())["injection"]["injection"] == "stuck_loader"

@@ -68,7 +68,9 @@ def test_every_leaf_is_reachable():
         reached.add(cur)
         it = stability.ITEMS[cur]
         if isinstance(it, stability.Node):
-            todo += [it.yes, it.no or stability._next_node(cur)]
+            todo += [it.yes, it.no or stability.next_node(cur)]
+        elif it.rule_out:  # a ruled-out leaf: the walk goes on, and may end at §8.B (unknown)
+            todo += ([it.resume] if it.resume else []) + ["§8.B"]
     assert reached == set(stability.ITEMS)
 
 
@@ -226,9 +228,9 @@ def test_leaf_not_learning(quick_suite, tmp_path):
 
 
 def test_leaf_data_outlier_without_duplicates(quick_suite, tmp_path):
-    def edit(rows):
+    def edit(rows):  # one batch's own loss and gradient up, the next batch normal: no duplicated row needed
         rows[120]["loss"] += 2.0
-        rows[120]["batch"]["rare_share"] = 0.5
+        rows[120]["grad_norm"] *= 3
     run = _edited(quick_suite, tmp_path, edit)
     result = stability.diagnose_run(run)
     assert (result["leaf"], result["anomaly_step"]) == ("§4.A", 120) and "§4.2" in result["path"]
@@ -311,3 +313,93 @@ def test_eval_report_scores_the_quick_suite(quick_suite):
     rows = {r["detector"]: r for r in eval_diagnosis.detector_rows(cs)}
     assert rows["walker"]["clean_runs_alarmed"] == 0
     assert set(rows) == {d.name for d in importlib.import_module("minitrain.analysis.detectors").DETECTORS} | {"walker"}
+
+
+# --- issue 12: the faults beyond the lab's three, rule-outs, unknown --------------------------------
+
+
+def test_leaf_lr_spike_on_the_logged_lr(quick_suite, tmp_path):
+    def edit(rows):
+        for r in rows[100:110]:
+            r["lr"] *= 10
+    result = stability.diagnose_run(_edited(quick_suite, tmp_path, edit))
+    assert (result["leaf"], result["cause"], result["anomaly_step"]) == ("§2.D", "lr_spike", 100)
+    assert result["evidence"]["multiplier"] == pytest.approx(10, rel=0.05) and result["evidence"]["steps"] == 10
+
+
+def test_update_ratio_question_on_long_runs_only():
+    """§2.5 reads the median update-to-weight ratio over a run of 1000+ steps (ur measured on detail steps)."""
+    from minitrain.analysis.checks import check_update_ratio
+    from minitrain.analysis.evidence import Evidence
+
+    def ev(n, ur):
+        return Evidence([{"step": i, "loss": 1.0, "lr": 1e-3, "grad_norm": 1.0,
+                          "params": {"w": {"g": 1.0, "vm": 1.0, **({"ur": ur} if i % 10 == 0 else {})}}}
+                         for i in range(n)])
+    assert check_update_ratio(ev(1200, 0.005)).matched  # x5 the healthy 1e-3
+    assert not check_update_ratio(ev(1200, 0.001)).matched
+    short = check_update_ratio(ev(200, 0.05))
+    assert not short.matched and "judged on runs of 1000+ steps" in short.shown
+
+
+def test_leaf_stuck_loader_from_repeated_batches(quick_suite, tmp_path):
+    def edit(rows):
+        for r in rows[101:106]:
+            r["batch"] = json.loads(json.dumps(rows[100]["batch"]))
+    run = _edited(quick_suite, tmp_path, edit)
+    result = stability.diagnose_run(run)
+    assert (result["leaf"], result["cause"], result["anomaly_step"]) == ("§4.B", "stuck_loader", 100)
+    # a blind run has no row ids: the token statistics alone still show it
+    (tmp_path / "blind").mkdir()
+    blind = _edited(quick_suite, tmp_path / "blind", lambda rows: (edit(rows), [r["batch"].update(
+        rows=[None] * len(r["batch"]["rows"])) for r in rows]))
+    assert stability.diagnose_run(blind)["leaf"] == "§4.B"
+
+
+def test_unknown_names_the_two_closest_leaves_and_what_ruled_them_out(quick_suite, tmp_path):
+    def edit(rows):  # the loss jumps and stays up for a while: not one bad batch, and nothing else fits
+        for r in rows[120:126]:
+            r["loss"] += 2.0
+        rows[120]["grad_norm"] *= 3
+    result = stability.diagnose_run(_edited(quick_suite, tmp_path, edit))
+    assert (result["leaf"], result["cause"], result["anomaly_step"]) == ("§8.B", "unknown", 120)
+    closest = {c["leaf"]: c for c in result["closest"]}
+    assert len(closest) == 2 and "§4.A" in closest
+    assert "§4.2 answered no" in closest["§4.A"]["ruled_out_by"] and "next step" in closest["§4.A"]["ruled_out_by"]
+    text = stability.format_report(result, "run")
+    assert "closest: §4.A" in text
+
+
+def test_a_ruled_out_leaf_is_not_named(quick_suite, tmp_path):
+    """Training loss collapses and validation climbs (the broken-mask question answers yes), but validation ends
+    above ln V: a mask lets training peek and its causal validation stays near the n-gram baseline, so the mask
+    is ruled out and the walk goes on to the target-leak question."""
+    def edit(rows):
+        for i, r in enumerate(rows):
+            if i > 40:
+                r["loss"] = 0.05
+        for step, val in ((50, 4.0), (100, 5.5), (150, 7.0)):
+            rows[step]["val_loss"] = val
+    result = stability.diagnose_run(_edited(quick_suite, tmp_path, edit))
+    asked = next(p for p in result["walk"] if p["node"] == "§3.2")
+    assert asked["answer"] == "yes" and asked["ruled_out"]["leaf"] == "§3.B"
+    assert "validation ends above ln V" in asked["ruled_out"]["by"][0]
+    assert (result["leaf"], result["cause"]) == ("§3.D", "target_leak")
+    assert result["decided_by"] == "§3.4"
+
+
+def test_clipping_off_changes_the_explosion_texts(quick_suite, tmp_path):
+    run, case = run_of(quick_suite, "seed1/scale-x50-")
+    on = stability.diagnose_run(run)
+    assert on["case"] == "clipping on" and "clipping cut the update" in on["diagnosis"]
+    from conftest import small_config
+    from minitrain import loop
+
+    loop.train(small_config("grad_clip=0"), tmp_path / "clean")
+    loop.train(small_config("grad_clip=0", "injection=scale", "injection_step=90"), tmp_path / "scale")
+    off = stability.diagnose_run(tmp_path / "scale")
+    assert (off["leaf"], off["case"], off["anomaly_step"]) == ("§7.A", "clipping off", 90)
+    assert "clipping cut" not in off["diagnosis"] and "clipping is off" in off["diagnosis"]
+    assert stability.diagnose_run(tmp_path / "clean")["cause"] == "healthy"
+    md = stability.render_markdown()
+    assert "clipping off: diagnosis:" in md and "clipping on: diagnosis:" in md

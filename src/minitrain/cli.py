@@ -176,6 +176,10 @@ def cmd_config(args) -> int:
 
     cfg = build_config({}, [f"preset={args.preset}"] if args.preset else [])
     print(yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True), end="")
+    from minitrain.core.injections import describe
+
+    print("# injections (injection: NAME, injection_step: K; 'none' is the default):")
+    print("\n".join(f"#   {line}" for line in describe()))
     return 0
 
 

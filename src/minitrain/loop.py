@@ -1,5 +1,5 @@
 """The training loop. The whole step is `train_step` below: batch, forward, backward, clip, optimizer step,
-schedule, log, with the three `maybe_inject` points of the spike-injection lab marked INJECT.
+schedule, log, with the four `maybe_inject` points (LR, batch, gradients, optimizer state) marked INJECT.
 
 `train()` wraps it with what a run needs around the step: a fresh start, a resume from the last checkpoint,
 or a fork from an existing run's checkpoint (an injection run shares steps 0..K-1 with its baseline).
@@ -105,7 +105,7 @@ def train_step(run: Run, step: int) -> dict:
     evaluating = step % cfg.eval_every == 0 and distributed.is_main()  # DDP: rank 0 alone measures and logs
     val_loss = evaluate(model, run.data.val_batches) if evaluating else None
     # 2. schedule, forward (loss measured before this step's update), backward
-    lr = lr_at(step, cfg)
+    lr = maybe_inject("lr", step, lr_at(step, cfg), run.inject)  # INJECT at the LR (lr_spike)
     for group in opt.param_groups:
         group["lr"] = lr
     with distributed.autocast(cfg, run.device):
@@ -121,7 +121,7 @@ def train_step(run: Run, step: int) -> dict:
     for n, g in grads.items():
         params[n].grad = g
     run.telemetry.after_backward(list(grads.values()))
-    grad_norm = torch.nn.utils.clip_grad_norm_(params.values(), cfg.grad_clip)
+    grad_norm = torch.nn.utils.clip_grad_norm_(params.values(), cfg.grad_clip or math.inf)  # 0: no clipping
     take_step = apply_remedy(step, grad_norm, run.remedy)  # REMEDY (remedy.py): no-op unless cfg.remedy set
     # 4. INJECT at the optimizer state (C: v_corrupt), then the optimizer step
     if run.inject:  # (the view of the moments is only built when an injection is configured)
@@ -142,7 +142,7 @@ def metrics_row(run: Run, step, lr, loss, tok_loss, batch, logits, grad_norm, va
                                                per_row[irr].sum(), tokens[irr].sum()]), "sum")
     core = torch.cat([sums[:1], grad_norm.detach().reshape(1), sums[1:]]).tolist()  # one host sync for all
     loss_f, gn = core[0], core[1]
-    clipped_norm = min(gn, cfg.grad_clip) if math.isfinite(gn) else gn
+    clipped_norm = min(gn, cfg.grad_clip) if math.isfinite(gn) and cfg.grad_clip > 0 else gn
     fired = run.inject is not None and step == cfg.injection_step and cfg.injection != "none"
     row = {
         "step": step,
@@ -150,7 +150,7 @@ def metrics_row(run: Run, step, lr, loss, tok_loss, batch, logits, grad_norm, va
         "lr": lr,
         "grad_norm": finite_or_none(gn),
         "grad_norm_clipped": finite_or_none(clipped_norm),
-        "clipped": bool(math.isfinite(gn) and gn > cfg.grad_clip),
+        "clipped": bool(math.isfinite(gn) and 0 < cfg.grad_clip < gn),
         "loss_regular": finite_or_none(core[2] / core[3]) if core[3] else None,
         "loss_irregular": finite_or_none(core[4] / core[5]) if core[5] else None,
         "val_loss": finite_or_none(val_loss) if val_loss is not None else None,
@@ -197,6 +197,7 @@ def build_run(cfg: TrainConfig, out: Path | None = None) -> Run:
         ctx = InjectContext(
             cfg=cfg, step=cfg.injection_step,
             make_rows_batch=lambda s, k: data.sentence_batch(s, k, cfg.context),
+            train_batch=lambda k: data.train_batch(k, cfg.batch_size, cfg.seed), optimizer=opt,
             param_shapes={n: list(p.shape) for n, p in model.named_parameters()},
         )
         if cfg.injection == "bad_batch":  # fail now, not at step K, if the sentence cannot be used

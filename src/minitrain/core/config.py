@@ -27,13 +27,21 @@ INJECTION_FIELDS = (
     "injection_sentence",
     "injection_param",
     "injection_factor",
+    "injection_span",
+    "injection_mult",
+    "injection_mode",
+    "injection_rows",
+    "injection_beta2",
+    "injection_eps",
 )
 # Fields that never change the numbers a run produces (where it runs, how it reports).
 # (`preset` only names where the other fields' defaults came from; the resolved fields are hashed.)
 NON_NUMERIC_FIELDS = ("progress", "device", "blind", "preset")
 # Remedy fields (remedy.py), corpus_scale and precision stay out of the hash while at their defaults, so
 # every run made before they existed keeps its config hash (and stays resumable and "up to date").
-HASH_OMIT_AT_DEFAULT = ("remedy", "remedy_step", "remedy_param", "remedy_zclip_z", "remedy_zclip_alpha", "remedy_zclip_warmup",
+HASH_OMIT_AT_DEFAULT = ("injection_span", "injection_mult", "injection_mode", "injection_rows", "injection_beta2",
+                        "injection_eps",
+                        "remedy", "remedy_step", "remedy_param", "remedy_zclip_z", "remedy_zclip_alpha", "remedy_zclip_warmup",
                         "corpus_scale", "precision")
 
 # Named sets of defaults (`--preset NAME` or `preset: NAME`); any field given explicitly overrides them.
@@ -82,7 +90,7 @@ class TrainConfig:
     beta2: float = 0.95
     eps: float = 1e-8
     weight_decay: float = 0.1
-    grad_clip: float = 1.0
+    grad_clip: float = 1.0  # global L2-norm clipping; 0 (or none / off) = no clipping
     # telemetry and files
     eval_every: int = 100
     val_max_rows: int = 256  # fixed validation subset (every k-th row), so evaluation stays cheap
@@ -101,6 +109,13 @@ class TrainConfig:
     injection_sentence: str = "She has written the letter."
     injection_param: str = "lm_head.bias"
     injection_factor: float = 100.0
+    # the faults beyond the lab's three (core/injections.py, docs/diagnosis.md)
+    injection_span: int = 20  # lr_spike / stuck_loader / target_leak: steps it lasts from K (0 = to the end)
+    injection_mult: float = 10.0  # lr_spike: the LR multiplier
+    injection_mode: str = "random"  # corrupt_batch: random | shift | mismatch
+    injection_rows: int = 0  # corrupt_batch: rows corrupted (0 = every row)
+    injection_beta2: float = 0.999  # adam_setting: AdamW's beta2 from K on
+    injection_eps: float = 1e-8  # adam_setting: AdamW's eps from K on
     # blind mode (blind.py): the run's files withhold its injection / break settings until the reveal
     blind: bool = False
     # remedy (remedy.py): the fix a stability-check leaf prescribes, applied inside the training step
@@ -135,6 +150,10 @@ _DEFAULTS = TrainConfig().to_dict()
 def _coerce(name: str, value: Any) -> Any:
     """Convert a YAML or command-line value to the field's declared type, or raise a UserError."""
     typ = FIELD_TYPES[name]
+    if name == "grad_clip" and isinstance(value, str) and value.strip().lower() in ("none", "off", "null"):
+        return 0.0  # clipping off
+    if name == "grad_clip" and value is None:  # YAML `grad_clip: null` / `~`
+        return 0.0
     try:
         if typ == "bool":
             if isinstance(value, bool):
@@ -239,7 +258,7 @@ def validate(cfg: TrainConfig) -> None:
     need(0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1, "beta1 and beta2 must be in [0, 1)")
     need(cfg.eps > 0, "eps must be positive")
     need(cfg.weight_decay >= 0, "weight_decay must be >= 0")
-    need(cfg.grad_clip > 0, f"grad_clip must be positive, got {cfg.grad_clip}")
+    need(cfg.grad_clip >= 0, f"grad_clip must be >= 0 (0 or none = no clipping), got {cfg.grad_clip}")
     need(cfg.init_std > 0 and cfg.init_scale > 0, "init_std and init_scale must be positive")
     need(cfg.eval_every > 0, "eval_every must be positive")
     need(cfg.val_max_rows > 0, "val_max_rows must be positive")

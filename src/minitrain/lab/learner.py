@@ -35,6 +35,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minitrain.analysis.causes import CAUSES as CAUSES_REGISTRY
 from minitrain.analysis.compare import measure
 from minitrain.lab import spoilers
 from minitrain.run import files, reader
@@ -68,28 +69,7 @@ LABS = {
 # Patterns (regular expressions, lower case, English and Spanish) that name each cause in a learner's text.
 # A text names a cause when one of its patterns matches at a word start; it must name exactly one cause
 # (gradient words alongside another cause are taken as mechanism, not cause), or the cause stays unknown.
-_NEAR = r"(?:\W+\w+){0,4}?\W+"  # up to four words in between
-CAUSE_WORDS = {
-    "healthy": (r"healthy", r"no anomal", r"nothing wrong", r"sano", r"sin anomal"),
-    "gradient_explosion": (r"explod\w* gradient", r"gradient\w* explo", r"gradient" + _NEAR + r"(?:scaled|multiplied|x\s?\d)",
-                           r"(?:scaled|multiplied)" + _NEAR + r"gradient", r"grad(?:ient)?[- ]norm spike",
-                           r"gradient spike", r"explosi[oó]n de(?:l)? gradiente", r"gradientes? escalad",
-                           r"gradientes?" + _NEAR + r"multiplicad", r"pico de(?:l)? (?:norma de(?:l)? )?gradiente"),
-    "bad_batch": (r"bad[-_ ]batch", r"(?:repeated|same|duplicated?) (?:rare )?(?:sentence|row)", r"copies of",
-                  r"rare[- ]token", r"long[- ]tail", r"batch (?:malo|raro)", r"lote malo", r"frase repetida",
-                  r"misma frase", r"copias de", r"tokens? raros?", r"cola larga"),
-    "optimizer_state_corruption": (r"optimi[sz]er(?:'s)? state", r"second moment", r"adam(?:'s)? (?:state|moment|v\b)",
-                                   r"\bv_t\b", r"exp_avg_sq", r"moments?" + _NEAR + r"corrupt", r"corrupt\w*" + _NEAR + r"moment",
-                                   r"state corruption", r"v_corrupt", r"estado del optimizador", r"segundo momento",
-                                   r"momentos de adam"),
-    "bad_init": (r"bad init", r"initiali[sz]", r"init[_ ]scale", r"weights (?:x|scaled|multiplied)", r"inicializ"),
-    "no_warmup": (r"(?:no|without|missing|skipped) (?:lr )?warm[- ]?up", r"warm[- ]?up", r"calentamiento"),
-    "broken_mask": (r"(?:causal|attention|broken|all[- ]ones) mask", r"\bmask", r"m[aá]scara", r"future tokens",
-                    r"tokens futuros", r"sees? (?:the )?future"),
-    "non_finite": (r"\bnan\b", r"non[- ]finite", r"\binf\b", r"infinit", r"no finito"),
-    "lr_schedule": (r"(?:learning[- ]rate|lr) schedul", r"scheduler", r"(?:lr|learning rate) (?:is )?constant",
-                    r"constant (?:lr|learning rate)", r"programa de lr"),
-}
+CAUSE_WORDS = {c.name: c.words for c in CAUSES_REGISTRY.values() if c.words}  # analysis/causes.py
 CAUSES = tuple(CAUSE_WORDS) + ("unknown",)
 
 

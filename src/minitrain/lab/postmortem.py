@@ -14,30 +14,12 @@ from pathlib import Path
 from minitrain.run import files, reader
 from minitrain.core.errors import UserError
 from minitrain.core.fmt import fmt
+from minitrain.analysis.causes import CAUSES
 from minitrain.analysis.compare import measure
 from minitrain.lab.learner import REPO_ROOT, walk
 
 TEMPLATE = "theory/04-loss-spike-postmortem-template.md"
 
-# How each cause is prevented next time (the remediation fixes this run; prevention keeps it from recurring).
-PREVENTION = {
-    "gradient_explosion": "Keep global-norm clipping on and log the pre-clip norm every step; add an adaptive "
-                          "detector (z-score of the norm against its EMA, as ZClip) that flags or down-weights outliers.",
-    "bad_batch": "Check batch composition before the step (duplicated rows, rare-token share); deduplicate the data "
-                 "by fingerprint; skip a batch whose loss and gradient norm are both outliers (llm.c, Lightning).",
-    "optimizer_state_corruption": "Checkpoint the optimizer moments with the weights and monitor RMS(g^2/v) and v per "
-                                  "tensor; on a jump, reload the last pre-spike checkpoint's moments.",
-    "bad_init": "Assert the step-0 loss is within ln V +- 0.5 and the step-1 gradient norm within [0.1, 10] "
-                "before a long run; keep init std at 0.02 scale.",
-    "no_warmup": "Keep a linear warmup (100 steps here) and plot the LR from step 0; a flat LR at its maximum from "
-                 "the first step is the tell.",
-    "broken_mask": "Test the attention mask (no position sees a later one) and watch the gap between training and "
-                   "validation loss; validation always uses the causal mask.",
-    "non_finite": "Stop at the first non-finite loss or gradient (the loop does), and resume from the last finite "
-                  "checkpoint with the cause fixed.",
-    "lr_schedule": "Log the LR every step and check warmup and decay against the configured schedule.",
-    "healthy": "Nothing to prevent: keep the baseline's settings and monitoring.",
-}
 
 
 
@@ -117,9 +99,9 @@ def render(run: Path, baseline: Path | None, template: str) -> str:
             impact.append(f"- {label}: {fmt(m[key])}" + (f" (step {m['max_loss_diff_step']})" if key == "max_loss_diff_after_K" else ""))
     if not impact:
         impact.append(f"- no step-by-step comparison: {'no baseline' if baseline is None else 'no anomaly step'}")
-    from minitrain.lab.remediate import CAUSE_REMEDY, CONFIG_FIXES
+    from minitrain.lab.remediate import fix_for
 
-    remedy = CAUSE_REMEDY.get(cause) or CONFIG_FIXES.get(cause)
+    remedy = fix_for(cause)
     remediation = (v.get("remediation") or "") + (f"\n\nRegistered remedy: `minitrain remediate {run}` (applies `{remedy}`)."
                                                    if remedy else "")
     remediated = run.parent / f"{run.name}-remediated" / "remediation.json"
@@ -132,7 +114,7 @@ def render(run: Path, baseline: Path | None, template: str) -> str:
         "generated": time.strftime("%Y-%m-%d %H:%M"), "status": str(ev["manifest"].get("status", "unknown")),
         "what_happened": what, "when": "\n".join(when) or "- no anomaly step found",
         "detection": "\n".join(detection), "root_cause": root, "impact": "\n".join(impact),
-        "remediation": remediation.strip() or "(none prescribed)", "prevention": PREVENTION.get(cause, "(yours to write)"),
+        "remediation": remediation.strip() or "(none prescribed)", "prevention": CAUSES[cause].prevention if cause in CAUSES else "(yours to write)",
         "evidence": "\n".join(evidence_lines),
     })
 

@@ -11,6 +11,7 @@ from minitrain.core.errors import UserError
 from minitrain.core.fmt import fmt
 from minitrain.core.remedy import REGISTRY
 from minitrain.lab import blind
+from minitrain.analysis.causes import CAUSES
 from minitrain.analysis.compare import measure, remedy_verdict
 from minitrain.lab import spoilers
 from minitrain.lab.learner import walk
@@ -18,9 +19,10 @@ from minitrain.run import files, reader
 from minitrain.views import dashboard
 
 
-# The registered remedy of each cause the walker can name; config fixes re-run from step 0.
-CAUSE_REMEDY = {"gradient_explosion": "zclip", "bad_batch": "skip_batch", "optimizer_state_corruption": "restore_moments"}
-CONFIG_FIXES = {"bad_init": "init_scale=1", "no_warmup": "warmup_steps=100", "broken_mask": "causal_mask=true"}
+def fix_for(cause: str | None) -> str | None:
+    """The causes registry's fix for a cause: a registered remedy's name, or a config fix (re-run from step 0)."""
+    c = CAUSES.get(cause or "")
+    return (c.remedy or c.config_fix) if c else None
 
 
 def checkpoint_before(run: Path, limit: int) -> tuple[Path, int] | None:
@@ -61,7 +63,7 @@ def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None =
     if not verdict:
         raise UserError(f"the stability walker could not read {run}; see 'minitrain diagnose {run}'")
     cause, anomaly = verdict.get("cause"), verdict.get("anomaly_step")
-    name = remedy_name or CAUSE_REMEDY.get(cause) or CONFIG_FIXES.get(cause)
+    name = remedy_name or fix_for(cause)
     if name is None:
         raise UserError(f"the walker stops at {verdict.get('leaf')} ({cause}), which has no registered remedy; "
                         f"apply its remediation by hand, or pick one with --remedy ({', '.join(REGISTRY)})")
@@ -81,7 +83,7 @@ def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None =
     elif "=" in name:
         overrides.append(name)  # a config fix: the whole run again from step 0
     else:
-        raise UserError(f"unknown remedy '{name}'; valid: {', '.join([*REGISTRY, *CONFIG_FIXES.values()])}")
+        raise UserError(f"unknown remedy '{name}'; valid: {', '.join([*REGISTRY, *(c.config_fix for c in CAUSES.values() if c.config_fix)])}")
     new_cfg = build_config(cfg.to_dict(), overrides)
     out = run.parent / f"{run.name}-remediated"
     res = loop.train(new_cfg, out, force=force, fork=False, donor=donor)

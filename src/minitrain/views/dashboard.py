@@ -274,9 +274,12 @@ def health(r: dict, spikes: list[int], verdict: dict | None, sealed: bool) -> li
     if finite:
         n_clip = sum(1 for row in finite if row.get("clipped"))
         share = n_clip / len(finite)
-        item("clip rate", f"{n_clip} of {len(finite)} steps ({100 * share:.1f}%) at {cfg.get('grad_clip', '?')}",
-             "info", "this model's pre-clip norm is 2-5 when healthy, so clipping at 1.0 engages on every step "
-                     "(stability-check.md \u00a77)")
+        if cfg.get("grad_clip", 1.0) == 0:  # grad_clip=0: clipping off
+            item("clip rate", "clipping off (grad_clip=0)", "info", "every step's full gradient reached the optimizer")
+        else:
+            item("clip rate", f"{n_clip} of {len(finite)} steps ({100 * share:.1f}%) at {cfg.get('grad_clip', '?')}",
+                 "info", "this model's pre-clip norm is 2-5 when healthy, so clipping at 1.0 engages on every step "
+                         "(stability-check.md \u00a77)")
         top = max(finite, key=lambda row: row["grad_norm"])
         item("max grad norm", f"{top['grad_norm']:.4g} at step {top['step']}", "info",
              f"{panels.cite('grad')}; the tree judges spikes against the trailing median (\u00a77)")

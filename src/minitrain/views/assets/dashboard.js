@@ -168,7 +168,7 @@
       var v = CFG.vocab_size || 512;
       out.push({ y: Math.log(v), label: 'ln ' + v + ' = ' + fmt(Math.log(v), 4) + ' (untrained)', color: '#8a93a0', dash: [2, 3] });
     }
-    if (spec.key === 'grad' && isNum(CFG.grad_clip)) out.push({ y: CFG.grad_clip, label: 'clip threshold ' + CFG.grad_clip, color: '#cf222e', dash: [6, 3] });
+    if (spec.key === 'grad' && isNum(CFG.grad_clip) && CFG.grad_clip > 0) out.push({ y: CFG.grad_clip, label: 'clip threshold ' + CFG.grad_clip, color: '#cf222e', dash: [6, 3] });
     if (spec.key.indexOf('diff-') === 0) {
       out.push({ y: 0, label: 'zero', color: '#888888', dash: [], nolegend: true });
       var r = roundingOf(spec.key);

@@ -1,0 +1,337 @@
+"""Evidence: a run's metrics as arrays, and the statistics the stability checks share.
+
+The walker reads ONLY metrics.jsonl, plus the run's tokenizer.json (vocabulary size, for ln V) and the n-gram
+baseline from results.json / manifest.json. It never reads the injection settings or record, the metrics
+rows' `injected` field (dropped on load), or the folder's name: a diagnosis must come from what training did.
+
+Statistics are ratios to trailing robust statistics (a 50-step trailing median), so they do not depend on the
+loss or norm scale of one run.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from minitrain.analysis.thresholds import MIN_HISTORY, WINDOW
+from minitrain.core.errors import UserError
+from minitrain.run import reader
+
+
+def _num(x) -> float:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else math.nan
+
+
+def trailing_median(x: np.ndarray, window: int = WINDOW, min_history: int = MIN_HISTORY) -> np.ndarray:
+    """Median of the `window` values before each step (NaN where fewer than `min_history` exist)."""
+    out = np.full(len(x), np.nan)
+    for t in range(min_history, len(x)):
+        past = x[max(0, t - window):t]
+        past = past[np.isfinite(past)]
+        if len(past) >= min_history:
+            out[t] = np.median(past)
+    return out
+
+
+def trailing_median_fast(x: np.ndarray, window: int = WINDOW) -> np.ndarray:
+    """trailing_median over full windows with numpy (the loop only fills the first `window` steps)."""
+    n = len(x)
+    out = trailing_median(x[: min(n, window + 1)], window)
+    if n > window + 1 and np.isfinite(x).all():
+        from numpy.lib.stride_tricks import sliding_window_view
+
+        full = np.median(sliding_window_view(x[:-1], window), axis=1)  # full[i] = median(x[i:i+window])
+        out = np.concatenate([out, full[1:n - window]])  # step t uses x[t-window:t]
+    elif n > window + 1:
+        out = trailing_median(x, window)
+    return out
+
+
+PARAM_KEYS = ("g", "u", "ur", "vm", "vx", "vn", "r")
+BATCH_KEYS = ("dup_rows", "rare_share", "top_token_share", "distinct_tokens")
+
+
+@dataclass
+class Evidence:
+    """What the walker knows about a run: metrics series (NaN where a value was null) and a few facts."""
+
+    rows: list[dict]
+    vocab_size: int | None = None
+    ngram_val_loss: float | None = None
+    note: str | None = None  # e.g. the metrics end on a partial line
+
+    def __post_init__(self):
+        # one pass over the rows builds every series the checks read
+        keys = ("loss", "lr", "grad_norm", "grad_norm_clipped", "val_loss", "logit_max", "nonfinite")
+        cols = {k: [] for k in keys}
+        bcols = {k: [] for k in BATCH_KEYS}
+        brows, prints = [], []
+        names = next((list(r["params"]) for r in self.rows if isinstance(r.get("params"), dict) and r["params"]), [])
+        cube = np.full((len(self.rows), len(names), len(PARAM_KEYS)), np.nan)
+        for i, r in enumerate(self.rows):
+            for k in keys:
+                cols[k].append(_num(r.get(k)))
+            b = r.get("batch") if isinstance(r.get("batch"), dict) else {}
+            for k in BATCH_KEYS:
+                bcols[k].append(_num(b.get(k)))
+            brows.append(len(b.get("rows") or []))
+            # what identifies a batch: its row ids (None in a blind run) and its token statistics
+            prints.append((tuple(b.get("rows") or ()), *(b.get(k) for k in BATCH_KEYS)) if b else None)
+            p = r.get("params")
+            if names and isinstance(p, dict):
+                for j, n in enumerate(names):
+                    st = p.get(n)
+                    if isinstance(st, dict):
+                        cube[i, j] = [_num(st.get(k)) for k in PARAM_KEYS]
+        self.steps = np.array([int(r["step"]) for r in self.rows])
+        self.loss, self.lr, self.grad_norm = (np.array(cols[k]) for k in ("loss", "lr", "grad_norm"))
+        self.grad_norm_clipped, self.val_loss = np.array(cols["grad_norm_clipped"]), np.array(cols["val_loss"])
+        self.logit_max, self.nonfinite = np.array(cols["logit_max"]), np.array(cols["nonfinite"])
+        self._batch = {k: np.array(v) for k, v in bcols.items()}
+        self.batch_rows = np.array(brows, dtype=float)
+        self.batch_prints = prints
+        self.param_names = names
+        self._cube = cube
+
+    def batch(self, key: str) -> np.ndarray:
+        return self._batch[key]
+
+    def param(self, name: str, key: str) -> np.ndarray:
+        return self._cube[:, self.param_names.index(name), PARAM_KEYS.index(key)]
+
+    @cached_property
+    def ln_v(self) -> float:
+        return math.log(self.vocab_size or 512)
+
+    def step_at(self, i: int | None) -> int | None:
+        return None if i is None else int(self.steps[i])
+
+    # --- shared statistics ---
+    @cached_property
+    def nonfinite_index(self) -> int | None:
+        """Index of the first row with a non-finite loss, gradient norm or non-finite count > 0."""
+        bad = ~np.isfinite(self.loss) | ~np.isfinite(self.grad_norm) | (self.nonfinite > 0)
+        idx = np.flatnonzero(bad)
+        return int(idx[0]) if len(idx) else None
+
+    @cached_property
+    def gn_log_ratio(self) -> np.ndarray:
+        """log(pre-clip grad norm / its trailing median): scale-free spike size."""
+        lg = np.log(np.where(self.grad_norm > 0, self.grad_norm, np.nan))
+        return lg - trailing_median_fast(lg)
+
+    @cached_property
+    def g_log_ratio(self) -> np.ndarray | None:
+        """[steps, tensors] log(per-tensor g / its trailing median)."""
+        if not self.param_names:
+            return None
+        cols = []
+        for n in self.param_names:
+            g = self.param(n, "g")
+            lg = np.log(np.where(g > 0, g, np.nan))
+            cols.append(lg - trailing_median_fast(lg))
+        return np.stack(cols, 1)
+
+    @cached_property
+    def g_all_up(self) -> np.ndarray:
+        """log of the smallest per-tensor g ratio, less the loss's own rise: > 0 only when EVERY tensor's
+        gradient grew, and by more than the batch's loss did (a surprising batch grows the gradient too)."""
+        if self.g_log_ratio is None:
+            return np.full(len(self.rows), np.nan)
+        return np.nanmin(self.g_log_ratio, axis=1) - np.maximum(np.nan_to_num(self.loss_log_ratio, nan=0.0), 0)
+
+    @cached_property
+    def g_all_down(self) -> np.ndarray:
+        """log of the largest per-tensor g ratio, less the loss's own fall: < 0 only when every tensor shrank."""
+        if self.g_log_ratio is None:
+            return np.full(len(self.rows), np.nan)
+        return np.nanmax(self.g_log_ratio, axis=1) - np.minimum(np.nan_to_num(self.loss_log_ratio, nan=0.0), 0)
+
+    @cached_property
+    def v_factor(self) -> dict | None:
+        """Adam's second-moment recurrence, checked from the metrics alone.
+
+        vm (mean of exp_avg_sq) obeys vm_t = b2 * vm_{t-1} + (1 - b2) * mean(gc_t^2) exactly, where gc is
+        the clipped gradient: mean(gc^2) = (g * clipped_norm / grad_norm)^2 / numel. Fitting
+        vm_t / vm_{t-1} = a + c * gc_t^2 / vm_{t-1} per tensor (a = b2, c = (1 - b2) / numel; both unknown to
+        the walker, so fitted, with outliers trimmed) gives the factor by which v changed beyond what the
+        gradient explains: f_t = (vm_t - c * gc_t^2) / (a * vm_{t-1}). f = 1 to rounding in a healthy run;
+        an optimizer-state corruption at step K shows as f_K != 1 on the tensor it touched.
+        """
+        if not self.param_names:
+            return None
+        clip = self.grad_norm_clipped / self.grad_norm
+        best = None
+        logs, by_tensor = [], {}
+        for name in self.param_names:
+            vm, g = self.param(name, "vm"), self.param(name, "g")
+            if len(vm) < 10:
+                return None
+            prev, now = vm[:-1], vm[1:]
+            gc2 = (g[1:] * clip[1:]) ** 2
+            ok = np.isfinite(prev) & np.isfinite(now) & np.isfinite(gc2) & (prev > 0)
+            if ok.sum() < 8:
+                continue
+            rho, xi = now[ok] / prev[ok], gc2[ok] / prev[ok]
+            A = np.stack([np.ones_like(xi), xi], 1)
+            keep = np.ones(len(rho), bool)
+            for _ in range(4):  # least squares, then refit without the outliers (a corrupted step is one)
+                coef = np.linalg.lstsq(A[keep], rho[keep], rcond=None)[0]
+                res = np.abs(rho - A @ coef)
+                keep = res <= max(5 * np.median(res), 1e-9)
+            a, c = coef
+            if not (0 < a < 1.0):
+                continue
+            f = np.full(len(vm), np.nan)
+            f[1:][ok] = (rho - c * xi) / a
+            logf = np.log(np.clip(f, 1e-12, None))
+            by_tensor[name] = logf
+            logs.append(np.abs(logf[np.isfinite(logf)]))
+            i = int(np.nanargmax(np.abs(logf)))
+            if best is None or abs(logf[i]) > abs(best["log_factor"]):
+                best = {"tensor": name, "index": i, "factor": float(f[i]), "log_factor": float(logf[i]),
+                        "beta2": float(a), "numel": float((1 - a) / c) if c > 0 else None, "f": f}
+        if best is None:
+            return None
+        allabs = np.concatenate(logs)
+        best["noise"] = float(np.quantile(allabs, 0.99))  # the run's own rounding noise on log f
+        best["log_f_by_tensor"] = by_tensor
+        return best
+
+    def _recurrence_rows(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per tensor, over steps 1..: (index, v_t / v_(t-1), gc_t^2 / v_(t-1)) where all are finite."""
+        clip = self.grad_norm_clipped / self.grad_norm
+        out = []
+        for name in self.param_names:
+            vm, g = self.param(name, "vm"), self.param(name, "g")
+            prev, now, gc2 = vm[:-1], vm[1:], (g[1:] * clip[1:]) ** 2
+            ok = np.isfinite(prev) & np.isfinite(now) & np.isfinite(gc2) & (prev > 0)
+            idx = np.flatnonzero(ok) + 1
+            out.append((idx, now[ok] / prev[ok], gc2[ok] / prev[ok]))
+        return out
+
+    def regime_split(self) -> tuple[int, float, float] | None:
+        """The step k that best splits the run into two v recurrences (least squares on each side, summed over
+        tensors), with the β2 fitted before and after it. Coarse grid of 20 steps, then refined to one step."""
+        rows = self._recurrence_rows()
+        n = len(self.rows)
+        if not rows or n < 40:
+            return None
+
+        def cost(k: int) -> tuple[float, float, float]:
+            total, before, after = 0.0, [], []
+            for idx, rho, xi in rows:
+                for side, keep in ((before, idx < k), (after, idx >= k)):
+                    if keep.sum() < 8:
+                        continue
+                    A = np.stack([np.ones(int(keep.sum())), xi[keep]], 1)
+                    coef, res, *_ = np.linalg.lstsq(A, rho[keep], rcond=None)
+                    total += float(res[0]) if len(res) else 0.0
+                    side.append(float(coef[0]))
+            return total, float(np.median(before)) if before else math.nan, float(np.median(after)) if after else math.nan
+
+        coarse = min(range(20, n - 19, 20), key=lambda k: cost(k)[0])
+        best = min(range(max(10, coarse - 20), min(n - 9, coarse + 21)), key=lambda k: cost(k)[0])
+        _, b1, b2 = cost(best)
+        return best, b1, b2
+
+    @cached_property
+    def loss_log_ratio(self) -> np.ndarray:
+        ll = np.log(np.where(self.loss > 0, self.loss, np.nan))
+        return ll - trailing_median_fast(ll)
+
+    @cached_property
+    def loss_excess(self) -> np.ndarray:
+        """Loss minus its trailing median, in nats (late in training the loss is near 0 and ratios blow up)."""
+        return self.loss - np.exp(trailing_median_fast(np.log(np.where(self.loss > 0, self.loss, np.nan))))
+
+    @cached_property
+    def update_ratio(self) -> np.ndarray:
+        """Per step, the median over tensors of the update-to-weight ratio ur = |p_new - p_old| / |p_old|."""
+        if not self.param_names:
+            return np.full(len(self.rows), np.nan)
+        ur = self._cube[:, :, PARAM_KEYS.index("ur")]
+        ok = np.isfinite(ur).any(axis=1)
+        out = np.full(len(self.rows), np.nan)
+        out[ok] = np.nanmedian(ur[ok], axis=1)
+        return out
+
+    @cached_property
+    def lr_step_ratio(self) -> np.ndarray:
+        """lr[t] / lr[t-1] (NaN at step 0 or where either is zero / missing)."""
+        out = np.full(len(self.lr), np.nan)
+        if len(self.lr) > 1:
+            prev, now = self.lr[:-1], self.lr[1:]
+            with np.errstate(all="ignore"):
+                out[1:] = np.where((prev > 0) & (now > 0), now / prev, np.nan)
+        return out
+
+    @cached_property
+    def clipping(self) -> bool:
+        """Was gradient clipping on? (Some step's clipped norm is below its pre-clip norm.) A run whose norm never
+        reached the clip value reads as off: both mean that no update was cut back."""
+        ok = np.isfinite(self.grad_norm) & np.isfinite(self.grad_norm_clipped)
+        return bool((self.grad_norm_clipped[ok] < self.grad_norm[ok] * (1 - 1e-6)).any())
+
+    @cached_property
+    def repeat_run(self) -> np.ndarray:
+        """For each step, how many consecutive steps up to it served the same batch as the step before
+        (same row ids, where logged, and the same token statistics)."""
+        out = np.zeros(len(self.rows), dtype=int)
+        for i in range(1, len(self.rows)):
+            a, b = self.batch_prints[i], self.batch_prints[i - 1]
+            if a is not None and a == b:
+                out[i] = out[i - 1] + 1
+        return out
+
+
+
+REQUIRED = ("step", "loss", "lr", "grad_norm")
+
+
+def load_evidence(run: Path) -> Evidence:
+    """The walker's inputs from a run folder: metrics.jsonl (required), tokenizer.json and the n-gram
+    baseline (optional). Nothing else of the folder is read."""
+    run = Path(run)
+    if not run.is_dir():
+        raise UserError(f"{run} is not a folder; give a run folder (e.g. experiments/18-baseline)")
+    rows, note = reader.read_metrics(run / reader.METRICS)
+    if not rows:
+        raise UserError(f"{run / 'metrics.jsonl'} is empty; train the run first (minitrain train --out {run})")
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict) or any(k not in r for k in REQUIRED):
+            raise UserError(f"{run / 'metrics.jsonl'} row {i + 1} is not a minitrain metrics row "
+                            f"(needs {', '.join(REQUIRED)}); re-create the run")
+    steps = [r["step"] for r in rows]
+    if not all(isinstance(s, int) for s in steps) or steps != sorted(set(steps)):
+        raise UserError(f"{run / 'metrics.jsonl'} has missing, repeated or unordered steps; re-create the run")
+    # the walker must not see which injection ran: drop the field before anything reads the rows
+    rows = [{k: v for k, v in r.items() if k != "injected"} for r in rows]
+    return Evidence(rows, vocab_size=_vocab_size(run), ngram_val_loss=_ngram(run), note=note)
+
+
+def _vocab_size(run: Path) -> int | None:
+    path = run / "tokenizer.json"
+    if not path.exists():
+        return None
+    try:
+        tok = json.loads(path.read_text())
+        vocab = tok.get("model", {}).get("vocab", {})
+        ids = set(vocab.values()) | {t.get("id") for t in tok.get("added_tokens", [])}
+        return len(ids) or None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _ngram(run: Path) -> float | None:
+    """The n-gram baseline's validation loss (results.json, else the manifest's ngram_baseline only)."""
+    for value in (reader.results_of(run).get("ngram_val_loss"),
+                  (reader.manifest_of(run).get("ngram_baseline") or {}).get("val_loss")):
+        if isinstance(value, (int, float)):
+            return float(value)
+    return None
+

@@ -1,0 +1,82 @@
+"""Every number the stability check judges by, defined once, with where it comes from.
+
+The tree's checks, its generated markdown, the dashboard's health summary and the evaluation suite all read
+these; nothing else in the package may restate one. `source` says who set the number:
+
+    course   a fact of the course (course-notes.md): kept as the course gives it
+    tuned    set on the TUNING runs (seeds 1-3 of the evaluation suite, docs/diagnosis.md) with its margin over
+             them recorded there; the HELD-OUT runs (other seeds, steps and magnitudes) only measured it
+    exact    an identity of the training step (Adam's recurrence, the schedule's own shape), not a fit
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Threshold:
+    value: float
+    source: str  # course | tuned | exact
+    meaning: str
+
+
+THRESHOLDS: dict[str, Threshold] = {
+    # §1 did the run start? (course)
+    "loss0_high": Threshold(8.0, "course", "step-0 loss above this: broken init or a non-zero LM-head bias"),
+    "loss0_low": Threshold(4.0, "course", "step-0 loss below this: the model is not untrained"),
+    "loss0_band": Threshold(0.5, "course", "step-0 loss within ln V +- this"),
+    "gn1_healthy_low": Threshold(0.1, "course", "healthy step-1 gradient norm: at least this (health summary)"),
+    "gn1_healthy_high": Threshold(10.0, "course", "healthy step-1 gradient norm: at most this (health summary)"),
+    "gn1_high": Threshold(100.0, "course", "step-1 gradient norm above this: bad init or a sum/mean mix-up (leaf)"),
+    "gn1_low": Threshold(0.001, "course", "step-1 gradient norm below this: degenerate data or an all-zero loss mask (leaf)"),
+    # §2 the LR
+    "lr_flat": Threshold(1e-3, "exact", "(max LR - min LR) / max LR below this: the LR never changed"),
+    "warmup_share": Threshold(0.5, "exact", "first-step LR at or above this share of the peak LR: no warmup ramp"),
+    "lr_jump": Threshold(1.8, "exact", "LR changed by more than this factor in one step (from step 2 on): neither "
+                                       "a linear warmup (at most x1.5 from step 2) nor a cosine does that"),
+    "ur_high": Threshold(2.5e-3, "tuned", "median over the run of the per-step median update-to-weight ratio "
+                                          "(|p_new - p_old| / |p_old| over tensors) above this: the LR is too large"),
+    "ur_run_steps": Threshold(1000, "tuned", "steps a run needs before §2.5 judges its LR's size: early in any run "
+                                            "the weights are small and the ratio is high whatever the LR (a 200-step "
+                                            "run's median is near the threshold); validated on 2000-step runs"),
+    # §3 loss health
+    "mask_train": Threshold(0.5, "tuned", "training loss (smoothed) below this share of the n-gram baseline ..."),
+    "mask_val": Threshold(0.85, "tuned", "... while the best validation loss stays above this share of it ..."),
+    "mask_rise": Threshold(1.15, "tuned", "... and the last validation loss is this many times the best"),
+    "leak_val": Threshold(1.0, "tuned", "validation loss above this many times ln V (worse than an untrained "
+                                        "model) while training loss is below half the n-gram baseline: a leak"),
+    "not_learning": Threshold(0.9, "tuned", "final training loss above this share of the step-0 loss"),
+    # §4 batches
+    "dup_share": Threshold(0.5, "tuned", "share of a batch's rows that repeat an earlier row of it"),
+    "stuck_steps": Threshold(3, "tuned", "consecutive steps whose batch composition equals the previous step's "
+                                          "(clean runs: at most 1, by coincidence)"),
+    "outlier_loss": Threshold(1.0, "tuned", "a batch's own loss this many nats above its trailing median ..."),
+    "outlier_gn": Threshold(1.5, "tuned", "... with the pre-clip gradient norm at least this many times its median ..."),
+    "outlier_back": Threshold(0.5, "tuned", "... and the previous and next steps' loss excess below this share of "
+                                            "the jump (a bad batch is one step: the model was not damaged)"),
+    # §5 initialisation
+    "logit0_high": Threshold(10.0, "tuned", "largest |logit| at step 0 (an untrained model's logits are ~1)"),
+    # §6 optimizer state
+    "v_factor": Threshold(1.02, "tuned", "Adam's v moved by a factor outside [1/x, x] that g^2 does not explain ..."),
+    "v_noise_mult": Threshold(50.0, "tuned", "... and by at least this many times the run's own rounding noise"),
+    "v_fit_noise": Threshold(0.01, "tuned", "residual noise (99th percentile of |log f|) of the v recurrence above "
+                                            "which v does not follow one β2 over the run (clean: ~1e-4)"),
+    "v_spread": Threshold(0.25, "tuned", "share of tensors whose v departs from the recurrence at the same step "
+                                         "above which it is a changed optimizer setting, not one corrupted tensor"),
+    # §7 gradient-norm spikes
+    "gn_all_up": Threshold(2.0, "tuned", "every tensor's g at least this many times its trailing median, beyond "
+                                         "the batch loss's own jump (clean runs: at most 1.2)"),
+    "gn_all_down": Threshold(0.4, "tuned", "every tensor's g at most this share of its trailing median (clean: >= 0.8)"),
+    "gn_huge": Threshold(30.0, "tuned", "a pre-clip jump this large (beyond the loss's) is never natural here"),
+}
+
+# The values, by name: what the checks read.
+T: dict[str, float] = {name: t.value for name, t in THRESHOLDS.items()}
+
+# The course's healthy range of the step-1 gradient norm, as one pair (the dashboard's health summary reads it
+# as T["gn1_healthy"]).
+GN1_HEALTHY = (T["gn1_healthy_low"], T["gn1_healthy_high"])
+T["gn1_healthy"] = GN1_HEALTHY
+
+WINDOW = 50        # trailing window (steps) of the robust statistics
+MIN_HISTORY = 5    # a step needs this many earlier steps before it can be called an outlier

@@ -1,0 +1,596 @@
+"""THE stability tree, defined once, as data: sections of questions (Nodes) and verdicts (Leaves).
+
+`stability-check.md` is generated from it (analysis/report.py), and `minitrain diagnose RUN` walks it
+(analysis/walk.py): walk from §1 in order; at each question measure its metric; "yes" and "no" name the next
+node or a leaf. A leaf may carry rule-outs: evidence that contradicts it (what else can trip the question that
+led there); when one holds, the walk moves on as if the question had answered "no". A leaf whose text depends
+on a condition of the run (clipping on or off) carries one text per case.
+
+Node ids are stable: learners cite them. A new node or cause: its check in checks.py, its node and leaf here,
+its cause in causes.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from minitrain.analysis import checks as C
+from minitrain.analysis.causes import CAUSES
+from minitrain.analysis.evidence import Evidence
+from minitrain.analysis.panels import cite
+from minitrain.analysis.thresholds import T
+
+RULE = ("Walk the sections in order and stop at the first leaf you reach. Then apply the leaf's fix, "
+        "re-run, and re-walk from §1: a run can carry more than one fault, and the tree names them one at a time.")
+
+
+@dataclass(frozen=True)
+class Node:
+    id: str
+    question: str
+    metric: str
+    panel: str
+    threshold: str
+    check: Callable[[Evidence], C.Finding]
+    yes: str
+    no: str | None = None  # None: the next node in order
+
+
+@dataclass(frozen=True)
+class Concepts:
+    """What a learner's diagnosis and remediation of a leaf must each name (at least one concept of each):
+    (concept, regular expression over the lower-cased text, English and Spanish). The grader reads them."""
+    diagnosis: tuple[tuple[str, str], ...] = ()
+    remediation: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Leaf:
+    id: str
+    cause: str
+    title: str
+    diagnosis: str
+    remediation: str
+    # evidence that contradicts this leaf: (what it means, check(ev, finding) -> Finding matched when it holds)
+    rule_out: tuple[tuple[str, Callable[[Evidence, C.Finding], C.Finding]], ...] = ()
+    # texts that depend on the run: {case: (diagnosis, remediation)}, the case chosen by `case_of(ev)`
+    cases: dict[str, tuple[str, str]] = field(default_factory=dict)
+    case_of: Callable[[Evidence], str] | None = None
+    resume: str | None = None  # where the walk goes on when a rule-out holds (default: the leading node's "no")
+    concepts: Concepts = Concepts()  # the key concepts a learner's words must name (lab/learner.py grades them)
+
+    def texts(self, ev: Evidence | None = None) -> tuple[str, str]:
+        """(diagnosis, remediation) true for this run (the default texts when the leaf has no cases)."""
+        if self.cases and self.case_of is not None and ev is not None:
+            return self.cases[self.case_of(ev)]
+        return self.diagnosis, self.remediation
+
+
+@dataclass(frozen=True)
+class Section:
+    id: str
+    title: str
+    intro: str
+    items: tuple  # Nodes and Leaves, in order
+
+
+# ---------------------------------------------------------------------------------------------------
+# THE TREE (edit here; then `minitrain stability-md` regenerates stability-check.md)
+# ---------------------------------------------------------------------------------------------------
+
+# Dashboard panels, by the titles dashboard.html gives them (the course's panel number first).
+# Dashboard panels, cited by the number and title the panel registry (analysis/panels.py) gives them.
+P_LOSS = cite("loss")
+P_LR = cite("lr")
+P_GN = cite("grad")
+P_ACT = cite("logits", "act")
+P_UPD = cite("vm", "v-factor")
+P_UR = cite("ur")
+P_G = cite("g", "g-all")
+P_BATCH = cite("batch-shares") + " (duplicated rows / batch size, rare-token share)"
+
+TREE: tuple[Section, ...] = (
+    Section("§1", "Did the run start?",
+            "An untrained model predicts every token about equally: loss near ln V, moderate gradients.", (
+        Node("§1.1", f"Is the step-0 loss above {T['loss0_high']:g} (or non-finite)?", "loss at step 0", P_LOSS,
+             f"> {T['loss0_high']}", C.check_loss0_high, yes="§5.1"),
+        Node("§1.2", f"Is the step-0 loss below {T['loss0_low']:g}?", "loss at step 0", P_LOSS,
+             f"< {T['loss0_low']}", C.check_loss0_low, yes="§1.A"),
+        Node("§1.3", f"Is the step-0 loss outside ln V ± {T['loss0_band']:g}?", "loss at step 0 against ln(vocabulary size)", P_LOSS,
+             f"|loss - ln V| > {T['loss0_band']}", C.check_loss0_band, yes="§5.1"),
+        Node("§1.4", f"Is the step-1 gradient norm above {T['gn1_high']:g}?", "grad_norm (pre-clip) of the first step (row step 0)", P_GN,
+             f"> {T['gn1_high']:g}", C.check_gn1_high, yes="§5.1"),
+        Node("§1.5", f"Is the step-1 gradient norm below {T['gn1_low']:g}?", "grad_norm (pre-clip) of the first step (row step 0)", P_GN,
+             f"< {T['gn1_low']:g}", C.check_gn1_low, yes="§1.B"),
+        Leaf("§1.A", "bad_init", "not an untrained model",
+             "The model already predicts well at step 0: it did not start from its initialisation "
+             "(a checkpoint loaded by mistake, or the wrong seed).",
+             "Check the manifest's seed and forked_from, start from a fresh initialisation, and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("already trained / not untrained", r"already (?:trained|predict)|not (?:un)?trained|pre-?trained|ya entrenad"),
+                     ("a checkpoint or the wrong seed", r"checkpoint|seed|semilla|punto de control"),
+                 ),
+                 remediation=(
+                     ("fresh initialisation", r"fresh|re-?init|initiali[sz]|inicializ"),
+                     ("check the seed / manifest", r"seed|manifest|semilla"),
+                 ),
+             )),
+        Leaf("§1.B", "broken_mask", "no gradient signal",
+             "The first gradients are almost zero: the loss mask selects no target tokens or the batches are "
+             "degenerate (all padding).",
+             "Check that the loss mask marks the English target tokens and that batches hold real rows, then re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the loss mask", r"mask|m[aá]scara"),
+                     ("no target tokens / padding", r"padding|no target|degenerate|relleno|vac[ií]"),
+                 ),
+                 remediation=(
+                     ("fix the loss mask", r"mask|m[aá]scara"),
+                     ("real rows in the batch", r"real rows|data|batch|datos|lote"),
+                 ),
+             )),
+    )),
+    Section("§2", "Is the LR schedule applying, and is the LR the right size?",
+            "The LR panel must show a linear warmup from near 0, then a cosine decay, and nothing else; the "
+            "update-to-weight ratio says whether the LR is the right size for the model (Adam's update follows "
+            "the LR, whatever the gradient's size).", (
+        Node("§2.1", "Is the LR constant and non-zero over the whole run?", "lr", P_LR,
+             f"(max - min) / max < {T['lr_flat']:g}", C.check_lr_constant, yes="§2.A"),
+        Node("§2.2", "Is the LR zero at every step?", "lr", P_LR, "max LR == 0", C.check_lr_zero, yes="§2.B"),
+        Node("§2.3", "Does the first step already run at (near) the peak LR?", "lr at step 0 / max lr", P_LR,
+             f">= {T['warmup_share']:g}", C.check_no_warmup, yes="§2.C"),
+        Node("§2.4", f"Does the LR jump (up or down) by more than x{T['lr_jump']:g} from one step to the next, after step 1?",
+             "lr[t] / lr[t-1] from step 2 on (a linear warmup gives at most x1.5 there, a cosine far less)", P_LR,
+             f"> x{T['lr_jump']:g} or < 1/{T['lr_jump']:g}", C.check_lr_jump, yes="§2.D"),
+        Node("§2.5", "Are the updates far larger than healthy over the run?",
+             "median over steps of the median over tensors of params[*].ur (update / weight), on runs of "
+             f"{T['ur_run_steps']:g}+ steps", P_UR,
+             f"> {T['ur_high']:g}", C.check_update_ratio, yes="§2.E"),
+        Leaf("§2.A", "lr_schedule", "the scheduler never stepped",
+             "The learning rate never changes: the scheduler is not stepped (or the optimizer is rebuilt every "
+             "step), so there is neither warmup nor decay.",
+             "Build the optimizer and scheduler once, step the scheduler after every optimizer step, and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the scheduler never steps", r"schedul\w*|never (?:changes|steps)|constant|constante|programador"),
+                 ),
+                 remediation=(
+                     ("step the scheduler", r"schedul\w*|step|programador"),
+                     ("build the optimizer once", r"optimi[sz]er|optimizador"),
+                 ),
+             )),
+        Leaf("§2.B", "lr_schedule", "the learning rate is zero",
+             "The learning rate is zero at every step: warmup multiplies a base LR of 0, so nothing trains.",
+             "Set a non-zero lr_max (the course default is 3e-4) and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the learning rate is zero", r"(?:lr|learning rate|tasa)\W+(?:\w+\W+){0,3}(?:zero|0\b|cero)|zero (?:lr|learning rate)|base lr"),
+                 ),
+                 remediation=(
+                     ("a non-zero lr", r"non-?zero|lr_max|3e-4|learning rate|tasa de aprendizaje"),
+                 ),
+             )),
+        Leaf("§2.C", "no_warmup", "no warmup",
+             "Training starts at the peak learning rate with no warmup ramp, so the first updates are as large "
+             "as the schedule ever allows while Adam's moment estimates are still poor.",
+             "Restore the linear warmup (warmup_steps=100) and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("no warmup", r"warm[- ]?up|calentamiento"),
+                     ("peak learning rate from step 0", r"peak|max(?:imum)?|full (?:lr|learning rate)|m[aá]xim"),
+                 ),
+                 remediation=(
+                     ("restore the warmup", r"warm[- ]?up|calentamiento|ramp"),
+                 ),
+             )),
+        Leaf("§2.D", "lr_spike", "LR spike (a schedule bug)",
+             "The LR the optimizer ran with jumped at one step (and came back later, or never): the schedule did "
+             "not produce it. Adam's update follows the LR, so those steps moved the weights N times as far.",
+             "Fix the schedule (a scheduler rebuilt or resumed at the wrong step, a multiplier applied twice), "
+             "then rewind to the checkpoint before the jump and re-run from there.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the learning rate jumped", r"(?:lr|learning[- ]rate|tasa)\W+(?:\w+\W+){0,3}(?:jump|spike|multipl|x\s?\d|salt|pico)|(?:lr|learning[- ]rate) spike|pico de(?:l)? (?:lr|learning rate|tasa)"),
+                     ("a schedule bug", r"schedul|scheduler|programa|bug|error"),
+                 ),
+                 remediation=(
+                     ("fix the schedule", r"schedul|scheduler|programa|fix|correg"),
+                     ("rewind before the jump", r"rewind|checkpoint|punto de control|retroced|re-?run"),
+                 ),
+             )),
+        Leaf("§2.E", "lr_too_high", "learning rate too high",
+             "Every step moves the weights several times further than a healthy run here (update-to-weight ratio "
+             "well above 1e-3): the model memorises its training split (training loss near 0) and validation "
+             "climbs after an early best.",
+             "Lower lr_max (the course default is 3e-4) and re-run from step 0; keep the update-to-weight ratio "
+             "near 1e-3.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the learning rate is too high", r"(?:lr|learning[- ]rate|tasa)\W+(?:\w+\W+){0,3}(?:too (?:high|large|big)|alt|grande)|(?:high|large) (?:lr|learning[- ]rate)"),
+                     ("updates too large / memorises", r"update|ratio|memori[sz]|overfit|actualizaci|memoriz|sobreajust"),
+                 ),
+                 remediation=(
+                     ("lower the learning rate", r"lower|reduc|smaller|3e-4|lr_max|baj|menor"),
+                 ),
+             )),
+    )),
+    Section("§3", "Is the loss healthy?",
+            "Non-finite values end a run; a training loss that falls while validation does not means the "
+            "model sees something at training time that it cannot see at validation time.", (
+        Node("§3.1", "Is any loss, gradient norm or non-finite count non-finite / non-zero?",
+             "loss, grad_norm, nonfinite", P_LOSS, "non-finite values > 0", C.check_nonfinite, yes="§3.A"),
+        Node("§3.2", "Does training loss fall below half the n-gram baseline while validation never gets 15% "
+             "below it and then climbs?", "train loss (21-step median), val_loss (best, last), n-gram baseline "
+             "(dashed line)", P_LOSS, f"train < {T['mask_train']:g} x baseline, best val > {T['mask_val']:g} x "
+             f"baseline, last val > {T['mask_rise']:g} x best val", C.check_mask, yes="§3.B"),
+        Node("§3.3", "Has the training loss failed to fall?", "median training loss of the last 10% of steps / "
+             "step-0 loss", P_LOSS, f"> {T['not_learning']:g}", C.check_not_learning, yes="§3.C"),
+        Node("§3.4", "Does validation end up worse than an untrained model (above ln V) while training loss falls "
+             "below half the n-gram baseline?", "val_loss (worst) / ln V, train loss (21-step median) / n-gram "
+             "baseline", P_LOSS, f"val > {T['leak_val']:g} x ln V and train < {T['mask_train']:g} x baseline",
+             C.check_target_leak, yes="§3.D"),
+        Leaf("§3.A", "non_finite", "non-finite values",
+             "The loss or the gradients became NaN/Inf, so every later update is garbage.",
+             "Resume from the last checkpoint before the first non-finite step with a lower LR or tighter "
+             "clipping, and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("NaN / Inf", r"\bnan\b|\binf\b|non[- ]finite|infinit|no finito"),
+                 ),
+                 remediation=(
+                     ("resume from a checkpoint before it", r"checkpoint|resume|rewind|punto de control|reanudar"),
+                     ("lower lr or tighter clipping", r"lower (?:the )?(?:lr|learning rate)|clip|recort|reduc"),
+                 ),
+             )),
+        Leaf("§3.B", "broken_mask", "broken causal mask",
+             "Training loss collapses far below the n-gram baseline while validation (always causal) stalls "
+             "near it and then climbs: the attention mask lets positions see the tokens they must predict.",
+             "Restore the causal (lower-triangular) attention mask in training (causal_mask=true) and re-run.",
+             rule_out=(("the updates are far larger than healthy: an LR too high memorises and climbs too",
+                        C.rule_out_lr_too_large),
+                       ("validation ends above ln V: a mask lets training peek, its causal validation stays near "
+                        "the n-gram baseline", C.rule_out_val_above_untrained)),
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the causal attention mask", r"causal|mask|m[aá]scara"),
+                     ("sees future tokens", r"future|futur|leak|fuga"),
+                 ),
+                 remediation=(
+                     ("restore the causal mask", r"causal|mask|m[aá]scara|triangular"),
+                 ),
+             )),
+        Leaf("§3.C", "unknown", "not learning",
+             "The training loss does not fall although the LR schedule applies: the model or data pipeline is "
+             "broken in a way this tree does not name.",
+             "Overfit a single batch to find the broken piece (data, loss, optimizer wiring), then re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("not learning", r"not (?:learning|falling|decreas)|no aprende|does not fall|flat|plana"),
+                 ),
+                 remediation=(
+                     ("overfit one batch / debug the pipeline", r"overfit|single batch|one batch|pipeline|debug|sobreajust|un solo lote"),
+                 ),
+             )),
+        Leaf("§3.D", "target_leak", "target leak",
+             "The model drives its training loss to almost nothing while validation becomes worse than an "
+             "untrained model's: in training each input already holds the token it must predict (the one-token "
+             "shift between inputs and targets is missing), so it learns to copy, which is confidently wrong "
+             "at validation time. Unlike a broken mask, no attention is needed to cheat.",
+             "Fix the data pipeline so targets are the inputs shifted by one token (a test: no input position "
+             "equals its target for every row), then re-run from the checkpoint before the leak began.",
+             rule_out=(("the updates are far larger than healthy: an LR too high also ends above ln V",
+                        C.rule_out_lr_too_large),),
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the inputs hold the targets", r"leak|fuga|input\w*\W+(?:\w+\W+){0,4}target|shift|copy|copi|desplaz"),
+                     ("validation worse than untrained", r"validation|ln ?v|untrained|validaci|sin entrenar"),
+                 ),
+                 remediation=(
+                     ("shift the targets by one token", r"shift|offset|one token|pipeline|desplaz|datos|data"),
+                 ),
+             )),
+    )),
+    Section("§4", "Is there a batch anomaly?",
+            "A bad batch (one repeated sentence, rare rows, or corrupted rows: random tokens, rows cut in the "
+            "wrong place, targets that belong to other rows) has a high loss of its own, measured before the "
+            "update, and a large gradient; the next batch's loss is back to normal because the model was barely "
+            "moved. A loader that serves the same batch again shows identical batches on consecutive steps.", (
+        Node("§4.1", "Does some batch repeat one row for at least half of its rows?",
+             "batch.dup_rows / batch size", P_BATCH, f">= {T['dup_share']:g}", C.check_dup_rows, yes="§4.A"),
+        Node("§4.2", "Is one batch's own loss far above the run's recent losses, with its gradient norm up and the "
+             "batches before and after it normal?",
+             "loss - trailing median (nats), grad_norm / trailing median, the previous and next steps' loss excess",
+             P_LOSS + "; " + P_GN, f"loss >= +{T['outlier_loss']:g} nat, grad norm >= {T['outlier_gn']:g}x, previous "
+             f"and next excess <= {T['outlier_back']:g} x the jump", C.check_data_outlier, yes="§4.A"),
+        Node("§4.3", "Is the same batch served on several consecutive steps?",
+             "batch.rows and the batch's token statistics equal to the previous step's", P_BATCH,
+             f">= {T['stuck_steps']:g} repeats in a row", C.check_stuck_loader, yes="§4.B"),
+        Leaf("§4.A", "bad_batch", "bad batch / data outlier",
+             "One batch is an outlier (one repeated or rare sentence, or corrupted rows: random tokens, rows cut "
+             "in the wrong place, targets that belong to other rows): its own loss is high and its gradient large, "
+             "and the next batch's loss is normal again (one bad step, not a damaged model). A batch of rare rows "
+             "puts its gradient on rarely-updated embedding and output rows, whose small v makes the step large.",
+             "Skip that batch (rewind to the checkpoint before it and drop it from the data order, as PaLM "
+             "and Lightning do), deduplicate the data, and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the batch", r"batch|lote"),
+                     ("duplicated rows or rare tokens", r"duplicat|repeat|copies|same (?:sentence|row)|rare|long[- ]tail|outlier|repetid|copias|raro|cola larga|misma frase"),
+                 ),
+                 remediation=(
+                     ("skip or filter the batch", r"skip|filter|drop|remove|exclu|dedup|salt|filtr|quit|elimin|descart"),
+                 ),
+             )),
+        Leaf("§4.B", "stuck_loader", "stuck data loader",
+             "The data loader served the same batch again and again: the training loss on it falls step after "
+             "step (the model memorises that batch) while the gradient norm shrinks, and no other data is seen.",
+             "Fix the loader (an iterator re-created each step, a cached batch, a sampler stuck on one index); "
+             "rewind to the checkpoint before the first repeat and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the same batch again", r"same batch|repeat|stuck|loader|mismo lote|repet|atasc|cargador"),
+                 ),
+                 remediation=(
+                     ("fix the data loader", r"loader|iterator|sampler|cargador|iterador|data|datos"),
+                 ),
+             )),
+    )),
+    Section("§5", "Is the initialisation sane?",
+            "Reached from §1 when the run did not start like an untrained model, and walked in order otherwise.", (
+        Node("§5.1", f"Is the step-0 largest |logit| above {T['logit0_high']:g}?", "logit_max at step 0 (and act)", P_ACT,
+             f"> {T['logit0_high']:g}", C.check_logit0, yes="§5.A"),
+        Node("§5.2", f"Did §1 send you here (step-0 loss off ln V, or step-1 grad norm > {T['gn1_high']:g})?",
+             "loss and grad_norm of the first step", P_LOSS,
+             f"|loss - ln V| > {T['loss0_band']} or grad norm > {T['gn1_high']:g}", C.check_came_from_s1,
+             yes="§5.B"),
+        Leaf("§5.A", "bad_init", "weights initialised too large",
+             "The untrained model already outputs huge logits and activations: the weights (or the LM-head "
+             "bias) start far too large, so the loss starts far above ln V.",
+             "Initialise weights with std 0.02 (init_scale=1) and the LM-head bias at zero, and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("weights initialised too large", r"init\w*|too large|scale|inicializ|grande"),
+                     ("huge logits / activations", r"logit|activation|activaci"),
+                 ),
+                 remediation=(
+                     ("std 0.02 init / zero LM-head bias", r"0\.02|std|init_scale|bias|inicializ|init"),
+                 ),
+             )),
+        Leaf("§5.B", "bad_init", "wrong starting loss",
+             "The step-0 loss or gradient is off although the logits are small: the initialisation or the loss "
+             "reduction (sum instead of mean) is wrong.",
+             "Check the init and that the loss is a token mean over target tokens, and re-run.",
+             rule_out=(("the step-0 loss is BELOW chance: no init or reduction bug does that; walk the other "
+                        "sections", C.rule_out_loss0_below_chance),), resume="§2.1",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("initialisation or loss reduction", r"init\w*|reduction|sum|mean|inicializ|reducci|suma|media"),
+                 ),
+                 remediation=(
+                     ("fix init / token-mean loss", r"init\w*|mean|reduction|inicializ|media"),
+                 ),
+             )),
+    )),
+    Section("§6", "Is the optimizer state consistent?",
+            "Adam's second moment obeys v_t = β2·v_(t-1) + (1-β2)·g_t² exactly, so the per-tensor mean of v "
+            "(vm) must follow from the logged gradients; the walker fits β2 and each tensor's size from the "
+            "run itself and measures the factor f by which v moved beyond what g² explains.", (
+        Node("§6.1", "Did some tensor's v jump or drop in one step beyond what its gradient explains?",
+             "params[*].vm against params[*].g, grad_norm_clipped / grad_norm", P_UPD,
+             f"f outside [1/{T['v_factor']:g}, {T['v_factor']:g}] and > {T['v_noise_mult']:g}x rounding noise",
+             C.check_v_factor, yes="§6.2", no="§6.3"),
+        Node("§6.2", "Did v go up (f > 1)?", "the factor f of §6.1", P_UPD, "f > 1", C.check_v_up,
+             yes="§6.A", no="§6.B"),
+        Node("§6.3", "Does v stop following one recurrence at some step (another β2 fits from then on)?",
+             "params[*].vm against params[*].g: residual noise of the fit, β2 fitted on each side", P_UPD,
+             f"residual noise > {T['v_fit_noise']:g}", C.check_v_regime, yes="§6.C", no="§7.1"),
+        Leaf("§6.A", "optimizer_state_corruption", "second moment inflated: a stall",
+             "One tensor's Adam v was multiplied up at one step, so its updates shrink by about sqrt(f) and "
+             "recover as v decays at β2 per step: a stall of that tensor, not a spike.",
+             "Reload the last checkpoint before the step (or reset that tensor's moments) and re-run.",
+             rule_out=(("many tensors' v left the recurrence at the same step: the optimizer changed, not one "
+                        "tensor's state", C.rule_out_v_spread),), resume="§6.3",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("Adam's second moment v", r"second moment|\bv\b|exp_avg_sq|adam|optimi[sz]er state|segundo momento|estado del optimizador"),
+                     ("inflated: updates shrink, a stall", r"inflat|multipl|x\s?\d|larger|stall|shrink|infla|aument|estanc"),
+                 ),
+                 remediation=(
+                     ("reload a checkpoint / reset the moments", r"checkpoint|reload|rewind|reset|restore|punto de control|recarg|restaur|reinici"),
+                 ),
+             )),
+        Leaf("§6.B", "optimizer_state_corruption", "second moment deflated: the spike mechanism",
+             "One tensor's Adam v was shrunk at one step, so v under-estimates g² and that tensor's updates "
+             "grow by about 1/sqrt(f) for the next steps: the known loss-spike mechanism.",
+             "Reload the last checkpoint before the step (or reset that tensor's moments; StableAdamW-style "
+             "update clipping guards against it) and re-run.",
+             rule_out=(("many tensors' v left the recurrence at the same step: the optimizer changed, not one "
+                        "tensor's state", C.rule_out_v_spread),), resume="§6.3",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("Adam's second moment v", r"second moment|\bv\b|exp_avg_sq|adam|optimi[sz]er state|segundo momento|estado del optimizador"),
+                     ("deflated: updates grow", r"deflat|shrunk|smaller|divid|spike|grow|reduc|pico|crec"),
+                 ),
+                 remediation=(
+                     ("reload a checkpoint / reset the moments", r"checkpoint|reload|rewind|reset|restore|stableadamw|update clip|punto de control|recarg|restaur|reinici"),
+                 ),
+             )),
+        Leaf("§6.C", "optimizer_setting", "optimizer setting changed",
+             "Adam's second moment follows one β2 up to a step and another from then on, on every tensor: the "
+             "optimizer's setting changed mid-run (β2 or eps edited on resume, or the optimizer rebuilt with "
+             "other defaults). Its measured effect here is small; a β2 far from 0.95 changes how fast v forgets.",
+             "Restore the intended setting (beta2=0.95, eps=1e-8), pin it in the checkpoint and assert it on "
+             "resume, and re-run from the checkpoint before the change.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("Adam's setting changed", r"beta2|β2|\beps|setting|hyper|optimi[sz]er|adam|ajuste|hiperpar"),
+                 ),
+                 remediation=(
+                     ("restore the setting", r"restor|beta2|β2|0\.95|pin|assert|restaur|config"),
+                 ),
+             )),
+    )),
+    Section("§7", "Is there a gradient-norm spike (before / after clipping)?",
+            "With clipping on (grad_clip=1.0, the default) it engages on every step of a healthy run here "
+            "(pre-clip norm 2-5), so 'clipped' means nothing alone and the clipped norm hides every spike: read "
+            "the pre-clip norm. With clipping off (grad_clip=0) the two norms are equal and every spike reaches "
+            "Adam's moments. Natural spikes late in training reach several times the median but move a few "
+            "tensors, not all.", (
+        Node("§7.1", f"Did every tensor's gradient norm jump at least {T['gn_all_up']:g}x its own trailing median at one step, "
+             "beyond the batch loss's own jump?",
+             "min over tensors of params[*].g / its 50-step trailing median, divided by loss / its trailing "
+             "median when that is > 1", P_GN + "; " + P_G, f">= {T['gn_all_up']:g}x", C.check_gn_all_up, yes="§7.A"),
+        Node("§7.2", f"Did every tensor's gradient norm fall to {T['gn_all_down']:g}x its trailing median at one step, beyond the "
+             "loss's own fall?", "max over tensors of params[*].g / its trailing median, divided by loss / its "
+             "trailing median when that is < 1", P_GN + "; " + P_G, f"<= {T['gn_all_down']:g}x", C.check_gn_all_down,
+             yes="§7.B"),
+        Node("§7.3", f"Is there any pre-clip jump of {T['gn_huge']:g}x its trailing median beyond what the loss explains?",
+             "(grad_norm / trailing median) / (loss / its trailing median, if > 1)",
+             P_GN, f">= {T['gn_huge']:g}x", C.check_gn_huge, yes="§7.C"),
+        Node("§7.4", f"Is there any loss jump of {T['outlier_loss']:g} nat or more over its trailing median that nothing above "
+             "explained?",
+             "loss - trailing median (nats)", P_LOSS, f">= +{T['outlier_loss']:g} nat", C.check_loss_jump,
+             yes="§8.B", no="§8.A"),
+        Leaf("§7.A", "gradient_explosion", "transient gradient explosion",
+             "Every gradient was multiplied by one common factor at one step; clipping cut the update back to "
+             "its usual size, so the spike lives in the pre-clip norm only and the run continues unharmed.",
+             "Keep gradient clipping on (or clip adaptively, as ZClip does) and find what scaled the gradients "
+             "at that step (loss scaling, a reduction bug); no rewind is needed.",
+             cases={"clipping on": (
+                 "Every gradient was multiplied by one common factor at one step; clipping cut the update back to "
+                 "its usual size, so the spike lives in the pre-clip norm only and the run continues unharmed.",
+                 "Keep gradient clipping on (or clip adaptively, as ZClip does) and find what scaled the "
+                 "gradients at that step (loss scaling, a reduction bug); no rewind is needed."),
+                 "clipping off": (
+                 "Every gradient was multiplied by one common factor at one step and clipping is off, so the "
+                 "whole scaled gradient entered Adam's moments: the step itself grew far less than the gradient "
+                 "(Adam divides by sqrt(v), which took the same jump), but v stays inflated and shrinks the next "
+                 "updates until it decays at β2 (about 20 steps at 0.95).",
+                 "Turn gradient clipping on (grad_clip=1.0) or clip adaptively (ZClip), and find what scaled the "
+                 "gradients at that step (loss scaling, a reduction bug); if the loss did not recover, reload the "
+                 "checkpoint before the step.")},
+             case_of=C.clipping_case,
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the gradient norm spiked", r"gradient|grad[- ]norm|gradiente"),
+                     ("scaled at one step, clipped", r"scal|multipl|x\s?\d|clip|spike|explo|escal|recort|pico"),
+                 ),
+                 remediation=(
+                     ("keep (adaptive) clipping", r"clip|zclip|recort"),
+                     ("find what scaled the gradients", r"loss scal|reduction|scal|find|escal|reducci"),
+                 ),
+             )),
+        Leaf("§7.B", "gradient_explosion", "transient gradient collapse",
+             "Every gradient was multiplied by one common small factor at one step (the same fault as an "
+             "explosion, downwards): clipping did not engage and that step's update was smaller.",
+             "Find what scaled the gradients at that step (loss scaling, a reduction bug); no rewind is needed.",
+             cases={"clipping on": (
+                 "Every gradient was multiplied by one common small factor at one step (the same fault as an "
+                 "explosion, downwards): clipping did not engage and that step's update was smaller.",
+                 "Find what scaled the gradients at that step (loss scaling, a reduction bug); no rewind is needed."),
+                 "clipping off": (
+                 "Every gradient was multiplied by one common small factor at one step (the same fault as an "
+                 "explosion, downwards): that step's update was smaller, and Adam's v took a small dip.",
+                 "Find what scaled the gradients at that step (loss scaling, a reduction bug); no rewind is needed.")},
+             case_of=C.clipping_case,
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the gradient norm collapsed", r"gradient|grad[- ]norm|gradiente"),
+                     ("scaled down at one step", r"scal|multipl|small|collapse|shr|escal|colaps|peque"),
+                 ),
+                 remediation=(
+                     ("find what scaled the gradients", r"loss scal|reduction|scal|find|escal|reducci"),
+                 ),
+             )),
+        Leaf("§7.C", "unknown", "unexplained gradient spike",
+             "A gradient-norm spike far beyond natural variation that neither the batch, the optimizer state "
+             "nor a uniform scaling explains.",
+             "Rewind to the checkpoint before the spike, replay the same batches to tell a transient from a "
+             "persistent fault, and re-run.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("an unexplained gradient spike", r"gradient|spike|grad[- ]norm|gradiente|pico"),
+                 ),
+                 remediation=(
+                     ("rewind and replay", r"rewind|checkpoint|replay|retroced|punto de control|repet"),
+                 ),
+             )),
+    )),
+    Section("§8", "Verdict", "Reached when no question above matched (healthy), or when the loss jumped or a "
+            "leaf was ruled out and no other leaf fits (unknown: better than a wrong name).", (
+        Leaf("§8.A", "healthy", "healthy",
+             "Nothing in the run's metrics departs from healthy training beyond natural variation.",
+             "No fix needed; keep the run as the reference for later comparisons.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("healthy", r"healthy|no anomal|nothing wrong|sano|sin anomal|normal"),
+                 ),
+                 remediation=(
+                     ("no fix needed", r"no (?:fix|change|action)|nothing|keep|reference|ninguna|nada|mantener"),
+                 ),
+             )),
+        Leaf("§8.B", "unknown", "an anomaly no leaf explains",
+             "Something departs from healthy training (a question matched, or the loss jumped), but no leaf's "
+             "evidence fits it, so this tree does not name the fault. The verdict lists the two closest leaves "
+             "and the evidence that ruled each out.",
+             "Do not apply a leaf's fix blindly: rewind to the checkpoint before the anomaly, replay the same "
+             "batches to tell a transient from a persistent fault, and compare with a baseline run (--baseline).",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("no leaf fits", r"unknown|unexplained|no leaf|does not fit|desconoc|sin explic|no encaja"),
+                 ),
+                 remediation=(
+                     ("rewind and replay", r"rewind|checkpoint|replay|baseline|retroced|punto de control|repet"),
+                 ),
+             )),
+    )),
+)
+
+ITEMS: dict[str, Node | Leaf] = {it.id: it for s in TREE for it in s.items}
+SECTIONS: dict[str, Section] = {s.id: s for s in TREE}
+ORDER: list[str] = [it.id for s in TREE for it in s.items]
+
+
+def next_node(node_id: str) -> str:
+    """The node after `node_id` in reading order, skipping leaves."""
+    i = ORDER.index(node_id)
+    for nid in ORDER[i + 1:]:
+        if isinstance(ITEMS[nid], Node):
+            return nid
+    return "§8.A"
+
+
+def iter_nodes():
+    """Every section, question and leaf as a plain dict, in reading order. `parent` is the section for a
+    section's first-level questions and the question whose "yes" (or explicit "no") leads to an item within
+    the same section otherwise (the learner workflow uses it to check that a cited node lies on the way to a leaf)."""
+    for s in TREE:
+        yield {"id": s.id, "kind": "section", "title": s.title, "parent": None}
+        for it in s.items:
+            parent = next((n.id for n in s.items if isinstance(n, Node) and it.id in (n.yes, n.no)), s.id)
+            if isinstance(it, Node):
+                yield {"id": it.id, "kind": "question", "title": it.question, "parent": parent,
+                       "metric": it.metric, "panel": it.panel, "threshold": it.threshold,
+                       "yes": it.yes, "no": it.no or next_node(it.id)}
+            else:
+                yield {"id": it.id, "kind": "leaf", "title": it.title, "parent": parent, "cause": it.cause,
+                       "diagnosis": it.diagnosis, "remediation": it.remediation,
+                       "ruled_out_by": [why for why, _ in it.rule_out], "cases": dict(it.cases),
+                       "concepts": {"diagnosis": it.concepts.diagnosis, "remediation": it.concepts.remediation}}
+
+
+def _validate_tree() -> None:
+    for it in ITEMS.values():
+        if isinstance(it, Leaf):
+            assert it.cause in CAUSES, it
+            assert it.resume is None or isinstance(ITEMS.get(it.resume), Node), (it.id, it.resume)
+            assert bool(it.cases) == (it.case_of is not None), it.id
+            assert it.concepts.diagnosis and it.concepts.remediation, f"{it.id} names no key concepts"
+        else:
+            for target in (it.yes, it.no):
+                assert target is None or target in ITEMS, (it.id, target)
+
+
+_validate_tree()
+

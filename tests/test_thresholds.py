@@ -1,0 +1,34 @@
+"""Every number the stability check judges by lives once, in analysis/thresholds.py."""
+import re
+from pathlib import Path
+
+from minitrain.analysis import thresholds
+from minitrain.analysis.thresholds import GN1_HEALTHY, THRESHOLDS, T
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "minitrain"
+
+
+def test_course_facts_are_the_courses():
+    assert GN1_HEALTHY == (0.1, 10.0)  # healthy step-1 gradient norm range
+    assert (T["gn1_high"], T["gn1_low"]) == (100.0, 0.001)  # the leaf conditions
+    assert (T["loss0_band"], T["loss0_high"], T["loss0_low"]) == (0.5, 8.0, 4.0)
+    assert {n for n, t in THRESHOLDS.items() if t.source == "course"} >= {"gn1_high", "gn1_low", "gn1_healthy_low",
+                                                                         "gn1_healthy_high"}
+
+
+def test_every_threshold_has_a_source_and_a_meaning_and_is_read_somewhere():
+    analysis = "".join(p.read_text() for p in (SRC / "analysis").glob("*.py") if p.name != "thresholds.py")
+    for name, t in THRESHOLDS.items():
+        assert t.source in ("course", "tuned", "exact") and t.meaning, name
+        if not name.startswith("gn1_healthy"):  # the healthy range is read as GN1_HEALTHY (the health summary)
+            assert f'T["{name}"]' in analysis or f"T['{name}']" in analysis, f"threshold {name} is never read"
+
+
+def test_no_check_restates_a_threshold_as_a_literal():
+    """The checks and the tree read T; a bare 0.001 / 100.0 / 2.5e-3 there would be a second definition."""
+    for mod in ("checks.py", "tree.py", "walk.py"):
+        text = (SRC / "analysis" / mod).read_text()
+        for name in ("gn1_low", "ur_high", "v_fit_noise", "lr_jump", "v_spread"):
+            value = repr(THRESHOLDS[name].value)
+            assert not re.search(rf"(?<![\w.]){re.escape(value)}(?![\w.])", text), (mod, name, value)
+    assert thresholds.WINDOW == 50 and thresholds.MIN_HISTORY == 5
