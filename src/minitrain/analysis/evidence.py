@@ -51,8 +51,19 @@ def trailing_median_fast(x: np.ndarray, window: int = WINDOW) -> np.ndarray:
     return out
 
 
-PARAM_KEYS = ("g", "u", "ur", "vm", "vx", "vn", "r")
-BATCH_KEYS = ("dup_rows", "rare_share", "top_token_share", "distinct_tokens")
+def row_keys(rows: list[dict], field: str, skip: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The statistics a run's rows carry under `field` (per tensor: {name: {stat: value}}; batch: {stat: value}),
+    in order of first appearance. The metrics describe themselves, so a statistic added to the telemetry
+    (core/telemetry.py's registry) reaches the walker with no list to keep here."""
+    seen: dict[str, None] = {}
+    for r in rows:
+        d = r.get(field)
+        if not isinstance(d, dict):
+            continue
+        for v in (d.values() if field == "params" else [d]):
+            if isinstance(v, dict):
+                seen.update((k, None) for k in v if k not in skip)
+    return tuple(seen)
 
 
 @dataclass
@@ -68,25 +79,27 @@ class Evidence:
         # one pass over the rows builds every series the checks read
         keys = ("loss", "lr", "grad_norm", "grad_norm_clipped", "val_loss", "logit_max", "nonfinite")
         cols = {k: [] for k in keys}
-        bcols = {k: [] for k in BATCH_KEYS}
+        self.param_keys = row_keys(self.rows, "params")
+        self.batch_keys = row_keys(self.rows, "batch", skip=("rows",))
+        bcols = {k: [] for k in self.batch_keys}
         brows, prints = [], []
         names = next((list(r["params"]) for r in self.rows if isinstance(r.get("params"), dict) and r["params"]), [])
-        cube = np.full((len(self.rows), len(names), len(PARAM_KEYS)), np.nan)
+        cube = np.full((len(self.rows), len(names), len(self.param_keys)), np.nan)
         for i, r in enumerate(self.rows):
             for k in keys:
                 cols[k].append(_num(r.get(k)))
             b = r.get("batch") if isinstance(r.get("batch"), dict) else {}
-            for k in BATCH_KEYS:
+            for k in self.batch_keys:
                 bcols[k].append(_num(b.get(k)))
             brows.append(len(b.get("rows") or []))
             # what identifies a batch: its row ids (None in a blind run) and its token statistics
-            prints.append((tuple(b.get("rows") or ()), *(b.get(k) for k in BATCH_KEYS)) if b else None)
+            prints.append((tuple(b.get("rows") or ()), *(b.get(k) for k in self.batch_keys)) if b else None)
             p = r.get("params")
             if names and isinstance(p, dict):
                 for j, n in enumerate(names):
                     st = p.get(n)
                     if isinstance(st, dict):
-                        cube[i, j] = [_num(st.get(k)) for k in PARAM_KEYS]
+                        cube[i, j] = [_num(st.get(k)) for k in self.param_keys]
         self.steps = np.array([int(r["step"]) for r in self.rows])
         self.loss, self.lr, self.grad_norm = (np.array(cols[k]) for k in ("loss", "lr", "grad_norm"))
         self.grad_norm_clipped, self.val_loss = np.array(cols["grad_norm_clipped"]), np.array(cols["val_loss"])
@@ -98,10 +111,14 @@ class Evidence:
         self._cube = cube
 
     def batch(self, key: str) -> np.ndarray:
-        return self._batch[key]
+        """A batch-composition series (all NaN when the run does not carry it)."""
+        return self._batch[key] if key in self._batch else np.full(len(self.rows), np.nan)
 
     def param(self, name: str, key: str) -> np.ndarray:
-        return self._cube[:, self.param_names.index(name), PARAM_KEYS.index(key)]
+        """A per-tensor series (all NaN when the run does not carry that statistic)."""
+        if key not in self.param_keys:
+            return np.full(len(self.rows), np.nan)
+        return self._cube[:, self.param_names.index(name), self.param_keys.index(key)]
 
     @cached_property
     def ln_v(self) -> float:
@@ -254,7 +271,9 @@ class Evidence:
         """Per step, the median over tensors of the update-to-weight ratio ur = |p_new - p_old| / |p_old|."""
         if not self.param_names:
             return np.full(len(self.rows), np.nan)
-        ur = self._cube[:, :, PARAM_KEYS.index("ur")]
+        if "ur" not in self.param_keys:
+            return np.full(len(self.rows), np.nan)
+        ur = self._cube[:, :, self.param_keys.index("ur")]
         ok = np.isfinite(ur).any(axis=1)
         out = np.full(len(self.rows), np.nan)
         out[ok] = np.nanmedian(ur[ok], axis=1)

@@ -62,5 +62,10 @@ def tensor_stats() -> list[str]:
     return [s.split(".", 1)[1] for p in PANELS for s in p.signals if s.startswith("params.")]
 
 
+def batch_stats() -> list[str]:
+    """The batch-composition fields the page plots (batch.X signals), in panel order."""
+    return [s.split(".", 1)[1] for p in PANELS for s in p.signals if s.startswith("batch.")]
+
+
 def as_json() -> list[dict]:
     return [asdict(p) for p in PANELS]

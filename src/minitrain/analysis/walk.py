@@ -182,7 +182,7 @@ def leaf_evidence(leaf: Leaf, path: list[dict], ev: Evidence, step: int | None) 
     out["lr"] = _curve(ev, ev.lr, sl)
     if leaf.cause == "bad_batch":
         b = ev.rows[i].get("batch") or {}
-        out["batch_at_step"] = {k: b.get(k) for k in ("dup_rows", "rare_share", "top_token_share", "distinct_tokens")}
+        out["batch_at_step"] = {k: b.get(k) for k in ev.batch_keys}
         out["loss_ratio_to_trailing_median"] = _jsonable(math.exp(ev.loss_log_ratio[i]))
         out["loss_excess_nats"] = _jsonable(ev.loss_excess[i])
         if i + 1 < len(ev.rows):

@@ -80,7 +80,7 @@ def _series(rows: list[dict]) -> dict:
     keys = ("loss", "lr", "grad_norm", "grad_norm_clipped", "loss_regular", "loss_irregular", "logit_max")
     cols: dict = {k: [] for k in keys}
     clipped, nonfinite, act, val = [], [], [], []
-    batch = {k: [] for k in ("rare_share", "top_token_share", "dup_rows", "distinct_tokens")}
+    batch = {k: [] for k in panels.batch_stats()}  # the batch-composition fields the panels draw
     n_layers = max((len(r.get("act") or []) for r in rows), default=0)
     for r in rows:
         for k in keys:
