@@ -566,3 +566,17 @@ def test_a_compared_run_is_drawn_and_can_be_hidden(lab, browser, tmp_path):
     page.wait_for_function("() => window.__dashboard.state.extra.length === 1")
     assert "19-injection-A: before clipping" in view.plot("grad")["labels"]
     view.check_clean()
+
+
+def test_a_regime_map_sweep_is_one_index_row(tmp_path, small_baseline):
+    exp = tmp_path / "experiments"
+    shutil.copytree(small_baseline, exp / "18-baseline")
+    sweep = exp / "explore"
+    for name in ("lr3e-4-clip1/base", "lr3e-4-clip1/scale-x50"):
+        (sweep / "runs" / name).mkdir(parents=True)
+        (sweep / "runs" / name / "metrics.jsonl").write_text("")
+    (sweep / "cells.json").write_text("{}")
+    page = dashboard.write_index(exp).read_text()
+    assert page.count("<tr") - page.count("<thead") >= 2  # the baseline's row and the sweep's row
+    assert 'href="explore/index.html"' in page and "2 runs of the minitrain explore sweep" in page
+    assert "scale-x50" not in page

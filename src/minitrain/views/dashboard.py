@@ -530,12 +530,17 @@ def write_dashboard(run: Path, baseline: Path | None = None, out: Path | None = 
 # ---------------------------------------------------------------------------------------------------
 
 
+SWEEP_MARK = "cells.json"  # a regime-map sweep (minitrain explore): it has its own page, one index row
+
+
 def find_runs(experiments: Path) -> list[Path]:
-    """Every run folder under `experiments`, at any depth (blind labs, break-it, remediations), sorted by path.
-    A run folder's own subfolders (checkpoints) are not searched."""
+    """Every run folder under `experiments`, at any depth (blind labs, break-it, remediations), sorted by path;
+    a regime-map sweep's folder stands for its runs. A run folder's own subfolders are not searched."""
     out: list[Path] = []
     for d in sorted(p for p in Path(experiments).rglob("*") if p.is_dir()):
-        if files.is_run_dir(d) and not any(parent in out for parent in d.parents):
+        if any(parent in out for parent in d.parents):
+            continue
+        if files.is_run_dir(d) or (d / SWEEP_MARK).exists():
             out.append(d)
     return out
 
@@ -583,6 +588,12 @@ def write_index(experiments: Path, sealed: set[Path] | None = None) -> Path:
     lines = []
     for run in find_runs(experiments):
         rel = run.relative_to(experiments).as_posix()
+        if (run / SWEEP_MARK).exists():
+            n = sum(1 for _ in (run / "runs").rglob(reader.METRICS))
+            lines.append(f'<tr><td><a href="{e(rel)}/index.html">{e(rel)}</a></td><td>regime map</td>'
+                         f'<td colspan="4">{n} runs of the minitrain explore sweep (their dashboards are linked '
+                         'from the map)</td></tr>')
+            continue
         s = run_summary(run, None if sealed_set is None else run.resolve() in sealed_set)
         link = (f'<a href="{e(rel)}/dashboard.html">{e(rel)}</a>' if s["dashboard"]
                 else f'{e(rel)} <span class="hint">(no dashboard: minitrain dashboard {e(str(run))})</span>')
