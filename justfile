@@ -3,6 +3,9 @@
 # Recipes use the project's virtual environment (made by ./dev, or `just setup`).
 
 set shell := ["bash", "-euo", "pipefail", "-c"]
+# Every argument reaches the command as one word, never as shell code: recipes pass "$@" (variadic
+# arguments) or quote(NAME) (named ones). `just learner 'zed; echo X'` makes a learner named that, or fails.
+set positional-arguments
 export PATH := justfile_directory() + "/.venv/bin:" + env_var("PATH")
 export PYTHONUNBUFFERED := "1"
 
@@ -16,11 +19,11 @@ setup:
 
 # train the phase-18 baseline into experiments/18-baseline
 phase-18-train *args:
-    minitrain lab-run --injection none {{args}}
+    minitrain lab-run --injection none "$@"
 
 # one lab run from the shell variables seed, injection (none|scale|bad_batch|v_corrupt), injection_step
 phase-19-train *args:
-    minitrain lab-run --from-env {{args}}
+    minitrain lab-run --from-env "$@"
 
 # the config preset the lab runs with: `preset=pretraining-like just lab` (or `just preset=pretraining-like lab`)
 # runs it where clipping engages rarely, into experiments/preset-pretraining-like/ (see docs/regimes.md)
@@ -32,54 +35,54 @@ lab_dir := if preset == "course" { "experiments" } else { "experiments/preset-" 
 # one after another); each run writes its dashboard.html; then the expected-vs-observed report and
 # experiments/index.html
 lab *args:
-    minitrain lab --experiments {{lab_dir}} --set preset={{preset}} {{args}}
-    minitrain report {{lab_dir}}
-    minitrain index {{lab_dir}}
+    minitrain lab --experiments {{quote(lab_dir)}} --set preset={{quote(preset)}} "$@"
+    minitrain report {{quote(lab_dir)}}
+    minitrain index {{quote(lab_dir)}}
 
 # the regime map: where each of the lab's 10 predictions holds (quick=1: the 16-cell grid, a few minutes);
 # writes experiments/explore/index.html (a heat map per prediction) and regimes.md; cached by config hash
 explore *args:
-    minitrain explore $([ "${quick:-0}" = 1 ] && echo --quick) {{args}}
+    minitrain explore $([ "${quick:-0}" = 1 ] && echo --quick) "$@"
 
 # create a learner's folder learners/NAME/phase-19/ (spike-diagnoses.md, notes/lessons.md, blind and break-it files)
 learner name:
-    minitrain learner init {{name}}
+    minitrain learner init {{quote(name)}}
 
 # seal NAME's diagnoses, then show the reference solutions with NAME's numbers (lab=spike|blind|break-it)
 reveal name lab="spike":
-    minitrain reveal {{name}} --lab {{lab}}
+    minitrain reveal {{quote(name)}} --lab {{quote(lab)}}
 
 # score NAME's sealed diagnoses out of 3, each miss explained (lab=spike|blind|break-it)
 grade name lab="spike":
-    minitrain grade {{name}} --lab {{lab}}
+    minitrain grade {{quote(name)}} --lab {{quote(lab)}}
 
 # the lab's Definition of Done and stop condition for NAME, one line each
 check name lab="spike":
-    minitrain check {{name}} --lab {{lab}}
+    minitrain check {{quote(name)}} --lab {{quote(lab)}}
 
 # blind lab: the three injections shuffled and sealed into experiments/19-blind/01..03 (random=1: random K, magnitude)
 phase-19-blind *args:
-    minitrain blind-runs spike --random "${random:-0}" {{args}}
+    minitrain blind-runs spike --random "${random:-0}" "$@"
 
 # companion lab: the three breaks (init x100, no warmup, all-ones mask) shuffled and sealed into experiments/19-break-it/
 break-it-shuffled *args:
-    minitrain blind-runs break-it {{args}}
+    minitrain blind-runs break-it "$@"
 
 # one run of the shuffled break-it lab: just run-break 01|02|03
 run-break id *args:
-    minitrain blind-runs break-it --run {{id}} {{args}}
+    minitrain blind-runs break-it --run "$@"
 
 # fill the post-mortem template from a run's evidence into RUN/postmortem.md
 postmortem run *args:
-    minitrain postmortem {{run}} {{args}}
+    minitrain postmortem "$@"
 
 # re-run RUN from before its anomaly with the leaf's remedy into RUN-remediated, walk it again
 remediate run *args:
-    minitrain remediate {{run}} {{args}}
+    minitrain remediate "$@"
 
 # walk the stability check over a run's metrics: just diagnose experiments/19-injection-A [--json] [--write] [--spoil: before the reveal]
 diagnose run *args:
-    minitrain diagnose {{run}} {{args}}
+    minitrain diagnose "$@"
 
 # regenerate stability-check.md from the tree in src/minitrain/stability.py
 stability-md:
@@ -88,12 +91,12 @@ stability-md:
 # score the walker and the field's detectors on a generated suite (quick=1: short runs, about a minute;
 # grown=1: issue 12's faults on a tuning and a held-out seed)
 eval-diagnosis *args:
-    python bench/eval_diagnosis.py $([ "${quick:-0}" = 1 ] && echo --quick) $([ "${grown:-0}" = 1 ] && echo --grown) {{args}}
+    python bench/eval_diagnosis.py $([ "${quick:-0}" = 1 ] && echo --quick) $([ "${grown:-0}" = 1 ] && echo --grown) "$@"
 
 # run the whole test suite (installs the test tools and a headless Chromium if missing)
 test *args:
     ./dev --setup-only --test-tools
-    python -m pytest -n auto --dist loadfile {{args}}
+    python -m pytest -n auto --dist loadfile "$@"
 
 # benchmarks: step time of the project's loop against a bare PyTorch loop, telemetry cost
 bench:
@@ -102,8 +105,8 @@ bench:
 # train with PyTorch DDP on $nproc processes (default 2; gloo on CPU, nccl on GPU); rank 0 writes the run folder:
 #   nproc=2 just ddp-train --out experiments/ddp-2 [--preset medium] [--device auto]   (or --resume DIR)
 ddp-train *args:
-    python -m torch.distributed.run --standalone --nproc_per_node "${nproc:-2}" -m minitrain train {{args}}
+    python -m torch.distributed.run --standalone --nproc_per_node "${nproc:-2}" -m minitrain train "$@"
 
 # step time, tokens/s and peak memory of each preset on the device found here (markdown table)
 device-bench *args:
-    python bench/device_bench.py {{args}}
+    python bench/device_bench.py "$@"

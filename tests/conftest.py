@@ -16,7 +16,8 @@ from minitrain.core.config import build_config
 ROOT = Path(__file__).resolve().parents[1]
 
 # A small run: same model and data, few steps. K must be < steps.
-SMALL = ["steps=120", "ckpt_every=20", "eval_every=20", "spectral_every=40", "warmup_steps=20", "progress=false"]
+SMALL = ["steps=120", "ckpt_every=20", "eval_every=20", "spectral_every=40", "warmup_steps=20", "progress=false",
+         "ckpt_keep_last=0"]  # keep every checkpoint: tests fork at any K (retention: tests/test_faults.py)
 
 
 def small_config(*overrides: str):

@@ -31,7 +31,7 @@ from minitrain.core.errors import UserError
 
 STEPS, K = 50, 25
 DDP_SET = [f"steps={STEPS}", "ckpt_every=10", "eval_every=10", "spectral_every=10", "warmup_steps=10",
-           "progress=false"]
+           "progress=false", "ckpt_keep_last=0"]  # every checkpoint kept: the injections fork at K
 INJECTIONS = ("scale", "bad_batch", "v_corrupt")
 LOSS_TOL, NORM_TOL, TELEMETRY_TOL = 1e-5, 1e-5, 1e-3
 

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from minitrain.core.errors import UserError
+from minitrain.core.errors import EXIT_USER_ERROR, UserError
 
 LAB_DEFAULT_SEED, LAB_DEFAULT_STEP = 42, 500  # the lab's defaults (the same as run/reader.py's, kept here so
                                               # --help imports nothing heavy)
@@ -43,7 +43,7 @@ def _config_from_args(args) -> "TrainConfig":  # noqa: F821
 
 
 def cmd_train(args) -> int:
-    from minitrain.lab.runs import resume_run, summary_line, train_run
+    from minitrain.lab.runs import exit_code, resume_run, summary_line, train_run
 
     if args.resume:
         if args.out or args.set or args.config or args.preset or args.precision:
@@ -51,14 +51,14 @@ def cmd_train(args) -> int:
         res = resume_run(Path(args.resume), device=args.device)
         if is_main_process():  # under torchrun, rank 0 speaks for all ranks
             print(summary_line(Path(args.resume).name, res))
-        return 0
+        return exit_code(Path(args.resume))
     if not args.out:
         raise UserError("train needs --out DIR (or --resume DIR); e.g. minitrain train --out experiments/my-run")
     cfg = _config_from_args(args)
     res = train_run(cfg, Path(args.out), force=args.force, fork=not args.no_fork)
     if is_main_process():  # under torchrun, rank 0 speaks for all ranks
         print(summary_line(Path(args.out).name, res))
-    return 0
+    return exit_code(Path(args.out))
 
 
 def is_main_process() -> bool:
@@ -79,7 +79,7 @@ def _env_int(name: str, default: int) -> int:
 def cmd_lab_run(args) -> int:
     """One run of the lab, named as the lab names it; reads the lab's shell variables with --from-env."""
     from minitrain.core.config import build_config
-    from minitrain.lab.runs import lab_run
+    from minitrain.lab.runs import exit_code, lab_run
 
     if args.from_env:
         seed = _env_int("seed", LAB_DEFAULT_SEED)
@@ -90,9 +90,9 @@ def cmd_lab_run(args) -> int:
     overrides = [f"seed={seed}", f"injection={injection}", f"injection_step={step}", *(args.set or [])]
     if args.no_progress:
         overrides.append("progress=false")
-    _, line = lab_run(build_config({}, overrides), Path(args.experiments), force=args.force)
+    out, line = lab_run(build_config({}, overrides), Path(args.experiments), force=args.force)
     print(line)
-    return 0
+    return exit_code(out)
 
 
 def cmd_lab(args) -> int:
@@ -147,9 +147,10 @@ def cmd_corpus(args) -> int:
 
 def cmd_signature(args) -> int:
     from minitrain.analysis import signature
+    from minitrain.run.files import strict_json
 
     sig = signature.write(Path(args.run), Path(args.baseline) if args.baseline else None)
-    print(json.dumps(sig, indent=2))
+    print(strict_json(sig, indent=2))
     return 0
 
 
@@ -186,12 +187,22 @@ def cmd_config(args) -> int:
 # --- dashboard and index ---------------------------------------------------------------------------
 
 
+def _say_if_live(run: Path) -> None:
+    """A reader of a run another process is writing says so (one line on stderr), then reads what is there."""
+    from minitrain.run.reader import live_note
+
+    note = live_note(run)
+    if note:
+        print(f"minitrain: {note}", file=sys.stderr)
+
+
 def cmd_dashboard(args) -> int:
     from minitrain.lab import spoilers
     from minitrain.run.reader import find_baseline
     from minitrain.views.dashboard import write_dashboard
 
     run = Path(args.run)
+    _say_if_live(run)
     baseline = Path(args.baseline) if args.baseline else None
     if baseline is not None and not (baseline / "metrics.jsonl").exists():
         raise UserError(f"--baseline {baseline} holds no metrics.jsonl; give a run folder such as experiments/18-baseline")
@@ -297,7 +308,9 @@ def cmd_blind_runs(args) -> int:
         print("each run has its own seed and K (drawn, sealed): read its own signals on its dashboard, as the "
               "stability check does")
     spoilers.refresh(Path(args.experiments))
-    return 0
+    from minitrain.lab.runs import exit_code
+
+    return exit_code(*(folder / run_id for run_id in blind.RUN_IDS))
 
 
 def cmd_remediate(args) -> int:
@@ -307,12 +320,15 @@ def cmd_remediate(args) -> int:
     print(f"{rep['remediated']}: {rep['summary']}")
     print(f"verdict against {rep['baseline'] or 'no baseline'}: {rep['verdict']['line']}")
     print("dashboards: " + ", ".join(rep["dashboards"]))
-    return 0
+    from minitrain.lab.runs import exit_code
+
+    return exit_code(Path(args.run).parent / rep["remediated"])
 
 
 def cmd_diagnose(args) -> int:
     """Walk the stability check over RUN's metrics; print the path, the leaf and its evidence."""
     from minitrain.analysis import stability
+    from minitrain.run.files import strict_json
 
     from minitrain.lab import spoilers
 
@@ -321,11 +337,12 @@ def cmd_diagnose(args) -> int:
         raise UserError(f"{run} is a run of the {spoilers.lab_of(run)} lab, which is not revealed yet: walk "
                         "stability-check.md on its dashboard first and reveal ('minitrain reveal NAME'), or pass "
                         "--spoil to see the walker's answer now")
+    _say_if_live(run)
     result = stability.diagnose_run(run, Path(args.baseline) if args.baseline else None)
     if args.write:
         stability.write_diagnosis(run, result)
     if args.json:
-        print(json.dumps(result, indent=2, ensure_ascii=False))
+        print(strict_json(result, indent=2, ensure_ascii=False))
     else:
         print(stability.format_report(result, run.name))
         if args.write:
@@ -440,7 +457,10 @@ def build_parser() -> argparse.ArgumentParser:
         "A small, exact laboratory for training-stability work on a mini-GPT: train it on CPU in seconds, "
         "break it at a chosen step, and read the damage from the dashboard."),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="The lab, step by step: see README.md. Every command has --help.")
+        epilog="The lab, step by step: see README.md. Every command has --help.\n"
+               "Exit codes: 0 done; 1 'check' not done yet; 2 a user error (one line on stderr, nothing "
+               "changed); 3 a run stopped on a non-finite value (rows, results and dashboard kept); 130 "
+               "interrupted. See docs/reliability.md.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     t = sub.add_parser("train", help="train one run into a run folder (or resume one)",
@@ -614,3 +634,8 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:  # a write that failed where no code expected it (a full disk, a read-only folder)
+        from minitrain.run.files import disk_error
+
+        print(f"minitrain: error: {disk_error(e)}", file=sys.stderr)
+        return EXIT_USER_ERROR

@@ -88,6 +88,8 @@ class Run:
     remedy: RemedyContext | None = None  # REMEDY (remedy.py): None unless cfg.remedy is set
     device: torch.device = torch.device("cpu")
     forward: torch.nn.Module | None = None  # what the training forward calls: DDP(model) under torchrun, else model
+    non_finite: dict | None = None  # {"step", "what"} once a non-finite value stopped the run
+    lock: files.RunLock | None = None  # the run folder's lock, held while this process writes it
 
     def __post_init__(self):
         self.params = dict(self.model.named_parameters())  # by stable name (see model.py)
@@ -212,6 +214,7 @@ def checkpoint_meta(run: Run, step: int) -> dict:
         "config_hash": run.cfg.hash(),
         "trunk_hash": run.cfg.trunk_hash(),
         "metrics_bytes": run.metrics.tell() if run.metrics else 0,
+        "metrics_sha256": run.metrics.digest() if run.metrics else None,
         "scheduler": {"kind": "warmup+cosine", "next_step": step, "lr_next": lr_at(min(step, run.cfg.steps - 1), run.cfg)},
         "data_iterator": {"kind": "epoch permutations of (seed, epoch)", "next_step": step,
                           "position": step * run.cfg.batch_size, "train_rows": len(run.data.train)},
@@ -232,7 +235,7 @@ def _rng_digest() -> str:
 
 def run_steps(run: Run, start: int, on_row=None, stop_at: int | None = None) -> str:
     """Drive steps [start, stop_at or cfg.steps). Writes rows and checkpoints when `run.out` is set.
-    Returns the status: 'finished', 'stopped' (stop_at reached) or 'non_finite'."""
+    Returns the status: 'finished', 'stopped' (stop_at reached) or 'non_finite' (run.non_finite says where)."""
     cfg = run.cfg
     end = cfg.steps if stop_at is None else stop_at
     bar = _progress(cfg, start, end, run.out)
@@ -247,15 +250,54 @@ def run_steps(run: Run, start: int, on_row=None, stop_at: int | None = None) -> 
                 bar.update(1)
                 if row["loss"] is not None and step % 20 == 0:
                     bar.set_postfix(loss=f"{row['loss']:.3f}", refresh=False)
-            if row["loss"] is None or row["grad_norm"] is None:
-                return "non_finite"
             done = step + 1
-            if run.out and (done % cfg.ckpt_every == 0 or done == cfg.steps):
+            at_checkpoint = run.out and (done % cfg.ckpt_every == 0 or done == cfg.steps)
+            what = non_finite_in(row) or (non_finite_weights(run.model) if at_checkpoint else None)
+            if what:  # stop here: this step's row is kept, no checkpoint of a broken state is written
+                run.non_finite = {"step": step, "what": what}
+                return "non_finite"
+            if at_checkpoint:
                 files.save_checkpoint(run.out, done, run.model, run.opt, checkpoint_meta(run, done))
+                files.prune_checkpoints(run.out, cfg)
         return "finished" if end == cfg.steps else "stopped"
     finally:
         if bar:
             bar.close()
+
+
+# What a None in a metrics row means (each is written as null when it is not finite).
+_PARAM_STAT_WHAT = {"g": "gradient", "u": "weights (update)", "ur": "weights (update ratio)", "vm": "Adam's v",
+                    "vx": "Adam's v", "vn": "Adam's v", "r": "Adam's update statistic"}
+
+
+def non_finite_in(row: dict) -> str | None:
+    """What in this step's row is non-finite (None when everything is finite): the loss, the gradient norm,
+    the logits, an activation, a spectral norm, or a per-tensor statistic (weights, gradients, Adam's moments)."""
+    if row["loss"] is None:
+        return "loss"
+    if row["grad_norm"] is None:
+        return "gradient norm"
+    if row.get("logit_max", 0.0) is None:
+        return "logits"
+    if any(a is None for a in row.get("act") or []):
+        return "activations"
+    for name, sigma in (row.get("sigma") or {}).items():
+        if sigma is None:
+            return f"spectral norm of {name}"
+    for name, stats in (row.get("params") or {}).items():
+        for key, value in stats.items():
+            if value is None:
+                return f"{_PARAM_STAT_WHAT.get(key, key)} of {name}"
+    return None
+
+
+def non_finite_weights(model: GPT) -> str | None:
+    """The first weight tensor holding a non-finite value (checked before each checkpoint is written)."""
+    with torch.no_grad():
+        names = [n for n, _ in model.named_parameters()]
+        finite = torch.stack([torch.isfinite(p).all() for p in model.parameters()]).tolist()
+    bad = [n for n, ok in zip(names, finite) if not ok]
+    return f"weights of {bad[0]}" if bad else None
 
 
 def _progress(cfg: TrainConfig, start: int, end: int, out: Path | None):
@@ -375,73 +417,148 @@ def train(cfg: TrainConfig, out: Path, force: bool = False, fork: bool = True,
     runs the lab's schedule only as far as it measures; `resume` would finish such a run)."""
     out = Path(out)
     run = build_run(cfg, out)  # validates everything before the folder is touched
-    donor = donor or (find_donor(cfg, out) if fork else None)  # before the folder is touched: every rank agrees
-    distributed.on_main(files.prepare_run_dir, out, force)  # DDP: rank 0 alone writes; its refusal stops all
-    if not distributed.is_main():
-        run.out = None
-    if run.out:
-        run.data.tokenizer.save(str(out / "tokenizer.json"))
-        files.write_config_yaml(out / "config.yaml", redact.public_config(cfg))  # BLIND: withheld fields
+    found = find_donor(cfg, out) if fork and not donor else None  # before the folder is touched: ranks agree
+    donor = donor or found
     start, forked = 0, None
-    if donor:
+    if donor:  # load and verify the donor's checkpoint and rows before the folder is touched
         donor_dir, step = donor
-        weights, opt_t, meta = files.load_checkpoint(files.checkpoint_dir(donor_dir, step))
+        weights, opt_t, meta, prefix = load_donor(cfg, donor_dir, step, same_trunk=found is not None)
         files.restore(run.model, run.opt, weights, opt_t, files.checkpoint_dir(donor_dir, step))
         run.telemetry.restore(meta.get("telemetry"))
-        if run.out:
-            with open(donor_dir / "metrics.jsonl", "rb") as f:
-                files.atomic_write_bytes(out / "metrics.jsonl", f.read(meta["metrics_bytes"]))
         start, forked = step, {"run": donor_dir.name, "checkpoint_step": step}
-    if run.out:
-        run.metrics = files.MetricsWriter(out / "metrics.jsonl")
-        write_manifest(run, "running", {**environment(run.device), "forked_from": forked, "started": now_iso()})
-    return _drive(run, start, {"forked_from": forked}, stop_at)
+    claimed: dict = {}
+    distributed.on_main(lambda: claimed.update(lock=files.claim_run_dir(out, force)))  # DDP: rank 0 writes
+    run.lock = claimed.get("lock")
+    if not distributed.is_main():
+        run.out = None
+    try:
+        if run.out:
+            files.write_config_yaml(out / "config.yaml", redact.public_config(cfg))  # BLIND: withheld fields
+            run.data.tokenizer.save(str(out / "tokenizer.json"))
+            if donor:
+                files.atomic_write_bytes(out / "metrics.jsonl", prefix)
+            run.metrics = files.MetricsWriter(out / "metrics.jsonl")
+            write_manifest(run, "running", {**environment(run.device), "forked_from": forked, "started": now_iso()})
+        return _drive(run, start, {"forked_from": forked}, stop_at)
+    except OSError as e:
+        raise _disk_error(e, out) from None
+    finally:
+        if run.lock:
+            run.lock.release()
+
+
+def load_donor(cfg: TrainConfig, donor_dir: Path, step: int,
+               same_trunk: bool = True) -> tuple[dict, dict, dict, bytes]:
+    """A fork's donor checkpoint, verified: its files match their sha256, the donor's metrics hold steps
+    0..step-1 unchanged, and (`same_trunk`: an automatic fork) it was made with our config but the injection.
+    (`remediate` names its donor itself: its config differs by the remedy, inactive before the remedy step.)
+    Returns weights, optimizer tensors, checkpoint manifest and the rows to copy; a mismatch is one line."""
+    path = files.checkpoint_dir(donor_dir, step)
+    weights, opt_t, meta = files.load_checkpoint(path)
+    if same_trunk and meta.get("trunk_hash") != cfg.trunk_hash():
+        raise files.UserError(f"checkpoint {path} was made with another config than this run's (trunk hash "
+                                 f"{meta.get('trunk_hash')} != {cfg.trunk_hash()}); fork from another run or pass --no-fork")
+    metrics = Path(donor_dir) / "metrics.jsonl"
+    try:
+        files.verify_metrics_prefix(metrics, meta, path)
+    except files.UserError as e:
+        raise files.UserError(f"cannot fork from {donor_dir}: {e}; or pass --no-fork") from None
+    with open(metrics, "rb") as f:
+        return weights, opt_t, meta, f.read(meta["metrics_bytes"])
+
+
+def _disk_error(e: OSError, out: Path) -> files.UserError:
+    """A write failed mid-run (a full disk, usually): one line, and the folder stays resumable."""
+    if (Path(out) / "config.yaml").exists():
+        return files.disk_error(e, fix=f"resume it with 'minitrain train --resume {out}' (the run folder is kept)")
+    return files.disk_error(e)
 
 
 def resume(out: Path, device: str | None = None) -> dict:
     """Continue a stopped (or SIGKILLed) run from its last checkpoint; rows after it are dropped and redone,
-    so the finished metrics file is byte-identical to an uninterrupted run. `device` (cpu | cuda | auto)
-    continues it elsewhere; checkpoints are CPU tensors, and under torchrun any number of processes works."""
+    so the finished metrics file is byte-identical to an uninterrupted run, wherever it was killed (before
+    its first checkpoint, between checkpoints, after its last one). `device` (cpu | cuda | auto) continues
+    it elsewhere; checkpoints are CPU tensors, and under torchrun any number of processes works."""
     from minitrain.core.config import build_config, load_yaml
 
     out = Path(out)
     if not (out / "config.yaml").exists():
-        raise files.UserError(f"{out} is not a run folder (no config.yaml); train it first with --out {out}")
-    manifest = reader.read_json(out / "manifest.json", "manifest")
-    if manifest.get("status") in ("finished", "non_finite"):
-        raise files.UserError(f"{out} already ended ({manifest['status']}); nothing to resume")
+        raise files.UserError(f"{out} is not a run folder (no config.yaml); train it first with --out {out}"
+                                 + (" --force" if files.is_minitrain_run(out) else ""))
+    claimed: dict = {}
+    distributed.on_main(lambda: claimed.update(lock=files.lock_run(out)))  # refused while another process writes
+    lock = claimed.get("lock")
+    try:
+        return _resume_locked(out, device, lock)
+    except OSError as e:
+        raise _disk_error(e, out) from None
+    finally:
+        if lock:
+            lock.release()
+
+
+def _resume_locked(out: Path, device: str | None, lock) -> dict:
+    from minitrain.core.config import build_config, load_yaml
+
+    manifest = reader.read_json(out / "manifest.json", "manifest") if (out / "manifest.json").exists() else {}
+    if manifest.get("status") == "non_finite":
+        nf = manifest.get("non_finite") or {}
+        raise files.UserError(
+            f"{out} stopped at step {nf.get('step', '?')} on a non-finite {nf.get('what', 'value')}; a resume would "
+            "only repeat it, so it will not continue: change the config and start over with --force")
+    if manifest.get("status") == "finished":
+        raise files.UserError(f"{out} already ended (finished); nothing to resume")
     cfg = build_config(load_yaml(out / "config.yaml"), [f"device={device}"] if device else [])
     if cfg.blind:  # BLIND: its config.yaml lacks the withheld fields, so it cannot be rebuilt from it
         raise files.UserError(f"{out} is a blind run and cannot be resumed; re-make it with --force")
     run = build_run(cfg, out)
+    run.lock = lock
+    if distributed.is_main():
+        files.clean_temporaries(out)  # a killed writer's temp checkpoint folder and temp files
     steps = files.list_checkpoints(out)
-    start, metrics_bytes = 0, 0
+    metrics_path = out / "metrics.jsonl"
+    start, metrics_bytes, path, meta = 0, 0, None, None
     if steps:
         path = files.checkpoint_dir(out, steps[-1])
         weights, opt_t, meta = files.load_checkpoint(path)
         if meta.get("config_hash") != cfg.hash():
             raise files.UserError(f"checkpoint {path} was made with another config; restore config.yaml "
                                      "or start over with --force")
+        files.verify_metrics_prefix(metrics_path, meta, path)
+    else:  # killed before its first own checkpoint: fork from the same donor again (else from step 0: same bytes)
+        donor, same_trunk, forked = None, False, None  # a recorded fork was checked when it was made
+        if (manifest.get("forked_from") or {}).get("run"):
+            donor = (out.parent / manifest["forked_from"]["run"], int(manifest["forked_from"]["checkpoint_step"]))
+        elif not manifest:  # killed before its manifest said whether it forked: the donor train() would pick
+            donor, same_trunk = find_donor(cfg, out), True
+        if donor and files.checkpoint_dir(*donor).exists():
+            path = files.checkpoint_dir(*donor)
+            weights, opt_t, meta, donor_rows = load_donor(cfg, donor[0], donor[1], same_trunk=same_trunk)
+            forked = {"run": donor[0].name, "checkpoint_step": donor[1]}
+    if meta is not None:
         files.restore(run.model, run.opt, weights, opt_t, path)
         run.telemetry.restore(meta.get("telemetry"))
-        start, metrics_bytes = steps[-1], meta["metrics_bytes"]
+        start, metrics_bytes = int(meta["step"]), int(meta["metrics_bytes"])
         if run.remedy and "remedy" in meta:
             remedy_restore(run.remedy, meta["remedy"])
-    metrics_path = out / "metrics.jsonl"
-    if metrics_path.exists() and metrics_path.stat().st_size < metrics_bytes:
-        raise files.UserError(f"{metrics_path} is shorter than its checkpoint says; the file was truncated, "
-                                 "start over with --force")
     if cfg.injection != "none" and start > cfg.injection_step:
         _replay_injection_record(run, manifest)
     if not distributed.is_main():  # DDP: rank 0 alone writes (checkpoints hold no rank: any world size resumes)
         run.out = None
         return _drive(run, start, {})
-    with open(metrics_path, "ab") as f:
-        f.truncate(metrics_bytes)
+    if steps:
+        with open(metrics_path, "ab") as f:
+            f.truncate(metrics_bytes)
+    else:  # the donor's rows (verified), or none: whatever the killed run had copied is replaced
+        files.atomic_write_bytes(metrics_path, donor_rows if meta is not None else b"")
     run.metrics = files.MetricsWriter(metrics_path)
     extra = {"distributed": None} if "distributed" in manifest else {}  # a DDP run resumed on one process
+    if not steps:
+        extra["forked_from"] = forked
+    if not manifest:  # killed before its manifest was first written
+        extra["started"] = now_iso()
     write_manifest(run, "running", {"resumed_from_step": start, **environment(run.device), **extra})
-    return _drive(run, start, {"resumed_from_step": start})
+    return _drive(run, start, {"resumed_from_step": start}, last=files.last_row(metrics_path, metrics_bytes))
 
 
 def _replay_injection_record(run: Run, manifest: dict) -> None:
@@ -450,9 +567,11 @@ def _replay_injection_record(run: Run, manifest: dict) -> None:
         run.inject.record.update(rec)
 
 
-def _drive(run: Run, start: int, extra: dict, stop_at: int | None = None) -> dict:
+def _drive(run: Run, start: int, extra: dict, stop_at: int | None = None, last: dict | None = None) -> dict:
+    """Run the steps, then write results.json, the final manifest and the dashboard. `last` is the row
+    before `start` (a resume after the last checkpoint runs no step, yet its results name the last row)."""
     t0 = time.perf_counter()
-    last: dict = {}
+    last = dict(last or {})
     recorded = bool(run.inject and run.inject.record)
 
     def on_row(row):
@@ -476,6 +595,11 @@ def _drive(run: Run, start: int, extra: dict, stop_at: int | None = None) -> dic
     results = final_results(run, status, last)
     results["seconds_this_session"] = round(seconds, 3)
     files.atomic_write_json(run.out / "results.json", results)
+    # before the manifest says it ended (a kill in between resumes from the last checkpoint); a 'stopped'
+    # run (stop_at) may be resumed, so it keeps its last few
+    files.prune_checkpoints(run.out, run.cfg, ended=status != "stopped")
+    if run.non_finite:
+        extra = {**extra, "non_finite": run.non_finite}
     write_manifest(run, status, {"ended": now_iso(), **extra})
     return results
 
@@ -505,6 +629,8 @@ def final_results(run: Run, status: str, last: dict) -> dict:
     if res["final_val_loss"] is not None:
         res["val_loss_margin_vs_ngram"] = ngram["val_loss"] - res["final_val_loss"]
     if status == "non_finite":
+        what = (run.non_finite or {}).get("what", "value")
         res["stopped_at_step"] = last.get("step")
-        res["note"] = "the loss or gradient norm became non-finite; rows up to this step are kept"
+        res["non_finite"] = run.non_finite
+        res["note"] = f"a non-finite {what} stopped the run at this step; rows up to and including it are kept"
     return res

@@ -337,6 +337,8 @@ def check_v_factor(ev: Evidence) -> Finding:
 
 def check_v_up(ev: Evidence) -> Finding:
     vf = ev.v_factor
+    if vf is None:  # e.g. a run that stopped non-finite at step 0: no optimizer statistics at all
+        return miss("no per-parameter optimizer statistics (telemetry: basic?)")
     return Finding(vf["factor"] > 1, vf["factor"], f"factor x{fmt(vf['factor'])} on {vf['tensor']}", vf["index"])
 
 

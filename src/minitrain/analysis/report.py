@@ -3,7 +3,6 @@ RUN/diagnosis.json (the dashboard shows it), and stability-check.md, generated f
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from minitrain.analysis.thresholds import WINDOW
@@ -17,7 +16,7 @@ DIAGNOSIS_NAME = reader.DIAGNOSIS
 def write_diagnosis(run: Path, result: dict) -> Path:
     """RUN/diagnosis.json: the verdict the dashboard shows (leaf, cause, anomaly_step, ...), atomically."""
     path = Path(run) / DIAGNOSIS_NAME
-    files.atomic_write_text(path, json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    files.atomic_write_text(path, files.strict_json(result, indent=2, ensure_ascii=False) + "\n")
     return path
 
 

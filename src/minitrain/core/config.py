@@ -36,7 +36,7 @@ INJECTION_FIELDS = (
 )
 # Fields that never change the numbers a run produces (where it runs, how it reports).
 # (`preset` only names where the other fields' defaults came from; the resolved fields are hashed.)
-NON_NUMERIC_FIELDS = ("progress", "device", "blind", "preset")
+NON_NUMERIC_FIELDS = ("progress", "device", "blind", "preset", "ckpt_keep_last", "ckpt_keep_steps")
 # Remedy fields (remedy.py), corpus_scale and precision stay out of the hash while at their defaults, so
 # every run made before they existed keeps its config hash (and stays resumable and "up to date").
 HASH_OMIT_AT_DEFAULT = ("injection_span", "injection_mult", "injection_mode", "injection_rows", "injection_beta2",
@@ -60,6 +60,15 @@ PRESETS: dict[str, dict[str, Any]] = {
     # sits below every step's norm). Chosen from the regime map, not from any prediction: docs/regimes.md.
     "pretraining-like": {"grad_clip": 6.0},
 }
+
+
+# Upper bounds of the resource fields, checked before any work (a typo like batch_size=1e8 or threads=100000
+# is a one-line error, not a hang or a crash). Each is far above the largest preset (gpt2-small-shaped).
+MAX_SEED = 2**32 - 1
+LIMITS = {"steps": 10_000_000, "batch_size": 65_536, "threads": 256, "n_layer": 128, "d_model": 16_384,
+          "d_ff": 65_536, "n_head": 256, "context": 8_192, "vocab_size": 65_536, "corpus_scale": 64,
+          "val_max_rows": 1_000_000}
+MAX_PARAMS = 1_000_000_000
 
 
 @dataclass
@@ -95,6 +104,10 @@ class TrainConfig:
     eval_every: int = 100
     val_max_rows: int = 256  # fixed validation subset (every k-th row), so evaluation stays cheap
     ckpt_every: int = 100
+    # checkpoint retention (run files): the last N while running (0 = keep every checkpoint), and for each
+    # fork point F the checkpoints an injection at F forks from and `remediate` starts from (docs/reliability.md)
+    ckpt_keep_last: int = 2
+    ckpt_keep_steps: list[int] = field(default_factory=lambda: [500])
     telemetry: str = "full"  # full | basic (basic: no per-parameter stats, no spectral norms)
     spectral_every: int = 50  # power-iteration spectral norms every N steps (0 = never)
     threads: int = 1  # torch CPU threads; fixed so results do not depend on the machine
@@ -164,13 +177,7 @@ def _coerce(name: str, value: Any) -> Any:
                 return False
             raise ValueError
         if typ == "int":
-            if isinstance(value, bool):
-                raise ValueError
-            if isinstance(value, float):
-                if not value.is_integer():
-                    raise ValueError
-                return int(value)
-            return int(str(value).strip())
+            return _coerce_int(value)
         if typ == "float":
             if isinstance(value, bool):
                 raise ValueError
@@ -182,6 +189,12 @@ def _coerce(name: str, value: Any) -> Any:
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):
                 raise ValueError
             return str(value)
+        if typ == "list[int]":
+            if isinstance(value, (int, str)) and not isinstance(value, bool):
+                value = [v.strip() for v in str(value).split(",") if v.strip()]
+            if not isinstance(value, list):
+                raise ValueError
+            return [_coerce_int(v) for v in value]
         if typ == "list[str]":
             if isinstance(value, str):
                 value = [v.strip() for v in value.split(",") if v.strip()]
@@ -191,6 +204,19 @@ def _coerce(name: str, value: Any) -> Any:
     except (ValueError, TypeError):
         pass
     raise UserError(f"config field '{name}' expects {typ}, got {value!r}; fix the value and run again")
+
+
+def _coerce_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError
+        return int(value)
+    text = str(value).strip()
+    if len(text) > 40:  # int() of a huge digit string is slow and no field needs one
+        raise ValueError
+    return int(text)
 
 
 def unknown_key_error(key: str) -> UserError:
@@ -215,7 +241,7 @@ def build_config(base: dict[str, Any] | None = None, overrides: list[str] | None
         key = key.strip().replace("-", "_")
         if key not in FIELD_TYPES:
             raise unknown_key_error(key)
-        values[key] = _coerce(key, yaml.safe_load(value) if FIELD_TYPES[key] == "list[str]" else value)
+        values[key] = _coerce(key, yaml.safe_load(value) if FIELD_TYPES[key].startswith("list[") else value)
     preset = values.get("preset", "course")
     if preset not in PRESETS:
         raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
@@ -226,9 +252,15 @@ def build_config(base: dict[str, Any] | None = None, overrides: list[str] | None
 
 def load_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = yaml.safe_load(Path(path).read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise UserError(f"config file {path} not found; check the path") from None
+    except IsADirectoryError:
+        raise UserError(f"config file {path} is a folder; give a YAML file (e.g. RUN/config.yaml)") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"config file {path} is not UTF-8 text (byte {e.start}); save it as UTF-8 and run again") from None
+    except OSError as e:
+        raise UserError(f"config file {path} cannot be read ({e.strerror}); check the path") from None
     except yaml.YAMLError as e:
         first = str(e).splitlines()[0] if str(e) else "parse error"
         raise UserError(f"config file {path} is not valid YAML ({first}); fix it and run again") from None
@@ -236,6 +268,10 @@ def load_yaml(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, dict):
         raise UserError(f"config file {path} must hold a mapping of key: value")
+    for key in data:
+        if not isinstance(key, str):
+            raise UserError(f"config file {path} has a key {key!r} that is not a field name; "
+                            "see 'minitrain config' for the valid keys")
     return data
 
 
@@ -244,14 +280,18 @@ def validate(cfg: TrainConfig) -> None:
         if not cond:
             raise UserError(msg)
 
-    need(cfg.steps > 0, f"steps must be positive, got {cfg.steps}; e.g. --set steps=2000")
-    need(cfg.batch_size > 0, f"batch_size must be positive, got {cfg.batch_size}")
-    need(cfg.n_layer > 0 and cfg.d_model > 0 and cfg.d_ff > 0, "n_layer, d_model and d_ff must be positive")
-    need(cfg.n_head > 0 and cfg.d_model % cfg.n_head == 0,
+    for name in ("seed", "corpus_seed"):
+        need(0 <= getattr(cfg, name) <= MAX_SEED, f"{name} must be an integer from 0 to {MAX_SEED}, got "
+             f"{getattr(cfg, name)}")
+    # resource bounds, checked before any work starts (the largest preset is well inside each)
+    for name, low in (("steps", 1), ("batch_size", 1), ("threads", 1), ("n_layer", 1), ("d_model", 1), ("d_ff", 1),
+                      ("n_head", 1), ("context", 8), ("vocab_size", 300), ("corpus_scale", 1), ("val_max_rows", 1)):
+        value, high = getattr(cfg, name), LIMITS[name]
+        need(low <= value <= high, f"{name} must be {'positive' if low == 1 else f'at least {low}'} and at most "
+             f"{high}, got {value}")
+    need(cfg.d_model % cfg.n_head == 0,
          f"d_model ({cfg.d_model}) must be a multiple of n_head ({cfg.n_head})")
     need((cfg.d_model // cfg.n_head) % 2 == 0, "d_model / n_head must be even for RoPE")
-    need(cfg.context >= 8, f"context must be at least 8 tokens, got {cfg.context}")
-    need(cfg.vocab_size >= 300, f"vocab_size must be at least 300 (256 bytes + specials + merges), got {cfg.vocab_size}")
     need(cfg.lr_max >= 0 and cfg.lr_min >= 0, "lr_max and lr_min must be >= 0")
     need(cfg.lr_min <= cfg.lr_max, f"lr_min ({cfg.lr_min}) must not exceed lr_max ({cfg.lr_max})")
     need(cfg.warmup_steps >= 0, f"warmup_steps must be >= 0, got {cfg.warmup_steps}")
@@ -261,16 +301,18 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.grad_clip >= 0, f"grad_clip must be >= 0 (0 or none = no clipping), got {cfg.grad_clip}")
     need(cfg.init_std > 0 and cfg.init_scale > 0, "init_std and init_scale must be positive")
     need(cfg.eval_every > 0, "eval_every must be positive")
-    need(cfg.val_max_rows > 0, "val_max_rows must be positive")
     need(cfg.ckpt_every > 0, "ckpt_every must be positive")
     need(cfg.spectral_every >= 0, "spectral_every must be >= 0")
     need(cfg.telemetry in ("full", "basic"), f"telemetry must be 'full' or 'basic', got {cfg.telemetry!r}")
-    need(cfg.threads > 0, "threads must be positive")
+    need(cfg.ckpt_keep_last >= 0, f"ckpt_keep_last must be >= 0 (0 keeps every checkpoint), got {cfg.ckpt_keep_last}")
+    need(all(s >= 0 for s in cfg.ckpt_keep_steps), f"ckpt_keep_steps must be steps >= 0, got {cfg.ckpt_keep_steps}")
     need(cfg.device in ("cpu", "cuda", "auto"), f"device must be cpu, cuda or auto, got {cfg.device!r}")
     need(cfg.precision in ("fp32", "bf16"), f"precision must be fp32 or bf16, got {cfg.precision!r}")
     need(cfg.precision == "fp32" or cfg.device != "cpu",
          "precision=bf16 is a GPU option and device=cpu; use --device cuda (or auto), or precision=fp32")
-    need(cfg.corpus_scale >= 1, f"corpus_scale must be at least 1, got {cfg.corpus_scale}")
+    params = cfg.vocab_size * cfg.d_model + cfg.n_layer * (4 * cfg.d_model ** 2 + 2 * cfg.d_model * cfg.d_ff)
+    need(params <= MAX_PARAMS, f"the model would have about {params / 1e6:.0f}M parameters, more than the "
+         f"{MAX_PARAMS // 10**6}M minitrain allows; make n_layer, d_model, d_ff or vocab_size smaller")
     need(len(cfg.val_verbs) >= 1, "val_verbs must name at least one verb")
     # the injection itself is validated by minitrain.injections (it knows the registered names)
     from minitrain.core.injections import validate_injection_config

@@ -220,8 +220,10 @@ class Telemetry:
 
     def _spectral(self) -> dict:
         mats = [(n, p) for n, p in zip(self.names, self.params) if p.dim() == 2]
-        vals = torch.stack([torch.linalg.matrix_norm(p.detach().float(), ord=2) for _, p in mats]).tolist()
-        return {n: rnd(v) for (n, _), v in zip(mats, vals)}
+        finite = torch.stack([torch.isfinite(p).all() for _, p in mats]).tolist()  # the SVD fails on inf/nan
+        vals = [torch.linalg.matrix_norm(p.detach().float(), ord=2) if ok else torch.tensor(math.nan)
+                for (_, p), ok in zip(mats, finite)]
+        return {n: rnd(v) for (n, _), v in zip(mats, torch.stack(vals).tolist())}
 
     def batch_composition(self, batch) -> dict:
         seqs = [tuple(t for t in row if t != PAD) for row in batch.x.tolist()]

@@ -31,6 +31,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -464,15 +465,100 @@ def seal_path(d: Path, lab: Lab) -> Path:
     return Path(d) / lab.file.replace(".md", ".seal.json")
 
 
+SEAL_KEYS = ("lab", "file", "sha256", "sealed_at", "text")
+
+
 def read_seal(d: Path, lab: Lab) -> dict | None:
     path = seal_path(d, lab)
     if not path.exists():
         return None
     seal = reader.read_json(path, "seal file")
-    if not isinstance(seal, dict) or seal.get("sha256") != sha256_text(seal.get("text", "")):
+    if not isinstance(seal, dict):
+        raise UserError(f"{path} is damaged (not a JSON object); the seal cannot be trusted, ask your instructor")
+    missing = [k for k in SEAL_KEYS if not isinstance(seal.get(k), str)]
+    if missing:
+        raise UserError(f"{path} is damaged (missing {', '.join(missing)}); the seal cannot be trusted, "
+                        "ask your instructor")
+    if seal["sha256"] != sha256_text(seal["text"]):
         raise UserError(f"{path} is damaged (its text does not match its hash); the seal cannot be trusted, "
                         "ask your instructor")
     return seal
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reveal history: a log each reveal appends to, which survives deleting the seal
+# ---------------------------------------------------------------------------------------------------
+#
+# learners/NAME/phase-19/reveal-history.jsonl, one line per reveal: the lab, when, and the seal it showed the
+# solutions against. Each line carries the sha256 of the line before it, so an edited or removed line in the
+# middle breaks the chain. Grade and check report the history and flag a seal made after a reveal (delete
+# the seal, edit the diagnoses, reveal again). The honest limit (docs/reliability.md): these are local files;
+# a learner who deletes or rewrites the whole history (and reveal-LAB.md, which each reveal writes) leaves no
+# trace minitrain can see. Only a copy kept elsewhere (an instructor's) can stop that.
+
+HISTORY_NAME = "reveal-history.jsonl"
+
+
+def history_path(d: Path) -> Path:
+    return Path(d) / HISTORY_NAME
+
+
+def read_history(d: Path) -> tuple[list[dict], str | None]:
+    """Every reveal logged in the learner's folder, and a note when the chain of lines is broken."""
+    path = history_path(d)
+    if not path.exists():
+        return [], None
+    entries, prev, note = [], None, None
+    for i, line in enumerate(path.read_bytes().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = reader.loads_json(line)
+        except (ValueError, UnicodeDecodeError):
+            return entries, f"{path} line {i} is damaged"
+        if not isinstance(entry, dict):
+            return entries, f"{path} line {i} is damaged"
+        if entry.get("prev") != prev and note is None:
+            note = f"{path} was edited (line {i} does not follow the line before it)"
+        prev = hashlib.sha256(line).hexdigest()
+        entries.append(entry)
+    return entries, note
+
+
+def log_reveal(d: Path, lab: Lab, seal: dict, new_seal: bool) -> None:
+    """Append this reveal to the history (appended and flushed to disk, never rewritten)."""
+    path = history_path(d)
+    old = path.read_bytes() if path.exists() else b""
+    lines = [line for line in old.splitlines() if line.strip()]
+    prev = hashlib.sha256(lines[-1]).hexdigest() if lines else None
+    entry = {"lab": lab.key, "revealed_at": utc_now(), "seal_sha256": seal["sha256"], "sealed_at": seal["sealed_at"],
+             "new_seal": new_seal, "prev": prev}
+    with open(path, "ab") as f:
+        if old and not old.endswith(b"\n"):
+            f.write(b"\n")
+        f.write((json.dumps(entry, sort_keys=True, allow_nan=False) + "\n").encode())
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def history_flags(d: Path, lab: Lab, seal: dict | None) -> tuple[list[dict], list[str]]:
+    """This lab's reveals, and what is wrong with them: a seal made after an earlier reveal, a seal that says
+    it was revealed with no reveal logged (the history deleted), an edited history."""
+    entries, note = read_history(d)
+    mine = [e for e in entries if e.get("lab") == lab.key]
+    flags = [note] if note else []
+    if seal is None:
+        return mine, flags
+    earlier = [e for e in mine if e.get("seal_sha256") != seal["sha256"] or str(e.get("revealed_at", "")) < seal["sealed_at"]]
+    if earlier:
+        first = earlier[0]
+        flags.append(f"RE-SEALED AFTER A REVEAL: the solutions were shown at {first.get('revealed_at')} against the seal "
+                     f"{str(first.get('seal_sha256'))[:16]}; the current seal ({seal['sha256'][:16]}) was made at "
+                     f"{seal['sealed_at']}, after it")
+    if not mine and (seal.get("revealed_at") or (Path(d) / f"reveal-{lab.key}.md").exists()):
+        flags.append(f"the reveal history {history_path(d).name} has no reveal of this lab, yet the solutions were "
+                     "shown (the history was deleted)")
+    return mine, flags
 
 
 def walk(run: Path) -> dict | None:
@@ -509,8 +595,10 @@ def reveal(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pa
                             "fill them in first, or pass --force to reveal anyway (the empty ones score 0)")
         seal = {"lab": lab.key, "file": lab.file, "sha256": sha256_text(text), "sealed_at": utc_now(), "text": text}
         files.atomic_write_json(seal_path(d, lab), seal)
+        new_seal = True
         head = f"sealed {dfile} (sha256 {seal['sha256'][:16]}, {seal['sealed_at']}) before showing the solutions"
     else:
+        new_seal = False
         head = f"{dfile} was sealed at {seal['sealed_at']} (sha256 {seal['sha256'][:16]})"
         if sha256_text(text) != seal["sha256"]:
             head += "; it has been EDITED since: the sealed text is what is graded"
@@ -524,8 +612,10 @@ def reveal(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pa
     if not seal.get("revealed_at"):
         seal["revealed_at"] = utc_now()
         files.atomic_write_json(seal_path(d, lab), seal)
+    log_reveal(d, lab, seal, new_seal)  # before anything is shown
+    _, flags = history_flags(d, lab, seal)
     ref_text, refs = read_reference(lab, solutions)
-    out = [head, ""]
+    out = [head, *flags, ""]
     problems = _tree_problems(refs)
     if problems:
         out += ["WARNING: the reference solutions disagree with the stability tree: " + "; ".join(problems), ""]
@@ -684,6 +774,8 @@ class Grade:
     seal: dict
     edited: bool
     current: list[Verdict] | None  # what the current (edited) text would score
+    reveals: list[dict] = field(default_factory=list)  # this lab's reveal history
+    flags: list[str] = field(default_factory=list)  # re-sealed after a reveal, history deleted or edited
 
     @property
     def score(self) -> int:
@@ -706,10 +798,12 @@ def grade(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pat
     now = (d / lab.file).read_text() if (d / lab.file).exists() else ""
     edited = sha256_text(now) != seal["sha256"]
     current = grade_text(now, lab, refs, tree, experiments, mapping) if edited else None
-    result = Grade(lab, verdicts, seal, edited, current)
+    reveals, flags = history_flags(d, lab, seal)
+    result = Grade(lab, verdicts, seal, edited, current, reveals, flags)
     files.atomic_write_json(d / f"grade-{lab.key}.json", {
         "lab": lab.key, "score": result.score, "out_of": len(verdicts), "graded_at": utc_now(),
         "sealed_at": seal["sealed_at"], "revealed_at": seal.get("revealed_at"), "edited_after_seal": edited,
+        "reveals": len(reveals), "flags": flags,
         "verdicts": [{"fault": v.fault, "run": v.run, "correct": v.correct, "why": v.why} for v in verdicts]})
     return result
 
@@ -720,6 +814,9 @@ def grade_report(name: str, g: Grade) -> str:
     for v in g.verdicts:
         mark = "correct" if v.correct else "MISS   "
         lines.append(f"  {mark} {v.run or '(no run)'} [{v.fault}]: {v.why}")
+    first = g.reveals[0].get("revealed_at") if g.reveals else None
+    lines.append(f"  reveals logged: {len(g.reveals)}" + (f" (first at {first})" if first else ""))
+    lines += [f"  {flag}" for flag in g.flags]
     if g.edited:
         now = sum(v.correct for v in g.current or [])
         lines.append(f"  EDITED AFTER THE REVEAL: {g.lab.file} differs from its seal (sha256 {g.seal['sha256'][:16]}); "
@@ -799,9 +896,10 @@ def check(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pat
     else:
         before = seal["sealed_at"] <= (seal.get("revealed_at") or seal["sealed_at"])
         unchanged = sha256_text(text) == seal["sha256"]
-        items.append((before and unchanged, f"{lab.file} sealed before the reveal: sealed {seal['sealed_at']}, "
-                      f"revealed {seal.get('revealed_at') or 'not yet'}"
-                      + ("" if unchanged else "; EDITED after the seal")))
+        reveals, flags = history_flags(d, lab, seal)
+        items.append((before and unchanged and not flags, f"{lab.file} sealed before the reveal: sealed {seal['sealed_at']}, "
+                      f"revealed {seal.get('revealed_at') or 'not yet'} ({len(reveals)} reveal(s) logged)"
+                      + ("" if unchanged else "; EDITED after the seal") + "".join(f"; {f}" for f in flags)))
     if seal is not None:
         g = grade(name, lab, learners, experiments, solutions)
         misses = [v.run or v.fault for v in g.verdicts if not v.correct]

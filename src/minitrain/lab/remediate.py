@@ -56,6 +56,7 @@ def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None =
         raise UserError(f"{run} is not a run folder (no manifest.json); give e.g. experiments/19-injection-B")
     if run.name.endswith("-remediated"):
         raise UserError(f"{run} is already a remediation; remediate the original run")
+    files.refuse_if_live(run)  # its metrics are still being written: the walk would judge half a run
     manifest = reader.read_json(run / "manifest.json", "manifest")
     config = manifest.get("config") or {}
     cfg = blind.true_config(run) if config.get("blind") else build_config(config, [])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from minitrain import loop
 from minitrain.core.config import TrainConfig
-from minitrain.core.errors import UserError
+from minitrain.core.errors import EXIT_NON_FINITE, UserError
 from minitrain.lab import spoilers
 from minitrain.run import reader
 from minitrain.views import dashboard
@@ -25,7 +25,9 @@ def summary_line(name: str, res: dict) -> str:
                 f"vs n-gram {res['ngram_val_loss']:.3f} (ppl {res['ngram_val_ppl']:.2f}) "
                 f"in {res['seconds_this_session']:.1f}s")
     if res.get("status") == "non_finite":
-        return f"{name}: stopped at step {res.get('stopped_at_step')}: non-finite loss or gradient (rows kept)"
+        what = (res.get("non_finite") or {}).get("what", "loss or gradient")
+        return (f"{name}: stopped at step {res.get('stopped_at_step')}: non-finite {what} (rows up to it kept, "
+                f"exit code {EXIT_NON_FINITE})")
     return f"{name}: {res.get('status')} after {res.get('steps_done')} steps"
 
 
@@ -40,6 +42,11 @@ def write_pages(out: Path) -> None:
     except Exception as e:  # noqa: BLE001 - the run is already safely on disk
         print(f"minitrain: warning: dashboard.html not written ({type(e).__name__}: {str(e)[:200]}); "
               f"retry with 'minitrain dashboard {out}'", file=sys.stderr)
+
+
+def exit_code(*runs: Path) -> int:
+    """0, or EXIT_NON_FINITE when one of these runs stopped on a non-finite value (docs/reliability.md)."""
+    return EXIT_NON_FINITE if any(reader.manifest_of(r).get("status") == "non_finite" for r in runs) else 0
 
 
 def train_run(cfg: TrainConfig, out: Path, **kwargs) -> dict:

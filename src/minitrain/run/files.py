@@ -17,7 +17,11 @@ imported inside the checkpoint functions only, so reading a run (the walker, the
 """
 from __future__ import annotations
 
+import errno
+import fcntl
+import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -28,20 +32,27 @@ import yaml
 
 from minitrain import SCHEMA_VERSION
 from minitrain.core.errors import UserError
-from minitrain.run.reader import read_json
+from minitrain.run.reader import LOCK_HEADER, LOCK_NAME, holder_pid, live_pid, loads_json
 
 CKPT_PREFIX = "step-"
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
+TMP_SUFFIX = ".tmp"
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a temp file beside `path`, flush it to disk, then rename it over `path`: a reader (or a
+    crash, or a full disk) sees the old file or the new one, never a mix."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
@@ -53,28 +64,196 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+def strict_json(obj: Any, **kwargs) -> str:
+    """JSON text with no NaN / Infinity tokens (they are not JSON): a non-finite float becomes null and, in a
+    top-level object, its dotted path and value are listed under "non_finite_values" (the flag)."""
+    flags: dict[str, str] = {}
+    clean = _finite_only(obj, "", flags)
+    if flags and isinstance(clean, dict):
+        clean = {**clean, "non_finite_values": {**(clean.get("non_finite_values") or {}), **flags}}
+    return json.dumps(clean, allow_nan=False, **kwargs)
+
+
+def _finite_only(x: Any, where: str, flags: dict[str, str]) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        flags[where.lstrip(".") or "(value)"] = repr(x)  # 'inf', '-inf' or 'nan'
+        return None
+    if isinstance(x, dict):
+        return {k: _finite_only(v, f"{where}.{k}", flags) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite_only(v, f"{where}[{i}]", flags) for i, v in enumerate(x)]
+    return x
+
+
 def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(path, strict_json(obj, indent=2, sort_keys=True) + "\n")
+
+
+def disk_error(e: OSError, path: Path | str | None = None, fix: str | None = None) -> UserError:
+    """One line for an OSError met while writing (a full disk, a read-only or missing folder)."""
+    where = e.filename or path or "a file"
+    if e.errno == errno.ENOSPC:
+        return UserError(f"disk full while writing {where}; free some space, then {fix or 'run again'}")
+    return UserError(f"cannot write {where}: {e.strerror or e}; {fix or 'choose a writable folder'}")
+
+
+# --- the run folder and its lock --------------------------------------------------------------------
+
+class RunLock:
+    """An exclusive advisory lock on a run folder (`fcntl.flock` on RUN/.lock), held by the one process that
+    writes the run. The OS releases it when that process ends, however it ends (SIGKILL included), so a
+    lock is never stale. The file stays (deleting a lock file races with a process about to take it) and
+    names the last holder's pid; whether the run is live is the lock, never the file's text."""
+
+    def __init__(self, run: Path, fd: int):
+        self.run, self.fd = Path(run), fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def _live_error(run: Path, pid: str) -> UserError:
+    return UserError(f"{run} is live: process {pid} is writing it (lock {Path(run) / LOCK_NAME}); wait for it to "
+                     "end or stop that process, then run again")
+
+
+def refuse_if_live(run: Path) -> None:
+    """A command that would write or delete RUN is refused while another process writes it."""
+    pid = live_pid(run)
+    if pid is not None:
+        raise _live_error(run, pid)
+
+
+def lock_run(run: Path) -> RunLock:
+    """Take RUN's lock or refuse, naming the process that holds it. RUN must exist."""
+    run = Path(run)
+    path = run / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_UMASK)
+    except OSError as e:
+        raise disk_error(e, path) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise _live_error(run, holder_pid(path)) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{LOCK_HEADER}\npid {os.getpid()}\n".encode())
+    return RunLock(run, fd)
 
 
 def is_run_dir(path: Path) -> bool:
     return (Path(path) / "manifest.json").exists() or (Path(path) / "metrics.jsonl").exists()
 
 
-def prepare_run_dir(out: Path, force: bool) -> None:
-    """Refuse to touch a folder that already holds a run, unless --force (which replaces it)."""
+def is_minitrain_run(path: Path) -> bool:
+    """Does `path` hold a minitrain run (what --force may replace)? Its manifest says so (a JSON object with minitrain's schema_version
+    and config), or minitrain's lock file does (a run killed before it wrote its manifest)."""
+    path = Path(path)
+    try:
+        m = json.loads((path / "manifest.json").read_bytes(), parse_constant=lambda _c: None)
+        if isinstance(m, dict) and "schema_version" in m and isinstance(m.get("config"), dict):
+            return True
+    except (OSError, ValueError):
+        pass
+    try:
+        return (path / LOCK_NAME).read_text(errors="replace").startswith(LOCK_HEADER)
+    except OSError:
+        return False
+
+
+def _refuse_unsafe_force(out: Path) -> None:
+    """--force never replaces the current folder, one of its parents, or a folder holding a git repository."""
+    here, target = Path.cwd().resolve(), out.resolve()
+    if target == here or target in here.parents:
+        raise UserError(f"--force refuses to replace {out}: it is the current folder or one of its parents; "
+                        "choose a run folder below it")
+    for root, dirs, files in os.walk(target):
+        if ".git" in dirs or ".git" in files:
+            raise UserError(f"--force refuses to replace {out}: {Path(root) / '.git'} is a git repository; "
+                            "choose another --out")
+
+
+def clear_run_dir(out: Path) -> None:
+    """Delete everything in a run folder whose lock we hold, except the lock file itself."""
+    for child in Path(out).iterdir():
+        if child.name == LOCK_NAME:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def claim_run_dir(out: Path, force: bool) -> RunLock:
+    """Create (or, with --force, empty) the folder of a new run and take its lock. Refused: a folder that holds
+    files but no minitrain run (even with --force), a run without --force, a live run, an unsafe --force."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} exists and is not a folder; choose another --out")
-    if out.exists() and any(out.iterdir()):
+    try:
+        holds = out.exists() and any(p.name != LOCK_NAME for p in out.iterdir())  # a lock alone: killed at once
+    except OSError as e:
+        raise disk_error(e, out) from None
+    if holds:
+        if not is_minitrain_run(out):
+            raise UserError(f"{out} already holds files that are not a minitrain run; "
+                            + ("--force only replaces a run folder; " if force else "")
+                            + "choose another --out")
+        refuse_if_live(out)
         if not force:
-            what = "a run" if is_run_dir(out) else "files"
-            raise UserError(
-                f"{out} already holds {what}; pass --force to replace it, --resume to continue it, "
-                "or choose another --out"
-            )
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+            raise UserError(f"{out} already holds a run; pass --force to replace it, --resume to continue it, "
+                            "or choose another --out")
+        _refuse_unsafe_force(out)
+        lock = lock_run(out)
+        try:
+            clear_run_dir(out)
+        except OSError as e:
+            lock.release()
+            raise disk_error(e, out) from None
+        return lock
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise disk_error(e, out) from None
+    return lock_run(out)
+
+
+def remove_run_dir(out: Path) -> None:
+    """Delete a whole run folder (a new blind draw replaces its runs): refused while the run is live."""
+    out = Path(out)
+    if not out.exists():
+        return
+    if not is_minitrain_run(out):
+        raise UserError(f"{out} holds files that are not a minitrain run; move them away and run again")
+    with lock_run(out):
+        clear_run_dir(out)
+    shutil.rmtree(out)
+
+
+def clean_temporaries(run: Path) -> list[str]:
+    """Remove what a killed writer leaves: checkpoint temp folders (checkpoints/.step-*) and atomic-write temp
+    files (.NAME.*.tmp). Called with the run's lock held, so no live writer owns them."""
+    run, gone = Path(run), []
+    for d in (run, run / "checkpoints"):
+        if not d.is_dir():
+            continue
+        for p in d.iterdir():
+            if p.name.startswith(f".{CKPT_PREFIX}") and p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+                gone.append(p.name)
+            elif p.name.startswith(".") and p.name.endswith(TMP_SUFFIX) and p.is_file():
+                p.unlink(missing_ok=True)
+                gone.append(p.name)
+    return gone
 
 
 def write_config_yaml(path: Path, cfg_dict: dict) -> None:
@@ -85,26 +264,54 @@ def write_config_yaml(path: Path, cfg_dict: dict) -> None:
 
 
 def dumps_row(row: dict) -> str:
-    """One metrics line: compact, keys in insertion order, non-finite floats as null (valid JSON)."""
-    return json.dumps(row, separators=(",", ":"), allow_nan=False) + "\n"
+    """One metrics line: compact, keys in insertion order, strict JSON. The loop writes non-finite values as
+    null already; anything else non-finite becomes null too, listed in the row's "non_finite_values"."""
+    try:
+        return json.dumps(row, separators=(",", ":"), allow_nan=False) + "\n"
+    except ValueError:
+        return strict_json(row, separators=(",", ":")) + "\n"
 
 
 class MetricsWriter:
-    """Appends one line per step and flushes it, so a killed run keeps every finished step."""
+    """Appends one line per step and flushes it, so a killed run keeps every finished step. Keeps a running
+    sha256 of the whole file, which each checkpoint records with its byte offset (verified on resume and
+    fork: the rows before a checkpoint are exactly the ones it was written after)."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.f = open(self.path, "ab")
+        self.sha = hashlib.sha256()
+        if self.f.tell():  # a resumed or forked file: hash the rows already there (verified by the caller)
+            with open(self.path, "rb") as old:
+                for chunk in iter(lambda: old.read(1 << 20), b""):
+                    self.sha.update(chunk)
 
     def write(self, row: dict) -> None:
-        self.f.write(dumps_row(row).encode())
+        data = dumps_row(row).encode()
+        self.f.write(data)
         self.f.flush()
+        self.sha.update(data)
 
     def tell(self) -> int:
         return self.f.tell()
 
+    def digest(self) -> str:
+        return self.sha.hexdigest()
+
     def close(self) -> None:
         self.f.close()
+
+
+def last_row(path: Path, end: int) -> dict | None:
+    """The last complete row in the first `end` bytes of a metrics file (None if there is none)."""
+    path = Path(path)
+    if end <= 0 or not path.exists():
+        return None
+    with open(path, "rb") as f:
+        f.seek(max(0, end - (1 << 20)))
+        tail = f.read(end - max(0, end - (1 << 20)))
+    lines = [line for line in tail.split(b"\n") if line.strip()]
+    return loads_json(lines[-1]) if lines else None
 
 
 # --- checkpoints -----------------------------------------------------------------------------------
@@ -127,18 +334,22 @@ def list_checkpoints(run: Path) -> list[int]:
 
 def save_checkpoint(run: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     meta: dict) -> Path:
-    """Write into a temp folder, then rename it into place: a checkpoint is whole or absent."""
-    from safetensors.torch import save_file
+    """Write into a temp folder, then rename it into place: a checkpoint is whole or absent. Its manifest
+    records the sha256 of each tensor file (verified when it is loaded)."""
+    from safetensors.torch import save
 
     final = checkpoint_dir(run, step)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
     try:
         weights = {n: p.detach().contiguous().cpu() for n, p in model.named_parameters()}
-        save_file(weights, str(tmp / "model.safetensors"))
-        save_file(optimizer_tensors(model, optimizer), str(tmp / "optimizer.safetensors"))
-        (tmp / "manifest.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "step": step, **meta},
-                                                      indent=2, sort_keys=True) + "\n")
+        files = {"model.safetensors": save(weights), "optimizer.safetensors": save(optimizer_tensors(model, optimizer))}
+        for name, data in files.items():
+            write_synced(tmp / name, data)
+        sums = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+        write_synced(tmp / "manifest.json", (strict_json({"schema_version": SCHEMA_VERSION, "step": step, **meta,
+                                                           "sha256": sums}, indent=2, sort_keys=True) + "\n").encode())
+        os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp makes 0700
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -146,6 +357,40 @@ def save_checkpoint(run: Path, step: int, model: torch.nn.Module, optimizer: tor
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+def write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def checkpoints_to_keep(steps: list[int], cfg, ended: bool) -> set[int]:
+    """The retention policy (docs/reliability.md). Kept: the last `ckpt_keep_last` checkpoints while the run
+    goes on (the last alone once it has ended: a finished run is not resumed), and for each fork point F in
+    `ckpt_keep_steps` (default 500, the lab's K) the last checkpoint at or before F (where an injection at F
+    forks from) and the last at or before F - remedy_zclip_warmup (where `remediate` starts ZClip for a
+    spike at F). ckpt_keep_last=0 keeps every checkpoint."""
+    steps = sorted(steps)
+    if cfg.ckpt_keep_last == 0 or not steps:
+        return set(steps)
+    keep = set(steps[-(1 if ended else cfg.ckpt_keep_last):])
+    for fork in cfg.ckpt_keep_steps:
+        for limit in (fork, fork - cfg.remedy_zclip_warmup):
+            before = [s for s in steps if s <= limit]
+            if before:
+                keep.add(before[-1])
+    return keep
+
+
+def prune_checkpoints(run: Path, cfg, ended: bool = False) -> list[int]:
+    """Delete the checkpoints the retention policy does not keep (after a new one is whole on disk)."""
+    steps = list_checkpoints(run)
+    gone = [s for s in steps if s not in checkpoints_to_keep(steps, cfg, ended)]
+    for s in gone:
+        shutil.rmtree(checkpoint_dir(run, s), ignore_errors=True)
+    return gone
 
 
 def optimizer_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, torch.Tensor]:
@@ -163,26 +408,66 @@ def optimizer_tensors(model: torch.nn.Module, optimizer: torch.optim.Optimizer) 
 
 
 def load_checkpoint(path: Path) -> tuple[dict, dict, dict]:
-    """(weights, optimizer tensors, manifest) of one checkpoint, or a UserError that says how to recover."""
+    """(weights, optimizer tensors, manifest) of one checkpoint, each file checked against the sha256 its
+    manifest recorded when it was written, or a UserError that names the file and says how to recover."""
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    from safetensors.torch import load
 
     path = Path(path)
     fix = f"delete {path} to resume from the checkpoint before it, or start over with --force"
     try:
-        meta = json.loads((path / "manifest.json").read_text())
-        weights = load_file(str(path / "model.safetensors"))
-        opt = load_file(str(path / "optimizer.safetensors"))
+        meta = json.loads((path / "manifest.json").read_bytes())
+        if not isinstance(meta, dict):
+            raise ValueError
+        blobs = {name: (path / name).read_bytes() for name in ("model.safetensors", "optimizer.safetensors")}
     except FileNotFoundError as e:
         raise UserError(f"checkpoint {path} is incomplete ({Path(e.filename).name} missing); {fix}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError):
         raise UserError(f"checkpoint {path} has a corrupt manifest.json; {fix}") from None
-    except (SafetensorError, OSError, ValueError, RuntimeError) as e:
-        raise UserError(f"checkpoint {path} is corrupt or truncated ({str(e).splitlines()[0][:80]}); {fix}") from None
+    except OSError as e:
+        raise UserError(f"checkpoint {path} cannot be read ({e.strerror}); {fix}") from None
     if meta.get("schema_version") != SCHEMA_VERSION:
         raise UserError(f"checkpoint {path} has schema_version {meta.get('schema_version')}, "
                         f"this minitrain reads {SCHEMA_VERSION}; use a matching minitrain version")
+    sums = meta.get("sha256")  # absent only in checkpoints written before checksums existed
+    for name, data in blobs.items():
+        if sums is not None and hashlib.sha256(data).hexdigest() != sums.get(name):
+            raise UserError(f"checkpoint file {path / name} is corrupt or truncated (its sha256 differs from the "
+                            f"one recorded when it was written); {fix}")
+    try:
+        weights, opt = load(blobs["model.safetensors"]), load(blobs["optimizer.safetensors"])
+    except (SafetensorError, ValueError, RuntimeError) as e:
+        raise UserError(f"checkpoint {path} is corrupt or truncated ({str(e).splitlines()[0][:80]}); {fix}") from None
     return weights, opt, meta
+
+
+def verify_metrics_prefix(metrics: Path, meta: dict, ckpt: Path) -> None:
+    """The rows a checkpoint was written after must be the file's first `metrics_bytes` bytes, unchanged
+    (sha256 recorded at the checkpoint) and complete: one row per step before it. Else one line naming the file."""
+    metrics, n, step = Path(metrics), int(meta.get("metrics_bytes", 0)), int(meta.get("step", 0))
+    try:
+        size = metrics.stat().st_size
+    except FileNotFoundError:
+        size = -1
+    if size < n:
+        have = "is missing" if size < 0 else f"holds {size} bytes"
+        raise UserError(f"{metrics} {have}, but checkpoint {ckpt} was written after {n} bytes (steps 0..{step - 1}): "
+                        "the file was truncated or deleted; re-make the run with --force")
+    with open(metrics, "rb") as f:
+        prefix = f.read(n)
+    want = meta.get("metrics_sha256")
+    if want is not None:
+        if hashlib.sha256(prefix).hexdigest() != want:
+            raise UserError(f"{metrics} differs from the rows checkpoint {ckpt} was written after (sha256 mismatch "
+                            "in its first {n} bytes): the file was edited; re-make the run with --force".replace("{n}", str(n)))
+        return
+    try:  # a checkpoint from before metrics checksums: check the rows' steps instead
+        steps = [loads_json(line)["step"] for line in prefix.split(b"\n") if line.strip()]
+    except (ValueError, KeyError, TypeError):
+        steps = None
+    if steps != list(range(step)):
+        raise UserError(f"{metrics} does not hold steps 0..{step - 1} before checkpoint {ckpt}: the file was "
+                        "edited or truncated; re-make the run with --force")
 
 
 def restore(model: torch.nn.Module, optimizer: torch.optim.Optimizer, weights: dict, opt_tensors: dict,

@@ -1,6 +1,7 @@
 """THE reader of a run folder: every module that looks at a finished or live run reads it through here.
 
     read_json / read_metrics   one file, strict (a clear UserError when missing or corrupt)
+    live_pid / live_note       is a process writing the run right now (its lock is held)?
     load_run                   manifest, results, diagnosis and de-duplicated metrics rows of a folder
     column / param_column      metrics rows as per-step arrays
     find_baseline              the clean run an injection (or blind) run is compared with
@@ -10,7 +11,9 @@ It imports neither torch nor numpy, so the walker, the dashboard and `--help` st
 """
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +45,18 @@ def lab_run_name(injection: str, seed: int, step: int) -> str:
 # --- single files ----------------------------------------------------------------------------------
 
 
+_DECODER = json.JSONDecoder(parse_constant=lambda _c: None)
+
+
+def loads_json(text: str | bytes) -> Any:
+    """Parse JSON; a NaN / Infinity token (not JSON: files written before minitrain wrote strict JSON)
+    reads as None, as minitrain writes a non-finite value now."""
+    return _DECODER.decode(text.decode() if isinstance(text, bytes) else text)
+
+
 def read_json(path: Path, what: str) -> Any:
     try:
-        return json.loads(Path(path).read_text())
+        return loads_json(Path(path).read_bytes())
     except FileNotFoundError:
         raise UserError(f"{what} {path} is missing; is this a minitrain run folder?") from None
     except IsADirectoryError:
@@ -59,7 +71,7 @@ def read_optional_json(path: Path) -> tuple[dict | None, str | None]:
     if not path.exists():
         return None, None
     try:
-        obj = json.loads(path.read_text())
+        obj = loads_json(path.read_bytes())
     except (OSError, ValueError) as e:
         return None, f"{path.name} is unreadable ({str(e).splitlines()[0][:80]})"
     if not isinstance(obj, dict):
@@ -99,7 +111,7 @@ def read_metrics(path: Path) -> tuple[list[dict], str | None]:
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            rows.append(loads_json(line))
         except (json.JSONDecodeError, UnicodeDecodeError):
             if i == len(lines) - 1 or all(not rest.strip() for rest in lines[i + 1:]):
                 note = f"metrics end at step {rows[-1]['step'] if rows else 'none'}: the last line is incomplete"
@@ -112,6 +124,51 @@ def rows_by_step(run: Path) -> dict[int, dict]:
     """metrics.jsonl as {step: row}; a step written twice (an older resume) keeps its last row."""
     rows, _ = read_metrics(Path(run) / METRICS)
     return {r["step"]: r for r in rows if isinstance(r, dict) and isinstance(r.get("step"), int)}
+
+
+# --- is the run live? -----------------------------------------------------------------------------
+
+# The writer of a run holds an exclusive flock on RUN/.lock (run/files.py takes it); the file names its pid.
+LOCK_NAME = ".lock"
+LOCK_HEADER = "minitrain run lock"
+
+
+def holder_pid(lock_path: Path) -> str:
+    """The pid the lock file names (the last process that took it), or "unknown"."""
+    try:
+        for line in Path(lock_path).read_text(errors="replace").splitlines():
+            if line.startswith("pid "):
+                return line[4:].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def live_pid(run: Path) -> str | None:
+    """The pid of the process writing RUN now, or None when no process holds its lock (a lock dies with its
+    process, SIGKILL included, so this never reports a stale one)."""
+    path = Path(run) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    except BlockingIOError:
+        return holder_pid(path)
+    finally:
+        os.close(fd)
+
+
+def live_note(run: Path) -> str | None:
+    """One line for a reader (dashboard, diagnose) of a run another process is writing now, else None."""
+    pid = live_pid(run)
+    if pid is None:
+        return None
+    return (f"note: {run} is live (process {pid} is training it): this shows the steps written so far; "
+            "run it again when the run has ended")
 
 
 # --- a whole folder --------------------------------------------------------------------------------
