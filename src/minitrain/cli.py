@@ -476,8 +476,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--injection-step", dest="injection_step", metavar="K", help="step at which to inject")
     t.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="override any config field, repeatable (e.g. --set injection_factor=0.01)")
-    t.add_argument("--force", action="store_true", help="replace an existing run folder")
-    t.add_argument("--resume", metavar="DIR", help="continue a stopped or killed run from its last checkpoint")
+    t.add_argument("--force", action="store_true", help="replace an existing run folder (only a minitrain run, never "
+                                                       "the current folder or one holding a git repository; "
+                                                       "refused while another process writes it)")
+    t.add_argument("--resume", metavar="DIR", help="continue a stopped or killed run from its last checkpoint "
+                                                   "(verified by sha256); same bytes as an uninterrupted run")
     t.add_argument("--no-fork", action="store_true", help="recompute steps 0..K-1 even if a baseline can be forked")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--preset", metavar="NAME", help="course (default) | medium | gpt2-small-shaped: a named set "
