@@ -551,13 +551,12 @@ def test_just_quotes_every_argument(tmp_path, recipe):
 
 
 @pytest.fixture(scope="module")
-def lab(small_baseline):
-    """experiments/ with 18-baseline and 19-injection-A/B/C at K (shared with test_learner.py's fixture)."""
-    exp = small_baseline.parent
+def lab(small_baseline, tmp_path_factory):
+    """A private experiments/ with 18-baseline and 19-injection-A/B/C at K (a reveal marks its lab revealed)."""
+    exp = tmp_path_factory.mktemp("faults-lab")
+    copy_run(small_baseline, exp / "18-baseline")
     for name, letter in reader.LAB_LETTERS.items():
-        out = exp / f"19-injection-{letter}"
-        if not out.exists():
-            loop.train(small_config(f"injection={name}", f"injection_step={K}"), out)
+        loop.train(small_config(f"injection={name}", f"injection_step={K}"), exp / f"19-injection-{letter}")
     return exp
 
 
