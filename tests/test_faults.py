@@ -316,7 +316,7 @@ def _edit_a_digit(path: Path) -> None:
      ["step-000060/model.safetensors", "sha256"]),
     (lambda b: flip_byte(files.checkpoint_dir(b, K) / "optimizer.safetensors"),
      ["step-000060/optimizer.safetensors", "sha256"]),
-])
+], ids=["metrics-truncated", "metrics-edited", "model-byte-flipped", "optimizer-byte-flipped"])
 def test_a_fork_refuses_a_damaged_donor_and_touches_nothing(exp, damage, needles):
     donor = exp / "18-baseline"
     damage(donor)
@@ -533,7 +533,7 @@ def _just() -> str:
 
 
 @pytest.mark.parametrize("recipe", [["learner"], ["grade"], ["diagnose"], ["postmortem"], ["remediate"],
-                                    ["run-break"], ["phase-19-train", "--experiments"]])
+                                    ["run-break"], ["phase-19-train", "--experiments"]], ids=lambda r: r[0])
 def test_just_quotes_every_argument(tmp_path, recipe):
     evil = "zed; touch PWNED; echo $(touch PWNED2) `touch PWNED3`"
     p = subprocess.run([_just(), "--justfile", str(ROOT / "justfile"), "--working-directory", str(tmp_path),
