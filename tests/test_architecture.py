@@ -25,6 +25,8 @@ def layer_of(module: str) -> int:
     top = parts[1]
     if top == "__main__":
         return LAYERS.index("cli")
+    if top == "probe":  # the loop's instruments on a foreign training loop: the loop's layer
+        return LAYERS.index("loop")
     return LAYERS.index(top)
 
 

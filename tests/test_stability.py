@@ -244,7 +244,9 @@ def test_leaf_unexplained_spike_with_basic_telemetry(quick_suite, tmp_path):
     run = _edited(quick_suite, tmp_path, edit)
     result = stability.diagnose_run(run)
     assert (result["leaf"], result["anomaly_step"]) == ("§7.C", 150)
-    assert "not measurable" in next(p for p in result["walk"] if p["node"] == "§6.1")["measured"]
+    s61 = next(p for p in result["walk"] if p["node"] == "§6.1")
+    assert "not measured" in s61["measured"] and s61["not_measured"] == ["params.vm", "params.g"]
+    assert {"§6.1", "§7.1", "§7.2"} <= set(result["not_measured"])
 
 
 def test_clean_run_with_basic_telemetry_is_healthy(quick_suite, tmp_path):

@@ -221,6 +221,15 @@ def cmd_dashboard(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from minitrain.views.tensorboard import export_tensorboard
+
+    res = export_tensorboard(Path(args.run), Path(args.tensorboard), force=args.force)
+    print(f"wrote {res['dir']}: {res['steps']} steps, {res['scalar_tags']} scalar tags, {res['texts']} text events; "
+          f"view it with: tensorboard --logdir {args.tensorboard}")
+    return 0
+
+
 def cmd_index(args) -> int:
     from minitrain.lab import spoilers
 
@@ -583,6 +592,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "repeatable")
     d.add_argument("--out", metavar="FILE", help="where to write the page (default RUN/dashboard.html)")
     d.set_defaults(func=cmd_dashboard)
+
+    ex = sub.add_parser("export", help="write a run as TensorBoard event files (needs minitrain[tensorboard])",
+                        description="Write RUN's metrics as TensorBoard event files under DIR/<run name>/: the "
+                                    "scalars (loss, lr, pre/post-clip gradient norm, activations, logits, batch "
+                                    "composition), every per-tensor statistic under one tag group per tensor, and "
+                                    "the injection, spike-detector and diagnosis steps as text. Point "
+                                    "'tensorboard --logdir DIR' at it beside your other runs.")
+    ex.add_argument("run", metavar="RUN", help="run folder (minitrain train, a lab run or a probe run)")
+    ex.add_argument("--tensorboard", required=True, metavar="DIR", help="TensorBoard log folder to write into")
+    ex.add_argument("--force", action="store_true", help="replace this run's events already in DIR")
+    ex.set_defaults(func=cmd_export)
 
     ix = sub.add_parser("index", help="write EXPERIMENTS/index.html linking every run with a one-line summary",
                         description="Write EXPERIMENTS/index.html: one line per run folder found at any depth "

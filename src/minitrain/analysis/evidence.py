@@ -114,6 +114,17 @@ class Evidence:
         """A batch-composition series (all NaN when the run does not carry it)."""
         return self._batch[key] if key in self._batch else np.full(len(self.rows), np.nan)
 
+    def has(self, signal: str) -> bool:
+        """Whether the run measured `signal` at all: "params.X" / "batch.X" (a statistic its rows carry), a
+        row key such as "logit_max" or "val_loss" (non-null somewhere), or "ngram" (the n-gram baseline). A run
+        recorded by the probe on a foreign model leaves out what it could not see (docs/probe.md)."""
+        if signal == "ngram":
+            return self.ngram_val_loss is not None
+        field, _, stat = signal.partition(".")
+        if field in ("params", "batch") and stat:
+            return stat in (self.param_keys if field == "params" else self.batch_keys)
+        return any(r.get(field) is not None for r in self.rows)
+
     def param(self, name: str, key: str) -> np.ndarray:
         """A per-tensor series (all NaN when the run does not carry that statistic)."""
         if key not in self.param_keys:
@@ -335,8 +346,9 @@ def load_evidence(run: Path) -> Evidence:
 
 def _vocab_size(run: Path) -> int | None:
     path = run / "tokenizer.json"
-    if not path.exists():
-        return None
+    if not path.exists():  # a probe run without a tokenizer records the model's output width instead
+        value = reader.config_of(reader.manifest_of(run)).get("vocab_size")
+        return value if isinstance(value, int) and value > 0 else None
     try:
         tok = json.loads(path.read_text())
         vocab = tok.get("model", {}).get("vocab", {})

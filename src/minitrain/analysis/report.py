@@ -25,7 +25,8 @@ def format_report(result: dict, run_name: str) -> str:
     for p in result["walk"]:
         lines.append(f"{p['node']}  {p['question']}")
         lines.append(f"      {p['metric']} [{p['panel']}]")
-        lines.append(f"      measured: {p['measured']}   threshold: {p['threshold']}   -> {p['answer']}, go to {p['next']}")
+        answer = "not measured" if p.get("not_measured") else p["answer"]
+        lines.append(f"      measured: {p['measured']}   threshold: {p['threshold']}   -> {answer}, go to {p['next']}")
         if "ruled_out" in p:
             r = p["ruled_out"]
             lines.append(f"      {r['leaf']} ruled out: {'; '.join(r['by'])} -> go to {r['next']}")
@@ -50,6 +51,9 @@ def format_report(result: dict, run_name: str) -> str:
                 lines.append(f"    {k}: {_short(v)}")
     if result.get("note"):
         lines.append(f"  note: {result['note']}")
+    if result.get("not_measured"):
+        lines.append("  not measured on this run (the verdict cannot rest on them): "
+                     + ", ".join(result["not_measured"]))
     lines.append("")
     lines.append("Apply the fix, re-run, and re-walk from §1.")
     return "\n".join(lines)

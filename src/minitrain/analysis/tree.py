@@ -34,6 +34,7 @@ class Node:
     check: Callable[[Evidence], C.Finding]
     yes: str
     no: str | None = None  # None: the next node in order
+    needs: tuple[str, ...] = ()  # signals the check reads (Evidence.has); a run without one: "not measured"
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,8 @@ TREE: tuple[Section, ...] = (
         Node("§2.5", "Are the updates far larger than healthy over the run?",
              "median over steps of the median over tensors of params[*].ur (update / weight), on runs of "
              f"{T['ur_run_steps']:g}+ steps", P_UR,
-             f"> {T['ur_high']:g}", C.check_update_ratio, yes="§2.E"),
+             f"> {T['ur_high']:g}", C.check_update_ratio, yes="§2.E",
+             needs=("params.ur",)),
         Leaf("§2.A", "lr_schedule", "the scheduler never stepped",
              "The learning rate never changes: the scheduler is not stepped (or the optimizer is rebuilt every "
              "step), so there is neither warmup nor decay.",
@@ -223,13 +225,14 @@ TREE: tuple[Section, ...] = (
         Node("§3.2", "Does training loss fall below half the n-gram baseline while validation never gets 15% "
              "below it and then climbs?", "train loss (21-step median), val_loss (best, last), n-gram baseline "
              "(dashed line)", P_LOSS, f"train < {T['mask_train']:g} x baseline, best val > {T['mask_val']:g} x "
-             f"baseline, last val > {T['mask_rise']:g} x best val", C.check_mask, yes="§3.B"),
+             f"baseline, last val > {T['mask_rise']:g} x best val", C.check_mask, yes="§3.B",
+             needs=("val_loss", "ngram")),
         Node("§3.3", "Has the training loss failed to fall?", "median training loss of the last 10% of steps / "
              "step-0 loss", P_LOSS, f"> {T['not_learning']:g}", C.check_not_learning, yes="§3.C"),
         Node("§3.4", "Does validation end up worse than an untrained model (above ln V) while training loss falls "
              "below half the n-gram baseline?", "val_loss (worst) / ln V, train loss (21-step median) / n-gram "
              "baseline", P_LOSS, f"val > {T['leak_val']:g} x ln V and train < {T['mask_train']:g} x baseline",
-             C.check_target_leak, yes="§3.D"),
+             C.check_target_leak, yes="§3.D", needs=("val_loss", "ngram")),
         Leaf("§3.A", "non_finite", "non-finite values",
              "The loss or the gradients became NaN/Inf, so every later update is garbage.",
              "Resume from the last checkpoint before the first non-finite step with a lower LR or tighter "
@@ -297,7 +300,8 @@ TREE: tuple[Section, ...] = (
             "update, and a large gradient; the next batch's loss is back to normal because the model was barely "
             "moved. A loader that serves the same batch again shows identical batches on consecutive steps.", (
         Node("§4.1", "Does some batch repeat one row for at least half of its rows?",
-             "batch.dup_rows / batch size", P_BATCH, f">= {T['dup_share']:g}", C.check_dup_rows, yes="§4.A"),
+             "batch.dup_rows / batch size", P_BATCH, f">= {T['dup_share']:g}", C.check_dup_rows, yes="§4.A",
+             needs=("batch.dup_rows",)),
         Node("§4.2", "Is one batch's own loss far above the run's recent losses, with its gradient norm up and the "
              "batches before and after it normal?",
              "loss - trailing median (nats), grad_norm / trailing median, the previous and next steps' loss excess",
@@ -339,7 +343,7 @@ TREE: tuple[Section, ...] = (
     Section("§5", "Is the initialisation sane?",
             "Reached from §1 when the run did not start like an untrained model, and walked in order otherwise.", (
         Node("§5.1", f"Is the step-0 largest |logit| above {T['logit0_high']:g}?", "logit_max at step 0 (and act)", P_ACT,
-             f"> {T['logit0_high']:g}", C.check_logit0, yes="§5.A"),
+             f"> {T['logit0_high']:g}", C.check_logit0, yes="§5.A", needs=("logit_max",)),
         Node("§5.2", f"Did §1 send you here (step-0 loss off ln V, or step-1 grad norm > {T['gn1_high']:g})?",
              "loss and grad_norm of the first step", P_LOSS,
              f"|loss - ln V| > {T['loss0_band']} or grad norm > {T['gn1_high']:g}", C.check_came_from_s1,
@@ -379,12 +383,13 @@ TREE: tuple[Section, ...] = (
         Node("§6.1", "Did some tensor's v jump or drop in one step beyond what its gradient explains?",
              "params[*].vm against params[*].g, grad_norm_clipped / grad_norm", P_UPD,
              f"f outside [1/{T['v_factor']:g}, {T['v_factor']:g}] and > {T['v_noise_mult']:g}x rounding noise",
-             C.check_v_factor, yes="§6.2", no="§6.3"),
+             C.check_v_factor, yes="§6.2", no="§6.3", needs=("params.vm", "params.g")),
         Node("§6.2", "Did v go up (f > 1)?", "the factor f of §6.1", P_UPD, "f > 1", C.check_v_up,
              yes="§6.A", no="§6.B"),
         Node("§6.3", "Does v stop following one recurrence at some step (another β2 fits from then on)?",
              "params[*].vm against params[*].g: residual noise of the fit, β2 fitted on each side", P_UPD,
-             f"residual noise > {T['v_fit_noise']:g}", C.check_v_regime, yes="§6.C", no="§7.1"),
+             f"residual noise > {T['v_fit_noise']:g}", C.check_v_regime, yes="§6.C", no="§7.1",
+             needs=("params.vm", "params.g")),
         Leaf("§6.A", "optimizer_state_corruption", "second moment inflated: a stall",
              "One tensor's Adam v was multiplied up at one step, so its updates shrink by about sqrt(f) and "
              "recover as v decays at β2 per step: a stall of that tensor, not a spike.",
@@ -440,11 +445,12 @@ TREE: tuple[Section, ...] = (
         Node("§7.1", f"Did every tensor's gradient norm jump at least {T['gn_all_up']:g}x its own trailing median at one step, "
              "beyond the batch loss's own jump?",
              "min over tensors of params[*].g / its 50-step trailing median, divided by loss / its trailing "
-             "median when that is > 1", P_GN + "; " + P_G, f">= {T['gn_all_up']:g}x", C.check_gn_all_up, yes="§7.A"),
+             "median when that is > 1", P_GN + "; " + P_G, f">= {T['gn_all_up']:g}x", C.check_gn_all_up, yes="§7.A",
+             needs=("params.g",)),
         Node("§7.2", f"Did every tensor's gradient norm fall to {T['gn_all_down']:g}x its trailing median at one step, beyond the "
              "loss's own fall?", "max over tensors of params[*].g / its trailing median, divided by loss / its "
              "trailing median when that is < 1", P_GN + "; " + P_G, f"<= {T['gn_all_down']:g}x", C.check_gn_all_down,
-             yes="§7.B"),
+             yes="§7.B", needs=("params.g",)),
         Node("§7.3", f"Is there any pre-clip jump of {T['gn_huge']:g}x its trailing median beyond what the loss explains?",
              "(grad_norm / trailing median) / (loss / its trailing median, if > 1)",
              P_GN, f">= {T['gn_huge']:g}x", C.check_gn_huge, yes="§7.C"),

@@ -46,12 +46,15 @@ def _walk(ev: Evidence) -> dict:
             node = ITEMS[current]
             assert current not in seen, f"loop in the tree at {current}"
             seen.add(current)
-            f = _measure(node.check, ev)
+            absent = [s for s in node.needs if not ev.has(s)]
+            # a run that never measured what the question reads: say so instead of answering
+            f = (Finding(False, None, f"not measured (this run has no {', '.join(absent)})") if absent
+                 else _measure(node.check, ev))
             target = node.yes if f.matched else (node.no or next_node(current))
             path.append({"node": node.id, "question": node.question, "metric": node.metric, "panel": node.panel,
                          "threshold": node.threshold, "measured": f.shown, "value": _jsonable(f.value),
                          "answer": "yes" if f.matched else "no", "step": ev.step_at(f.index), "next": target,
-                         "_finding": f})
+                         **({"not_measured": absent} if absent else {}), "_finding": f})
             current = target
         leaf = ITEMS[current]
         led = path[-1] if path else None
@@ -79,7 +82,8 @@ def _walk(ev: Evidence) -> dict:
         p.pop("_finding")
     return {**out, "path": [p["node"] for p in path] + [leaf.id],
             "decided_by": decisive["node"] if decisive else None,
-            "evidence": evidence, "walk": path, **({"note": ev.note} if ev.note else {})}
+            "evidence": evidence, "walk": path, **({"note": ev.note} if ev.note else {}),
+            "not_measured": [p["node"] for p in path if p.get("not_measured")]}
 
 
 def _measure(check, ev: Evidence, *args) -> Finding:

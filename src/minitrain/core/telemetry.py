@@ -56,7 +56,11 @@ def rnd(x: float) -> float | None:
     return float(f"{x:.{SIG}g}")
 
 
-def rare_token_mask(train_ids: torch.Tensor, vocab_size: int, share: float = 0.001) -> tuple[torch.Tensor, torch.Tensor]:
+RARE_SHARE = 0.001  # a token is rare below this share of all training tokens
+
+
+def rare_token_mask(train_ids: torch.Tensor, vocab_size: int,
+                    share: float = RARE_SHARE) -> tuple[torch.Tensor, torch.Tensor]:
     """Token counts over the training split and a mask of the rare ones: tokens that make up less than
     `share` of all training tokens (0.1%: at most a handful of rows in a ~2k-row split)."""
     ids = train_ids[train_ids != PAD]
@@ -166,7 +170,8 @@ class Telemetry:
                     out["sigma"] = self._spectral()
             out["nonfinite"] = int(not math.isfinite(loss_f)) + (
                 0 if math.isfinite(norm_f) else sum(int((~torch.isfinite(p.grad)).sum()) for p in self.params))
-            out["batch"] = self.batch_composition(batch)
+            if batch is not None:  # None: the caller has no batch of token ids (the probe without ids)
+                out["batch"] = self.batch_composition(batch)
         return out
 
     def _stats(self, moments: "_Moments | None", keys: tuple[str, ...]) -> torch.Tensor:
@@ -227,19 +232,24 @@ class Telemetry:
 
     def batch_composition(self, batch) -> dict:
         seqs = [tuple(t for t in row if t != PAD) for row in batch.x.tolist()]
-        tokens = [t for seq in seqs for t in seq]
-        counts: dict[int, int] = {}
-        for t in tokens:
-            counts[t] = counts.get(t, 0) + 1
-        n = max(1, len(tokens))
-        rare = sum(c for t, c in counts.items() if self.rare_list[t])
-        return {
-            "rows": batch.rows,
-            "distinct_tokens": len(counts),
-            "top_token_share": rnd(max(counts.values()) / n) if counts else 0.0,
-            "rare_share": rnd(rare / n),
-            "dup_rows": len(seqs) - len(set(seqs)),
-        }
+        return composition(seqs, batch.rows, self.rare_list)
+
+
+def composition(seqs: list[tuple[int, ...]], rows: list, rare: list[bool]) -> dict:
+    """A batch's composition from its rows of token ids (padding removed); `rare[t]`: token t is rare."""
+    tokens = [t for seq in seqs for t in seq]
+    counts: dict[int, int] = {}
+    for t in tokens:
+        counts[t] = counts.get(t, 0) + 1
+    n = max(1, len(tokens))
+    n_rare = sum(c for t, c in counts.items() if rare[t])
+    return {
+        "rows": rows,
+        "distinct_tokens": len(counts),
+        "top_token_share": rnd(max(counts.values()) / n) if counts else 0.0,
+        "rare_share": rnd(n_rare / n),
+        "dup_rows": len(seqs) - len(set(seqs)),
+    }
 
 
 class _Moments:

@@ -1,0 +1,172 @@
+"""`minitrain export RUN --tensorboard DIR`: a run folder as TensorBoard event files, so it opens in
+TensorBoard beside the user's other runs (through the `tensorboard` package's event-file writer; the
+optional extra `minitrain[tensorboard]`).
+
+DIR/<run name>/events.out.tfevents.* holds, per step:
+
+    loss/train, loss/val, loss/regular, loss/irregular     the metrics row's losses
+    lr                                                     the learning rate
+    grad_norm/pre_clip, grad_norm/post_clip, grad_norm/clipped (1 when clipping engaged)
+    logit_max, activation/layer_<i>, nonfinite
+    batch/distinct_tokens, batch/top_token_share, batch/rare_share, batch/dup_rows
+    <tensor name>/<statistic>                              per parameter tensor, one tag group per tensor
+                                                           (statistics named in TENSOR_STATS)
+
+and, as text (the TensorBoard "Text" tab): `run/summary` at step 0 (model, config, status), `events/injection`
+at the step an injection fired, `events/anomaly` at every step the field's spike detectors flag, and
+`events/diagnosis` at the walker's anomaly step when the run carries a diagnosis.json (`minitrain diagnose
+--write`; the export never walks a run itself, so it reveals nothing a sealed lab run withholds).
+Values are the metrics file's own numbers; a null (non-finite) value is written as NaN.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from minitrain.core.errors import UserError
+
+# metrics-row key of a per-tensor statistic -> its TensorBoard tag suffix (docs/metrics.md defines them)
+TENSOR_STATS = {"g": "grad_norm_pre_clip", "u": "update_norm", "ur": "update_to_weight", "vm": "adam_v_mean",
+                "vx": "adam_v_max", "vn": "adam_v_norm", "r": "rms_g2_over_v_hat"}
+ROW_SCALARS = {"loss": "loss/train", "val_loss": "loss/val", "loss_regular": "loss/regular",
+               "loss_irregular": "loss/irregular", "lr": "lr", "grad_norm": "grad_norm/pre_clip",
+               "grad_norm_clipped": "grad_norm/post_clip", "logit_max": "logit_max", "nonfinite": "nonfinite"}
+BATCH_SCALARS = ("distinct_tokens", "top_token_share", "rare_share", "dup_rows")
+
+
+def row_scalars(row: dict) -> list[tuple[str, float]]:
+    """(tag, value) of every scalar a metrics row holds; absent keys give no tag, nulls give NaN."""
+    out = []
+    for key, tag in ROW_SCALARS.items():
+        if key in row and (row[key] is not None or key in ("loss", "grad_norm", "grad_norm_clipped")):
+            out.append((tag, _num(row[key])))
+    if "clipped" in row:
+        out.append(("grad_norm/clipped", 1.0 if row["clipped"] else 0.0))
+    for i, a in enumerate(row.get("act") or []):
+        out.append((f"activation/layer_{i}", _num(a)))
+    batch = row.get("batch") if isinstance(row.get("batch"), dict) else {}
+    for key in BATCH_SCALARS:
+        if key in batch:
+            out.append((f"batch/{key}", _num(batch[key])))
+    for name, stats in (row.get("params") or {}).items():
+        for key, value in (stats or {}).items():
+            out.append((f"{name}/{TENSOR_STATS.get(key, key)}", _num(value)))
+    for name, value in (row.get("sigma") or {}).items():
+        out.append((f"{name}/spectral_norm", _num(value)))
+    return out
+
+
+def _num(x) -> float:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else math.nan
+
+
+def export_tensorboard(run: Path, out_dir: Path, force: bool = False) -> dict:
+    """Write RUN's metrics as event files under OUT_DIR/<run name>/; returns what was written."""
+    try:
+        from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+        from tensorboard.plugins.text import metadata as text_metadata
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    except ImportError:
+        raise UserError("export --tensorboard needs the tensorboard package; install it with "
+                        "pip install 'minitrain[tensorboard]'") from None
+    from minitrain.analysis.detectors import run_detectors
+    from minitrain.run.reader import read_json, read_metrics
+
+    run = Path(run)
+    if not (run / "metrics.jsonl").exists():
+        raise UserError(f"{run} is not a run folder (no metrics.jsonl); give a folder written by minitrain train "
+                        "or the probe")
+    rows, note = read_metrics(run / "metrics.jsonl")
+    if not rows:
+        raise UserError(f"{run / 'metrics.jsonl'} has no rows yet; nothing to export")
+    manifest = read_json(run / "manifest.json", "manifest") if (run / "manifest.json").exists() else {}
+    name = run.resolve().name
+    dest = Path(out_dir) / name
+    if dest.exists() and any(dest.glob("events.out.tfevents.*")):
+        if not force:
+            raise UserError(f"{dest} already holds TensorBoard events; pass --force to replace them, "
+                            "or choose another DIR")
+        for old in dest.glob("events.out.tfevents.*"):
+            old.unlink()
+    dest.mkdir(parents=True, exist_ok=True)
+    t0, per_step = _clock(manifest, len(rows))
+
+    writer = EventFileWriter(str(dest), filename_suffix=".minitrain")
+    text_meta = text_metadata.create_summary_metadata(display_name="", description="")
+
+    def scalar_event(step: int, values: list[tuple[str, float]]):
+        return event_pb2.Event(wall_time=t0 + step * per_step, step=step, summary=summary_pb2.Summary(
+            value=[summary_pb2.Summary.Value(tag=tag, simple_value=v) for tag, v in values]))
+
+    def text_event(step: int, tag: str, text: str):
+        tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[text.encode()],
+                                        tensor_shape=tensor_shape_pb2.TensorShapeProto())
+        value = summary_pb2.Summary.Value(tag=tag, metadata=text_meta, tensor=tensor)
+        return event_pb2.Event(wall_time=t0 + step * per_step, step=step, summary=summary_pb2.Summary(value=[value]))
+
+    tags: set[str] = set()
+    for row in rows:
+        values = row_scalars(row)
+        tags.update(tag for tag, _ in values)
+        writer.add_event(scalar_event(int(row["step"]), values))
+    texts = _texts(run, manifest, rows, note, run_detectors)
+    for step, tag, text in texts:
+        writer.add_event(text_event(step, tag, text))
+    writer.close()
+    return {"dir": str(dest), "steps": len(rows), "scalar_tags": len(tags), "texts": len(texts)}
+
+
+def _clock(manifest: dict, n: int) -> tuple[float, float]:
+    """Wall time of step 0 and seconds per step, from the manifest's start and end (1 s/step if unknown)."""
+    import datetime
+
+    def parse(s):
+        try:
+            return datetime.datetime.strptime(s, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        except (TypeError, ValueError):
+            return None
+
+    start, end = parse(manifest.get("started")), parse(manifest.get("ended"))
+    if start is None:
+        return 0.0, 1.0
+    return start, ((end - start) / n if end is not None and end > start else 1.0)
+
+
+def _texts(run: Path, manifest: dict, rows: list[dict], note, run_detectors) -> list[tuple[int, str, str]]:
+    import numpy as np
+
+    cfg = manifest.get("config") or {}
+    probe = manifest.get("probe") or {}
+    lines = [f"**{run.resolve().name}**: {manifest.get('status', 'unknown')}, {len(rows)} steps"]
+    if probe:
+        lines.append(f"recorded by the minitrain probe on {probe.get('model')} with {probe.get('optimizer')} "
+                     f"({probe.get('kind')}); absent: {', '.join(probe.get('absent') or {}) or 'nothing'}")
+    if cfg:
+        lines.append("config: " + ", ".join(f"{k}={cfg[k]}" for k in sorted(cfg) if not isinstance(cfg[k], (dict, list))))
+    if note:
+        lines.append(f"note: {note}")
+    out = [(int(rows[0]["step"]), "run/summary", "\n\n".join(lines))]
+    inj = manifest.get("injection") if isinstance(manifest.get("injection"), dict) else {}
+    if inj.get("record") and isinstance(cfg.get("injection_step"), int):
+        words = json.dumps(inj["record"], sort_keys=True)
+        out.append((cfg["injection_step"], "events/injection", f"injection {cfg.get('injection')} fired: {words}"))
+    loss = np.array([_num(r.get("loss")) for r in rows])
+    gn = np.array([_num(r.get("grad_norm")) for r in rows])
+    steps = [int(r["step"]) for r in rows]
+    flagged: dict[int, list[str]] = {}
+    for det, idx in run_detectors(loss, gn).items():
+        for i in idx:
+            flagged.setdefault(steps[i] if i < len(steps) else i, []).append(det)
+    for step in sorted(flagged):
+        out.append((step, "events/anomaly", f"spike detectors flag step {step}: {', '.join(sorted(flagged[step]))}"))
+    diag_path = run / "diagnosis.json"
+    if diag_path.exists():
+        try:
+            d = json.loads(diag_path.read_text())
+        except (OSError, ValueError):
+            d = {}
+        if isinstance(d.get("anomaly_step"), int):
+            out.append((d["anomaly_step"], "events/diagnosis",
+                        f"{d.get('leaf')} {d.get('title')} (cause {d.get('cause')}): {d.get('diagnosis')}"))
+    return out

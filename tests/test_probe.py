@@ -1,0 +1,255 @@
+"""The probe on a model the project did not write: a tiny `transformers` GPT-2 (random init, no download)
+trained on the project's corpus through a plain PyTorch loop with `minitrain.probe.attach` and through the
+Hugging Face Trainer with `MinitrainCallback`. The plain loop's own code scales every gradient x50 at step K;
+the walker must name that cause at K there and call the Trainer's clean run healthy."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+transformers = pytest.importorskip("transformers")  # the optional extra (in .[test])
+torch = pytest.importorskip("torch")
+
+from minitrain.cli import main  # noqa: E402
+from minitrain.core.errors import UserError  # noqa: E402
+
+STEPS, K = 200, 120
+
+
+def rows_of(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def cli_json(capsys, *args: str) -> dict:
+    capsys.readouterr()
+    assert main([*args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def data():
+    from minitrain.core.config import build_config
+    from minitrain.core.data import prepare
+
+    torch.set_num_threads(1)
+    return prepare(build_config({}, []))
+
+
+def gpt2(data, seed: int = 0):
+    torch.manual_seed(seed)
+    cfg = transformers.GPT2Config(vocab_size=data.tokenizer.get_vocab_size(), n_positions=64, n_embd=32, n_layer=2,
+                                  n_head=2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None,
+                                  eos_token_id=None, pad_token_id=0)
+    return transformers.GPT2LMHeadModel(cfg)
+
+
+def batch(data, step: int):
+    b = data.train_batch(step, 8, 42)
+    return b.x, (~b.key_pad).long(), b.x.masked_fill(b.key_pad, -100)
+
+
+def plain_loop(data, out: Path, steps: int, scale_at: int | None = None, optimizer: str = "adamw",
+               ids: bool = True, **options):
+    """A user's own loop: warmup + cosine, clipping at 1.0; `scale_at`: the user's bug, every gradient x50."""
+    from minitrain.probe import attach
+
+    model = gpt2(data)
+    opt = (torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.1) if optimizer == "adamw"
+           else torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+    with attach(model, opt, out, **options) as probe:
+        for step in range(steps):
+            x, mask, labels = batch(data, step)
+            loss = model(input_ids=x, attention_mask=mask, labels=labels).loss
+            loss.backward()
+            if step == scale_at:
+                for p in model.parameters():
+                    p.grad.mul_(50.0)
+            probe.log(loss, x if ids else None, attention_mask=mask if ids else None)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, data):
+    """Both runs of the issue, in one experiments folder: the plain loop with the x50 bug at K, and the
+    Trainer's clean run (which also records the Trainer's own per-step logs to check the probe against)."""
+    exp = tmp_path_factory.mktemp("experiments")
+    plain = plain_loop(data, exp / "plain-x50", STEPS, scale_at=K, tokenizer=data.tokenizer,
+                       token_counts=data.token_counts, config={"lr_max": 2e-3, "warmup_steps": 20, "grad_clip": 1.0})
+    from minitrain.probe.hf import MinitrainCallback
+    from minitrain.core.tokenizer import PAD
+
+    class Rows(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(data.train)
+
+        def __getitem__(self, i):
+            x = data.train.ids[i]
+            return {"input_ids": x, "attention_mask": (x != PAD).long(), "labels": x.masked_fill(x == PAD, -100)}
+
+    logs: list[dict] = []
+
+    class Keep(transformers.TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logs_ = dict(logs or {})
+            if "grad_norm" in logs_:
+                keep.append((state.global_step - 1, logs_["grad_norm"]))
+
+    keep = logs
+    args = transformers.TrainingArguments(
+        output_dir=str(exp / ".hf"), max_steps=STEPS, per_device_train_batch_size=8, learning_rate=2e-3,
+        warmup_steps=20, weight_decay=0.1, max_grad_norm=1.0, logging_steps=1, save_strategy="no", report_to=[],
+        seed=0, use_cpu=True, disable_tqdm=True, dataloader_num_workers=0)
+    hf = exp / "hf-clean"
+    trainer = transformers.Trainer(model=gpt2(data), args=args, train_dataset=Rows(),
+                                   callbacks=[MinitrainCallback(hf, tokenizer=data.tokenizer,
+                                                                token_counts=data.token_counts), Keep()])
+    trainer.remove_callback(transformers.PrinterCallback)
+    trainer.train()
+    return {"exp": exp, "plain": plain, "hf": hf, "hf_logs": logs}
+
+
+def test_plain_loop_writes_the_run_folder_format(runs):
+    run = runs["plain"]
+    for name in ("manifest.json", "metrics.jsonl", "results.json", "tokenizer.json"):
+        assert (run / name).exists(), name
+    rows = rows_of(run)
+    assert [r["step"] for r in rows] == list(range(STEPS))
+    keys = list(rows[5])
+    assert keys[:8] == ["step", "loss", "lr", "grad_norm", "grad_norm_clipped", "clipped", "val_loss", "injected"]
+    assert {"logit_max", "act", "params", "nonfinite", "batch"} <= set(keys)
+    assert len(rows[5]["act"]) == 2  # GPT-2's two blocks (transformer.h)
+    assert set(rows[5]["params"]["transformer.wte.weight"]) == {"g", "u", "ur", "vm", "vx", "vn", "r"}
+    assert rows[5]["batch"]["rows"] == [None] * 8
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "finished" and manifest["probe"]["model"] == "GPT2LMHeadModel"
+    assert manifest["probe"]["absent"] == {}
+    assert json.loads((run / "results.json").read_text())["steps_done"] == STEPS
+
+
+def test_pre_clip_norm_is_measured_before_the_users_clipping(runs):
+    rows = rows_of(runs["plain"])
+    at_k = rows[K]
+    med = sorted(r["grad_norm"] for r in rows[K - 20:K])[10]
+    assert at_k["grad_norm"] > 30 * med  # the x50 the user's code made, seen before clipping
+    assert at_k["clipped"] and at_k["grad_norm_clipped"] == pytest.approx(1.0, rel=1e-5)  # what the optimizer got
+    per_tensor = math.sqrt(sum(st["g"] ** 2 for st in at_k["params"].values()))
+    assert per_tensor == pytest.approx(at_k["grad_norm"], rel=1e-3)  # per-tensor g are pre-clip too
+
+
+def test_trainer_grad_norm_matches_the_trainers_own(runs):
+    """The Trainer clips inside its loop, out of the callback's reach; the probe's pre-clip norm must still
+    equal the norm the Trainer's own clip_grad_norm_ returned (its logged grad_norm)."""
+    rows = rows_of(runs["hf"])
+    assert len(rows) == STEPS
+    logged = dict(runs["hf_logs"])
+    assert len(logged) == STEPS
+    for step in (0, 1, 50, STEPS - 1):
+        assert rows[step]["grad_norm"] == pytest.approx(logged[step], rel=1e-5)
+        assert rows[step]["grad_norm_clipped"] <= 1.0 + 1e-5
+    manifest = json.loads((runs["hf"] / "manifest.json").read_text())
+    assert manifest["probe"]["kind"] == "transformers Trainer"
+    assert manifest["config"]["warmup_steps"] == 20 and manifest["config"]["grad_clip"] == 1.0
+
+
+def test_diagnose_names_the_users_x50_at_k(runs, capsys):
+    d = cli_json(capsys, "diagnose", str(runs["plain"]))
+    assert (d["cause"], d["anomaly_step"], d["leaf"]) == ("gradient_explosion", K, "§7.A")
+
+
+def test_diagnose_calls_the_trainer_run_healthy(runs, capsys):
+    d = cli_json(capsys, "diagnose", str(runs["hf"]))
+    assert d["cause"] == "healthy", d["path"]
+    assert d["not_measured"] == ["§3.2"]  # no validation loss and no n-gram baseline on a foreign run
+
+
+def test_index_lists_probe_runs(runs, capsys):
+    assert main(["index", str(runs["exp"])]) == 0
+    page = (runs["exp"] / "index.html").read_text()
+    assert "plain-x50" in page and "hf-clean" in page
+
+
+def test_absent_signals_are_recorded_and_not_measured(tmp_path, data, capsys):
+    """SGD keeps no Adam moments and the loop passes no token ids: those signals are left out of the rows,
+    named in the manifest, and the walker marks the questions that read them 'not measured'."""
+    run = plain_loop(data, tmp_path / "sgd", 40, optimizer="sgd", ids=False)
+    rows = rows_of(run)
+    assert "batch" not in rows[3] and "params" not in rows[3] and rows[3]["grad_norm"] > 0
+    absent = json.loads((run / "manifest.json").read_text())["probe"]["absent"]
+    assert set(absent) == {"batch", "params"}
+    d = cli_json(capsys, "diagnose", str(run))
+    assert {"§4.1", "§4.2", "§6.1", "§7.1", "§7.2"} <= set(d["not_measured"])
+    text = [p for p in d["walk"] if p["node"] == "§4.1"][0]["measured"]
+    assert text.startswith("not measured")
+
+
+def test_same_loop_twice_gives_the_same_bytes(tmp_path, data):
+    a = plain_loop(data, tmp_path / "a", 25, tokenizer=data.tokenizer)
+    b = plain_loop(data, tmp_path / "b", 25, tokenizer=data.tokenizer)
+    assert (a / "metrics.jsonl").read_bytes() == (b / "metrics.jsonl").read_bytes()
+
+
+def test_checkpoints_are_minitrain_checkpoints(tmp_path, data):
+    from minitrain.run.files import checkpoint_dir, list_checkpoints, load_checkpoint
+
+    run = plain_loop(data, tmp_path / "ck", 20, ckpt_every=10)
+    assert list_checkpoints(run) == [10, 20]
+    weights, opt, meta = load_checkpoint(checkpoint_dir(run, 10))
+    assert "transformer.wte.weight" in weights and "exp_avg_sq.transformer.wte.weight" in opt
+    assert (run / "metrics.jsonl").read_bytes()[:meta["metrics_bytes"]].count(b"\n") == 10
+
+
+def test_refuses_a_folder_holding_a_run_and_a_misplaced_log(tmp_path, data):
+    from minitrain.probe import attach
+
+    model = gpt2(data)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    run = plain_loop(data, tmp_path / "r", 3)
+    with pytest.raises(UserError, match="already holds a run"):
+        attach(model, opt, run)
+    probe = attach(model, opt, tmp_path / "late")
+    x, mask, labels = batch(data, 0)
+    loss = model(input_ids=x, attention_mask=mask, labels=labels).loss
+    loss.backward()
+    with pytest.raises(UserError, match="before clipping and optimizer.step"):
+        opt.step()  # the user forgot probe.log(loss) before the step
+    assert probe.closed and json.loads((tmp_path / "late" / "results.json").read_text())["steps_done"] == 0
+
+
+def test_dashboard_of_a_probe_run_renders_in_chromium(runs, capsys):
+    """`minitrain dashboard` on a probe run: the page opens offline in headless Chromium, draws the foreign
+    model's panels (its own tensor names, its two blocks) and logs no error."""
+    assert main(["dashboard", str(runs["plain"])]) == 0
+    chromium = Path("/usr/bin/chromium")
+    if not chromium.exists():
+        pytest.skip("chromium is not installed at /usr/bin/chromium (Debian: apt-get install chromium)")
+    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
+    errors, requests = [], []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(chromium), args=["--headless", "--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
+                       else (requests.append(route.request.url), route.abort()))
+            page.goto((runs["plain"] / "dashboard.html").resolve().as_uri())
+            page.wait_for_function("window.__dashboardReady === true", timeout=30_000)
+            text = page.inner_text("body")
+            titles = page.locator(".panel h2").all_text_contents()
+            artifacts = Path(__file__).resolve().parent.parent / "test-artifacts"
+            artifacts.mkdir(exist_ok=True)
+            page.screenshot(path=str(artifacts / "probe-dashboard.png"), full_page=True)
+        finally:
+            browser.close()
+    assert errors == [] and requests == []
+    assert any("Loss" in t for t in titles) and any("Gradient norm" in t for t in titles)
+    assert "transformer.wte.weight" in text or "transformer.h.0" in text
