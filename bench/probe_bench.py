@@ -1,6 +1,7 @@
 """What the probe costs on a model the project did not write: a tiny `transformers` GPT-2 (random init) trained
 on the project's corpus by a plain PyTorch loop, with and without `minitrain.probe.attach`, in one process,
-in interleaved blocks (the machine is shared and noisy: the median of per-round ratios is the figure).
+in interleaved blocks (the machine is shared and noisy: the median of per-round ratios is the figure), with
+the probe's default per-tensor telemetry ('full') and with global signals only ('basic').
 
     python bench/probe_bench.py [--steps-per-block 50] [--rounds 8] [--layers 2] [--width 64]
 
@@ -21,7 +22,7 @@ from pathlib import Path
 import torch
 
 
-def make_loop(data, args, probe_dir: Path | None):
+def make_loop(data, args, probe_dir: Path | None, telemetry: str = "full"):
     """One model + AdamW + warmup/cosine schedule + clipping at 1.0; with the probe when probe_dir is set."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -38,7 +39,8 @@ def make_loop(data, args, probe_dir: Path | None):
     if probe_dir is not None:
         from minitrain.probe import attach
 
-        probe = attach(model, opt, probe_dir, force=True, tokenizer=data.tokenizer, token_counts=data.token_counts)
+        probe = attach(model, opt, probe_dir, force=True, tokenizer=data.tokenizer, token_counts=data.token_counts,
+                       telemetry=telemetry)
     state = {"step": 0}
 
     def steps(n: int) -> None:
@@ -71,25 +73,31 @@ def main() -> int:
     from minitrain.core.data import prepare
 
     data = prepare(TrainConfig())
+    names = ("bare", "probe, telemetry basic", "probe, telemetry full")
     with tempfile.TemporaryDirectory() as tmp:
-        bare, _ = make_loop(data, args, None)
-        probed, probe = make_loop(data, args, Path(tmp) / "probe-run")
-        bare(args.steps_per_block)  # warm both up (allocator, first AdamW step)
-        probed(args.steps_per_block)
-        ratios, t_bare, t_probe = [], [], []
+        loops = {"bare": make_loop(data, args, None)[0]}
+        probes = []
+        for name, tel in ((names[1], "basic"), (names[2], "full")):
+            fn, probe = make_loop(data, args, Path(tmp) / tel, tel)
+            loops[name] = fn
+            probes.append(probe)
+        for fn in loops.values():  # warm up (allocator, the first AdamW step)
+            fn(args.steps_per_block)
+        times = {n: [] for n in names}
+        ratios = {n: [] for n in names[1:]}
         for r in range(args.rounds):
-            order = [("bare", bare), ("probe", probed)] if r % 2 == 0 else [("probe", probed), ("bare", bare)]
-            times = {}
-            for name, fn in order:
+            order = names if r % 2 == 0 else names[::-1]
+            this = {}
+            for name in order:
                 t0 = time.perf_counter()
-                fn(args.steps_per_block)
-                times[name] = (time.perf_counter() - t0) * 1000 / args.steps_per_block
-            ratios.append(times["probe"] / times["bare"])
-            t_bare.append(times["bare"])
-            t_probe.append(times["probe"])
-            print(f"round {r + 1}: bare {times['bare']:.2f} ms/step, probe {times['probe']:.2f} ms/step, "
-                  f"ratio {ratios[-1]:.3f}", file=sys.stderr)
-        probe.close()
+                loops[name](args.steps_per_block)
+                this[name] = (time.perf_counter() - t0) * 1000 / args.steps_per_block
+                times[name].append(this[name])
+            for name in names[1:]:
+                ratios[name].append(this[name] / this["bare"])
+            print(f"round {r + 1}: " + ", ".join(f"{n} {this[n]:.2f} ms/step" for n in names), file=sys.stderr)
+        for probe in probes:
+            probe.close()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"probe overhead on a transformers GPT-2 (n_layer {args.layers}, n_embd {args.width}, batch 8, "
           f"AdamW, clip 1.0), {args.rounds} interleaved rounds of {args.steps_per_block} steps, "
@@ -97,9 +105,10 @@ def main() -> int:
     print()
     print("| loop | median ms/step | ratio to bare (median of per-round ratios) | range |")
     print("|---|---|---|---|")
-    print(f"| bare loop | {statistics.median(t_bare):.2f} | 1.00 | |")
-    print(f"| same loop + probe | {statistics.median(t_probe):.2f} | {statistics.median(ratios):.3f} | "
-          f"{min(ratios):.3f}-{max(ratios):.3f} |")
+    print(f"| bare loop | {statistics.median(times['bare']):.2f} | 1.00 | |")
+    for name in names[1:]:
+        print(f"| same loop + {name} | {statistics.median(times[name]):.2f} | {statistics.median(ratios[name]):.3f} | "
+              f"{min(ratios[name]):.3f}-{max(ratios[name]):.3f} |")
     return 0
 
 

@@ -77,15 +77,11 @@ def plain_loop(data, out: Path, steps: int, scale_at: int | None = None, optimiz
     return out
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, data):
-    """Both runs of the issue, in one experiments folder: the plain loop with the x50 bug at K, and the
-    Trainer's clean run (which also records the Trainer's own per-step logs to check the probe against)."""
-    exp = tmp_path_factory.mktemp("experiments")
-    plain = plain_loop(data, exp / "plain-x50", STEPS, scale_at=K, tokenizer=data.tokenizer,
-                       token_counts=data.token_counts, config={"lr_max": 2e-3, "warmup_steps": 20, "grad_clip": 1.0})
-    from minitrain.probe.hf import MinitrainCallback
+def train_with_trainer(data, out: Path, steps: int, batch_size: int, accumulate: int = 1, **options):
+    """The Trainer on the corpus rows, with MinitrainCallback; returns (out, [(step, the Trainer's own logged
+    pre-clip grad_norm, its logged loss)]) to check the probe against."""
     from minitrain.core.tokenizer import PAD
+    from minitrain.probe.hf import MinitrainCallback
 
     class Rows(torch.utils.data.Dataset):
         def __len__(self):
@@ -95,25 +91,33 @@ def runs(tmp_path_factory, data):
             x = data.train.ids[i]
             return {"input_ids": x, "attention_mask": (x != PAD).long(), "labels": x.masked_fill(x == PAD, -100)}
 
-    logs: list[dict] = []
+    logged: list[tuple] = []
 
     class Keep(transformers.TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
-            logs_ = dict(logs or {})
-            if "grad_norm" in logs_:
-                keep.append((state.global_step - 1, logs_["grad_norm"]))
+            if logs and "grad_norm" in logs:
+                logged.append((state.global_step - 1, logs["grad_norm"], logs.get("loss")))
 
-    keep = logs
     args = transformers.TrainingArguments(
-        output_dir=str(exp / ".hf"), max_steps=STEPS, per_device_train_batch_size=8, learning_rate=2e-3,
-        warmup_steps=20, weight_decay=0.1, max_grad_norm=1.0, logging_steps=1, save_strategy="no", report_to=[],
-        seed=0, use_cpu=True, disable_tqdm=True, dataloader_num_workers=0)
-    hf = exp / "hf-clean"
+        output_dir=str(out.parent / ".hf"), max_steps=steps, per_device_train_batch_size=batch_size,
+        gradient_accumulation_steps=accumulate, learning_rate=2e-3, warmup_steps=20, weight_decay=0.1,
+        max_grad_norm=1.0, logging_steps=1, save_strategy="no", report_to=[], seed=0, use_cpu=True,
+        disable_tqdm=True, dataloader_num_workers=0)
     trainer = transformers.Trainer(model=gpt2(data), args=args, train_dataset=Rows(),
-                                   callbacks=[MinitrainCallback(hf, tokenizer=data.tokenizer,
-                                                                token_counts=data.token_counts), Keep()])
+                                   callbacks=[MinitrainCallback(out, tokenizer=data.tokenizer, **options), Keep()])
     trainer.remove_callback(transformers.PrinterCallback)
     trainer.train()
+    return out, logged
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, data):
+    """Both runs of the issue, in one experiments folder: the plain loop with the x50 bug at K, and the
+    Trainer's clean run (which also records the Trainer's own per-step logs to check the probe against)."""
+    exp = tmp_path_factory.mktemp("experiments")
+    plain = plain_loop(data, exp / "plain-x50", STEPS, scale_at=K, tokenizer=data.tokenizer,
+                       token_counts=data.token_counts, config={"lr_max": 2e-3, "warmup_steps": 20, "grad_clip": 1.0})
+    hf, logs = train_with_trainer(data, exp / "hf-clean", STEPS, batch_size=8, token_counts=data.token_counts)
     return {"exp": exp, "plain": plain, "hf": hf, "hf_logs": logs}
 
 
@@ -150,7 +154,7 @@ def test_trainer_grad_norm_matches_the_trainers_own(runs):
     equal the norm the Trainer's own clip_grad_norm_ returned (its logged grad_norm)."""
     rows = rows_of(runs["hf"])
     assert len(rows) == STEPS
-    logged = dict(runs["hf_logs"])
+    logged = {step: gn for step, gn, _ in runs["hf_logs"]}
     assert len(logged) == STEPS
     for step in (0, 1, 50, STEPS - 1):
         assert rows[step]["grad_norm"] == pytest.approx(logged[step], rel=1e-5)
@@ -158,6 +162,17 @@ def test_trainer_grad_norm_matches_the_trainers_own(runs):
     manifest = json.loads((runs["hf"] / "manifest.json").read_text())
     assert manifest["probe"]["kind"] == "transformers Trainer"
     assert manifest["config"]["warmup_steps"] == 20 and manifest["config"]["grad_clip"] == 1.0
+
+
+def test_trainer_with_gradient_accumulation(tmp_path, data):
+    """Two micro-batches per step: one row per optimizer step, its loss the step's (the Trainer's own logged
+    loss) and its pre-clip norm the Trainer's, its composition over both micro-batches' rows."""
+    run, logged = train_with_trainer(data, tmp_path / "ga", 8, batch_size=4, accumulate=2)
+    rows = rows_of(run)
+    assert [r["step"] for r in rows] == list(range(8)) == [s for s, _, _ in logged]
+    for row, (_, gn, loss) in zip(rows, logged):
+        assert row["grad_norm"] == pytest.approx(gn, rel=1e-6) and row["loss"] == pytest.approx(loss, rel=1e-5)
+        assert len(row["batch"]["rows"]) == 8
 
 
 def test_diagnose_names_the_users_x50_at_k(runs, capsys):

@@ -51,8 +51,8 @@ class Probe:
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, out, *, force: bool = False,
                  blocks=None, pad_id: int | None = None, token_counts=None, tokenizer=None,
-                 config: dict | None = None, spectral_every: int = 0, ckpt_every: int = 0, grads_at: str = "log",
-                 source: str = "pytorch loop"):
+                 config: dict | None = None, telemetry: str = "full", spectral_every: int = 0, ckpt_every: int = 0,
+                 grads_at: str = "log", source: str = "pytorch loop"):
         opt = getattr(optimizer, "optimizer", optimizer)  # accelerate (the HF Trainer) wraps the torch optimizer
         if not isinstance(model, torch.nn.Module):
             raise UserError(f"attach() needs a torch.nn.Module, got {type(model).__name__}")
@@ -60,6 +60,8 @@ class Probe:
             raise UserError(f"attach() needs a torch.optim optimizer, got {type(optimizer).__name__}")
         if grads_at not in ("log", "backward"):
             raise UserError(f"grads_at must be 'log' or 'backward', not {grads_at!r}")
+        if telemetry not in ("full", "basic"):
+            raise UserError(f"telemetry must be 'full' or 'basic', not {telemetry!r}")
         if distributed.world_size() > 1:
             raise UserError("the probe records one process; under torch.distributed it is not supported yet")
         self.model, self.opt, self.out = model, opt, Path(out)
@@ -70,6 +72,7 @@ class Probe:
         self.params = [p for _, p in self.named]
         group = opt.param_groups[0]
         self.adam = "betas" in group and "eps" in group  # Adam family: exp_avg_sq in the state after a step
+        self.full = self.adam and telemetry == "full"  # per-tensor statistics
         if self.ckpt_every and not self.adam:
             raise UserError(f"checkpoints hold Adam's moments; {type(opt).__name__} has none, so leave ckpt_every "
                             "at 0 (or use an Adam-family optimizer)")
@@ -77,7 +80,7 @@ class Probe:
         # Telemetry reads a model's named_parameters (here: the trainable ones) and its last_activations
         # (here: what the block hooks measured this step)
         self.view = SimpleNamespace(named_parameters=lambda: iter(self.named), last_activations=[])
-        tcfg = SimpleNamespace(telemetry="full" if self.adam else "basic", spectral_every=int(spectral_every),
+        tcfg = SimpleNamespace(telemetry="full" if self.full else "basic", spectral_every=int(spectral_every),
                                beta2=group["betas"][1] if self.adam else None, eps=group.get("eps"))
         self.tel = Telemetry(self.view, opt, tcfg, torch.zeros(1, dtype=torch.bool))
         # the rare-token reference: the training split's counts when given, else the tokens seen so far
@@ -175,7 +178,8 @@ class Probe:
     def _on_output(self, module, args, output):
         logits = _logits(output)
         if logits is not None and self._training(module):
-            self._logit_max = logits.detach().abs().max().float().reshape(1)
+            lo, hi = torch.aminmax(logits.detach())  # max |logit| without a copy of |logits|
+            self._logit_max = torch.maximum(hi, -lo).float().reshape(1)
             if self.vocab_size is None:
                 self.vocab_size = int(logits.shape[-1])
 
@@ -194,7 +198,7 @@ class Probe:
         """Per-tensor gradient norms now (before the user's clipping), and their global norm."""
         grads = self._grads()
         self.tel.after_backward(grads)  # per-tensor norms (full telemetry)
-        norms = self.tel.grad_norms if self.adam else torch.stack(torch._foreach_norm(grads))
+        norms = self.tel.grad_norms if self.full else torch.stack(torch._foreach_norm(grads))
         self._grad_norm = torch.linalg.vector_norm(norms)
 
     def log(self, loss, input_ids=None, *, attention_mask=None, val_loss: float | None = None) -> None:
@@ -260,8 +264,9 @@ class Probe:
         if not self.blocks:
             del measured["act"]
             self.absent["act"] = "no list of blocks found (pass blocks=[...] to attach)"
-        if not self.adam:
-            self.absent["params"] = f"{type(self.opt).__name__} keeps no Adam second moment"
+        if not self.full:
+            self.absent["params"] = (f"{type(self.opt).__name__} keeps no Adam second moment" if not self.adam
+                                     else "telemetry='basic' (no per-tensor statistics)")
         row.update(measured)
         batch = self._composition()
         if batch is None:
@@ -291,7 +296,7 @@ class Probe:
         seqs = self._ids
         if seqs is None:
             return None
-        ids = torch.tensor([t for s in seqs for t in s], dtype=torch.long)
+        ids = torch.tensor([t for s in seqs for t in s], dtype=torch.long)  # a few hundred tokens
         top = int(ids.max()) + 1 if len(ids) else 0
         if not self.given_counts:
             if top > len(self.counts):
@@ -342,7 +347,8 @@ def attach(model: torch.nn.Module, optimizer: torch.optim.Optimizer, out, **opti
     ModuleList, e.g. GPT-2's transformer.h), pad_id (padding in input_ids when no attention_mask is given),
     token_counts (the training split's count per token id, the reference of the rare-token share; default:
     the tokens seen so far), tokenizer (a `tokenizers.Tokenizer` or transformers fast tokenizer, saved as
-    tokenizer.json), config (your hyperparameters, recorded in the manifest), spectral_every (largest singular
+    tokenizer.json), config (your hyperparameters, recorded in the manifest), telemetry ('full': per-tensor
+    statistics every step, as minitrain's default; 'basic': global signals only), spectral_every (largest singular
     value of each matrix every N steps; 0 = never), ckpt_every (safetensors checkpoints every N steps),
     grads_at ('log': gradient norms measured at probe.log; 'backward': when the last gradient of a backward
     arrives, for loops that cannot call log() before clipping)."""
@@ -388,13 +394,13 @@ def _token_rows(ids, mask, pad_id) -> list[tuple[int, ...]] | None:
     if isinstance(ids, (list, tuple)) and ids and torch.is_tensor(ids[0]):
         masks = mask if mask is not None else [None] * len(ids)
         return [row for i, m in zip(ids, masks) for row in _token_rows(i, m, pad_id)]
-    ids = torch.as_tensor(ids)
+    ids = torch.as_tensor(ids).detach().cpu()
     ids = ids.unsqueeze(0) if ids.dim() == 1 else ids
-    rows = ids.tolist()
-    if mask is not None:
-        keep = torch.as_tensor(mask).bool().reshape(ids.shape).tolist()
-        return [tuple(t for t, k in zip(r, m) if k) for r, m in zip(rows, keep)]
-    return [tuple(t for t in r if t != pad_id) for r in rows]
+    keep = (torch.as_tensor(mask).detach().cpu().bool().reshape(ids.shape) if mask is not None
+            else ids != pad_id if pad_id is not None else None)
+    if keep is None:
+        return [tuple(r) for r in ids.tolist()]
+    return [tuple(r[k].tolist()) for r, k in zip(ids, keep)]
 
 
 def _finite(x: float | None) -> float | None:
