@@ -102,6 +102,10 @@ test *args:
 bench:
     python bench/run.py
 
+# the probe's cost on a transformers GPT-2 against the same loop without it (needs minitrain[transformers])
+probe-bench *args:
+    python bench/probe_bench.py {{args}}
+
 # train with PyTorch DDP on $nproc processes (default 2; gloo on CPU, nccl on GPU); rank 0 writes the run folder:
 #   nproc=2 just ddp-train --out experiments/ddp-2 [--preset medium] [--device auto]   (or --resume DIR)
 ddp-train *args:

@@ -212,6 +212,38 @@ def test_same_loop_twice_gives_the_same_bytes(tmp_path, data):
     assert (a / "metrics.jsonl").read_bytes() == (b / "metrics.jsonl").read_bytes()
 
 
+def test_the_probe_changes_nothing_in_the_training(tmp_path, data):
+    """The same loop without the probe gives bit-identical losses and final weights: hooks only read."""
+    steps = 15
+    model = gpt2(data)
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.1)
+    losses = []
+    for step in range(steps):
+        x, mask, labels = batch(data, step)
+        loss = model(input_ids=x, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        losses.append(loss.item())
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    from minitrain.probe import attach
+
+    probed = gpt2(data)
+    popt = torch.optim.AdamW(probed.parameters(), lr=2e-3, weight_decay=0.1)
+    with attach(probed, popt, tmp_path / "probed") as probe:
+        for step in range(steps):
+            x, mask, labels = batch(data, step)
+            loss = probed(input_ids=x, attention_mask=mask, labels=labels).loss
+            loss.backward()
+            probe.log(loss, x, attention_mask=mask)
+            torch.nn.utils.clip_grad_norm_(probed.parameters(), 1.0)
+            popt.step()
+            popt.zero_grad(set_to_none=True)
+    assert [r["loss"] for r in rows_of(tmp_path / "probed")] == losses
+    for (name, a), b in zip(model.named_parameters(), probed.parameters()):
+        assert torch.equal(a, b), name
+
+
 def test_checkpoints_are_minitrain_checkpoints(tmp_path, data):
     from minitrain.run.files import checkpoint_dir, list_checkpoints, load_checkpoint
 
