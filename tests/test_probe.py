@@ -300,3 +300,17 @@ def test_dashboard_of_a_probe_run_renders_in_chromium(runs, capsys):
     assert errors == [] and requests == []
     assert any("Loss" in t for t in titles) and any("Gradient norm" in t for t in titles)
     assert "transformer.wte.weight" in text or "transformer.h.0" in text
+
+
+def test_tensorboard_export_of_a_probe_run(runs, tmp_path, capsys):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    assert main(["export", str(runs["hf"]), "--tensorboard", str(tmp_path / "tb")]) == 0
+    acc = EventAccumulator(str(tmp_path / "tb" / "hf-clean"), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    tags = acc.Tags()["scalars"]
+    assert "transformer.h.1.attn.c_attn.weight/adam_v_mean" in tags and "loss/regular" not in tags
+    assert len(acc.Scalars("grad_norm/pre_clip")) == STEPS
+    summary = acc.Tensors("run/summary")[0].tensor_proto.string_val[0].decode()
+    assert "GPT2LMHeadModel" in summary and "transformers Trainer" in summary

@@ -57,7 +57,7 @@ def test_export_holds_the_runs_scalars_per_tensor_stats_and_events(lab_run, tmp_
     texts = {tag: [(e.step, e.tensor_proto.string_val[0].decode()) for e in acc.Tensors(tag)]
              for tag in acc.Tags()["tensors"]}
     assert texts["events/injection"][0][0] == K and "scale" in texts["events/injection"][0][1]
-    assert (K, ) == tuple(s for s, _ in texts["events/diagnosis"]) and "gradient_explosion" in texts["events/diagnosis"][0][1]
+    assert [s for s, _ in texts["events/diagnosis"]] == [K] and "gradient_explosion" in texts["events/diagnosis"][0][1]
     assert any(step == K and "zclip" in text for step, text in texts["events/anomaly"])
     assert "19-injection-A" in texts["run/summary"][0][1]
     assert not any(math.isnan(e.value) for e in loss)
@@ -73,4 +73,4 @@ def test_export_refuses_to_overwrite_and_needs_a_run(lab_run, tmp_path, capsys):
     assert main(["export", str(lab_run), "--tensorboard", str(dest), "--force"]) == 0
     assert len(list((dest / lab_run.name).glob("events.out.tfevents.*"))) == 1
     assert main(["export", str(tmp_path), "--tensorboard", str(dest)]) == 2
-    assert "not a run folder" in capsys.readouterr().err
+    assert "holds no metrics.jsonl" in capsys.readouterr().err

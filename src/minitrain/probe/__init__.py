@@ -70,6 +70,7 @@ class Probe:
         if not self.named:
             raise UserError("the model has no trainable parameters; nothing to measure")
         self.params = [p for _, p in self.named]
+        self.device = self.params[0].device
         group = opt.param_groups[0]
         self.adam = "betas" in group and "eps" in group  # Adam family: exp_avg_sq in the state after a step
         self.full = self.adam and telemetry == "full"  # per-tensor statistics
@@ -199,7 +200,7 @@ class Probe:
         grads = self._grads()
         self.tel.after_backward(grads)  # per-tensor norms (full telemetry)
         norms = self.tel.grad_norms if self.full else torch.stack(torch._foreach_norm(grads))
-        self._grad_norm = torch.linalg.vector_norm(norms)
+        self._grad_norm = torch.linalg.vector_norm(norms.float())
 
     def log(self, loss, input_ids=None, *, attention_mask=None, val_loss: float | None = None) -> None:
         """This step's training loss and, optionally, its token ids (a [batch, time] tensor, or a list of them
@@ -211,9 +212,11 @@ class Probe:
         if self.grads_at == "log":
             if self._logged:
                 raise UserError("probe.log() was called twice without an optimizer step in between; call it once "
-                                "per step, after loss.backward() and before optimizer.step()")
+                                "per step, after loss.backward() and before optimizer.step() (a GradScaler that "
+                                "skips optimizer.step() is not supported yet)")
             self._capture_grads()
-        self._loss = loss.detach().float().reshape(()) if torch.is_tensor(loss) else torch.tensor(float(loss))
+        self._loss = (loss.detach().float().reshape(()) if torch.is_tensor(loss)
+                      else torch.tensor(float(loss))).to(self.device)
         self._ids = _token_rows(input_ids, attention_mask, self.pad_id)
         self._val = None if val_loss is None else float(val_loss)
         self._logged = True
@@ -230,7 +233,7 @@ class Probe:
         if self._grad_norm is None:  # grads_at='backward' but no complete backward was seen this step
             self._capture_grads()
             self.absent["pre_clip_norm"] = "at some steps the gradients were first read at optimizer.step()"
-        self._clipped_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(self._grads())))
+        self._clipped_norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(self._grads())).float())
         self._lr = float(opt.param_groups[0]["lr"])
         self.tel.before_step()
 
@@ -244,7 +247,7 @@ class Probe:
     # --- one row ---
     def _write_row(self) -> None:
         step, loss, gn = self.step, self._loss, self._grad_norm
-        loss_f, gn_f, post_f = torch.stack([loss.to(gn.device), gn, self._clipped_norm]).tolist()
+        loss_f, gn_f, post_f = torch.stack([loss, gn, self._clipped_norm]).tolist()
         row = {
             "step": step,
             "loss": _finite(loss_f),
@@ -256,7 +259,7 @@ class Probe:
             "injected": None,  # the probe injects nothing; faults in the user's own code are not injections
         }
         self.view.last_activations = self._acts
-        logits = self._logit_max if self._logit_max is not None else torch.full((1,), math.nan)
+        logits = self._logit_max if self._logit_max is not None else torch.full((1,), math.nan, device=self.device)
         measured = self.tel.row(step, None, logits, loss, gn)
         if self._logit_max is None:
             del measured["logit_max"]

@@ -20,11 +20,21 @@ Values are the metrics file's own numbers; a null (non-finite) value is written 
 """
 from __future__ import annotations
 
+import datetime
 import json
 import math
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
+import numpy as np
+
+from minitrain.analysis.detectors import run_detectors
 from minitrain.core.errors import UserError
+from minitrain.run import reader
+
+EVENTS_GLOB = "events.out.tfevents.*"
 
 # metrics-row key of a per-tensor statistic -> its TensorBoard tag suffix (docs/metrics.md defines them)
 TENSOR_STATS = {"g": "grad_norm_pre_clip", "u": "update_norm", "ur": "update_to_weight", "vm": "adam_v_mean",
@@ -62,64 +72,59 @@ def _num(x) -> float:
 
 
 def export_tensorboard(run: Path, out_dir: Path, force: bool = False) -> dict:
-    """Write RUN's metrics as event files under OUT_DIR/<run name>/; returns what was written."""
+    """Write RUN's metrics as event files under OUT_DIR/<run name>/; returns what was written. The file is
+    written in a temporary folder beside it and moved into place whole."""
     try:
         from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
         from tensorboard.plugins.text import metadata as text_metadata
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
     except ImportError:
         raise UserError("export --tensorboard needs the tensorboard package; install it with "
-                        "pip install 'minitrain[tensorboard]'") from None
-    from minitrain.analysis.detectors import run_detectors
-    from minitrain.run.reader import read_json, read_metrics
-
-    run = Path(run)
-    if not (run / "metrics.jsonl").exists():
-        raise UserError(f"{run} is not a run folder (no metrics.jsonl); give a folder written by minitrain train "
-                        "or the probe")
-    rows, note = read_metrics(run / "metrics.jsonl")
+                        "pip install -e '.[tensorboard]'") from None
+    r = reader.load_run(Path(run))  # one row per step (a resumed run's last write wins)
+    rows = r["rows"]
     if not rows:
-        raise UserError(f"{run / 'metrics.jsonl'} has no rows yet; nothing to export")
-    manifest = read_json(run / "manifest.json", "manifest") if (run / "manifest.json").exists() else {}
-    name = run.resolve().name
-    dest = Path(out_dir) / name
-    if dest.exists() and any(dest.glob("events.out.tfevents.*")):
-        if not force:
-            raise UserError(f"{dest} already holds TensorBoard events; pass --force to replace them, "
-                            "or choose another DIR")
-        for old in dest.glob("events.out.tfevents.*"):
-            old.unlink()
+        raise UserError(f"{Path(run) / reader.METRICS} has no rows yet; nothing to export")
+    dest = Path(out_dir) / r["name"]
+    old = sorted(dest.glob(EVENTS_GLOB)) if dest.is_dir() else []
+    if old and not force:
+        raise UserError(f"{dest} already holds TensorBoard events; pass --force to replace them, or choose another DIR")
     dest.mkdir(parents=True, exist_ok=True)
-    t0, per_step = _clock(manifest, len(rows))
-
-    writer = EventFileWriter(str(dest), filename_suffix=".minitrain")
+    t0, per_step = _clock(r["manifest"], len(rows))
     text_meta = text_metadata.create_summary_metadata(display_name="", description="")
 
-    def scalar_event(step: int, values: list[tuple[str, float]]):
-        return event_pb2.Event(wall_time=t0 + step * per_step, step=step, summary=summary_pb2.Summary(
-            value=[summary_pb2.Summary.Value(tag=tag, simple_value=v) for tag, v in values]))
+    def event(step: int, values) -> "event_pb2.Event":
+        return event_pb2.Event(wall_time=t0 + step * per_step, step=step, summary=summary_pb2.Summary(value=values))
 
-    def text_event(step: int, tag: str, text: str):
+    def text_value(tag: str, text: str):
         tensor = tensor_pb2.TensorProto(dtype=types_pb2.DT_STRING, string_val=[text.encode()],
                                         tensor_shape=tensor_shape_pb2.TensorShapeProto())
-        value = summary_pb2.Summary.Value(tag=tag, metadata=text_meta, tensor=tensor)
-        return event_pb2.Event(wall_time=t0 + step * per_step, step=step, summary=summary_pb2.Summary(value=[value]))
+        return summary_pb2.Summary.Value(tag=tag, metadata=text_meta, tensor=tensor)
 
-    tags: set[str] = set()
-    for row in rows:
-        values = row_scalars(row)
-        tags.update(tag for tag, _ in values)
-        writer.add_event(scalar_event(int(row["step"]), values))
-    texts = _texts(run, manifest, rows, note, run_detectors)
-    for step, tag, text in texts:
-        writer.add_event(text_event(step, tag, text))
-    writer.close()
+    tmp = Path(tempfile.mkdtemp(dir=dest, prefix=".export."))
+    try:
+        writer = EventFileWriter(str(tmp), filename_suffix=".minitrain")
+        tags: set[str] = set()
+        for row in rows:
+            values = row_scalars(row)
+            tags.update(tag for tag, _ in values)
+            writer.add_event(event(int(row["step"]), [summary_pb2.Summary.Value(tag=t, simple_value=v)
+                                                      for t, v in values]))
+        texts = run_texts(r)
+        for step, tag, text in texts:
+            writer.add_event(event(step, [text_value(tag, text)]))
+        writer.close()
+        for path in old:
+            path.unlink()
+        for path in tmp.glob(EVENTS_GLOB):
+            os.replace(path, dest / path.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return {"dir": str(dest), "steps": len(rows), "scalar_tags": len(tags), "texts": len(texts)}
 
 
 def _clock(manifest: dict, n: int) -> tuple[float, float]:
     """Wall time of step 0 and seconds per step, from the manifest's start and end (1 s/step if unknown)."""
-    import datetime
 
     def parse(s):
         try:
@@ -133,40 +138,35 @@ def _clock(manifest: dict, n: int) -> tuple[float, float]:
     return start, ((end - start) / n if end is not None and end > start else 1.0)
 
 
-def _texts(run: Path, manifest: dict, rows: list[dict], note, run_detectors) -> list[tuple[int, str, str]]:
-    import numpy as np
-
-    cfg = manifest.get("config") or {}
+def run_texts(r: dict) -> list[tuple[int, str, str]]:
+    """(step, tag, text) of a loaded run (reader.load_run): its summary at the first step, the injection's
+    step, every step a field spike detector flags, and the diagnosis' anomaly step when the run has one."""
+    manifest, rows = r["manifest"], r["rows"]
+    cfg = reader.config_of(manifest)
     probe = manifest.get("probe") or {}
-    lines = [f"**{run.resolve().name}**: {manifest.get('status', 'unknown')}, {len(rows)} steps"]
+    lines = [f"**{r['name']}**: {manifest.get('status', 'unknown')}, {len(rows)} steps"]
     if probe:
         lines.append(f"recorded by the minitrain probe on {probe.get('model')} with {probe.get('optimizer')} "
                      f"({probe.get('kind')}); absent: {', '.join(probe.get('absent') or {}) or 'nothing'}")
     if cfg:
-        lines.append("config: " + ", ".join(f"{k}={cfg[k]}" for k in sorted(cfg) if not isinstance(cfg[k], (dict, list))))
-    if note:
-        lines.append(f"note: {note}")
+        plain = [k for k in sorted(cfg) if not isinstance(cfg[k], (dict, list))]
+        lines.append("config: " + ", ".join(f"{k}={cfg[k]}" for k in plain))
+    lines += [f"note: {n}" for n in [*r["notes"], r["data_note"]] if n]
     out = [(int(rows[0]["step"]), "run/summary", "\n\n".join(lines))]
     inj = manifest.get("injection") if isinstance(manifest.get("injection"), dict) else {}
     if inj.get("record") and isinstance(cfg.get("injection_step"), int):
-        words = json.dumps(inj["record"], sort_keys=True)
-        out.append((cfg["injection_step"], "events/injection", f"injection {cfg.get('injection')} fired: {words}"))
-    loss = np.array([_num(r.get("loss")) for r in rows])
-    gn = np.array([_num(r.get("grad_norm")) for r in rows])
-    steps = [int(r["step"]) for r in rows]
+        record = json.dumps(inj["record"], sort_keys=True)
+        out.append((cfg["injection_step"], "events/injection", f"injection {cfg.get('injection')} fired: {record}"))
+    steps = [int(row["step"]) for row in rows]
     flagged: dict[int, list[str]] = {}
-    for det, idx in run_detectors(loss, gn).items():
+    for name, idx in run_detectors(np.array([_num(row.get("loss")) for row in rows]),
+                                   np.array([_num(row.get("grad_norm")) for row in rows])).items():
         for i in idx:
-            flagged.setdefault(steps[i] if i < len(steps) else i, []).append(det)
+            flagged.setdefault(steps[i], []).append(name)
     for step in sorted(flagged):
         out.append((step, "events/anomaly", f"spike detectors flag step {step}: {', '.join(sorted(flagged[step]))}"))
-    diag_path = run / "diagnosis.json"
-    if diag_path.exists():
-        try:
-            d = json.loads(diag_path.read_text())
-        except (OSError, ValueError):
-            d = {}
-        if isinstance(d.get("anomaly_step"), int):
-            out.append((d["anomaly_step"], "events/diagnosis",
-                        f"{d.get('leaf')} {d.get('title')} (cause {d.get('cause')}): {d.get('diagnosis')}"))
+    d = r["diagnosis"] or {}
+    if isinstance(d.get("anomaly_step"), int):
+        out.append((d["anomaly_step"], "events/diagnosis",
+                    f"{d.get('leaf')} {d.get('title')} (cause {d.get('cause')}): {d.get('diagnosis')}"))
     return out
