@@ -244,6 +244,54 @@ def test_the_probe_changes_nothing_in_the_training(tmp_path, data):
         assert torch.equal(a, b), name
 
 
+def test_grads_at_backward_lets_log_come_after_the_step(tmp_path, data):
+    """grads_at='backward' reads the pre-clip norms when backward ends, so log() may come after the step
+    (where many loops log): the same rows, byte for byte, as log() before clipping."""
+    from minitrain.probe import attach
+
+    before = plain_loop(data, tmp_path / "before", 12, tokenizer=data.tokenizer)
+    model = gpt2(data)
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / 12))))
+    with attach(model, opt, tmp_path / "after", tokenizer=data.tokenizer, grads_at="backward") as probe:
+        for step in range(12):
+            x, mask, labels = batch(data, step)
+            loss = model(input_ids=x, attention_mask=mask, labels=labels).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+            probe.log(loss, x, attention_mask=mask)
+    assert (tmp_path / "after" / "metrics.jsonl").read_bytes() == (before / "metrics.jsonl").read_bytes()
+
+
+def test_a_non_finite_loss_is_recorded_and_diagnosed(tmp_path, data, capsys):
+    """The user's loop goes on after a NaN; the probe records it, the status says non_finite, the walker says
+    where it started."""
+    from minitrain.probe import attach
+
+    model = gpt2(data)
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: (s + 1) / 12)  # a warmup: §2 has nothing to say
+    with attach(model, opt, tmp_path / "nan") as probe:
+        for step in range(12):
+            x, mask, labels = batch(data, step)
+            loss = model(input_ids=x, attention_mask=mask, labels=labels).loss * (math.nan if step == 7 else 1.0)
+            loss.backward()
+            probe.log(loss, x, attention_mask=mask)
+            opt.step()
+            sched.step()
+            opt.zero_grad(set_to_none=True)
+    rows = rows_of(tmp_path / "nan")
+    assert len(rows) == 12 and rows[6]["loss"] is not None and rows[7]["loss"] is None and rows[7]["nonfinite"] > 0
+    assert json.loads((tmp_path / "nan" / "results.json").read_text())["first_nonfinite_step"] == 7
+    assert json.loads((tmp_path / "nan" / "manifest.json").read_text())["status"] == "non_finite"
+    d = cli_json(capsys, "diagnose", str(tmp_path / "nan"))
+    assert (d["cause"], d["anomaly_step"]) == ("non_finite", 7)
+
+
 def test_checkpoints_are_minitrain_checkpoints(tmp_path, data):
     from minitrain.run.files import checkpoint_dir, list_checkpoints, load_checkpoint
 

@@ -114,7 +114,8 @@ class Probe:
         self._grad_norm: torch.Tensor | None = None  # pre-clip global norm
         self._clipped_norm: torch.Tensor | None = None  # global norm the optimizer got
         self._lr: float | None = None
-        self._logged = self._stepped = False
+        self._measured: dict | None = None  # the row but its loss, once the optimizer has stepped
+        self._logged = False
 
     # --- the run folder ---
     def _open_folder(self, force: bool, tokenizer, config: dict, source: str) -> None:
@@ -220,7 +221,7 @@ class Probe:
         self._ids = _token_rows(input_ids, attention_mask, self.pad_id)
         self._val = None if val_loss is None else float(val_loss)
         self._logged = True
-        if self._stepped:  # grads_at='backward' and the optimizer already stepped: the step is complete
+        if self._measured is not None:  # grads_at='backward' and the optimizer already stepped
             self._write_row()
 
     def _before_step(self, opt, args, kwargs) -> None:
@@ -240,27 +241,22 @@ class Probe:
     def _after_step(self, opt, args, kwargs) -> None:
         if self.closed:
             return
-        self._stepped = True
+        self._measured = self._measure()
         if self._logged:
             self._write_row()
 
     # --- one row ---
-    def _write_row(self) -> None:
-        step, loss, gn = self.step, self._loss, self._grad_norm
-        loss_f, gn_f, post_f = torch.stack([loss, gn, self._clipped_norm]).tolist()
-        row = {
-            "step": step,
-            "loss": _finite(loss_f),
-            "lr": self._lr,
-            "grad_norm": _finite(gn_f),
-            "grad_norm_clipped": _finite(post_f),
-            "clipped": bool(math.isfinite(gn_f) and post_f < gn_f),
-            "val_loss": _finite(self._val),
-            "injected": None,  # the probe injects nothing; faults in the user's own code are not injections
-        }
+    def _measure(self) -> dict:
+        """Everything of the step's row but the loss, taken while the gradients and the optimizer's state are
+        this step's (right after optimizer.step()); with grads_at='backward' the loss may come later."""
+        gn = self._grad_norm
+        loss = self._loss if self._logged else torch.zeros((), device=self.device)  # the real one comes later
+        gn_f, post_f = torch.stack([gn, self._clipped_norm]).tolist()
         self.view.last_activations = self._acts
         logits = self._logit_max if self._logit_max is not None else torch.full((1,), math.nan, device=self.device)
-        measured = self.tel.row(step, None, logits, loss, gn)
+        measured = {"lr": self._lr, "grad_norm": _finite(gn_f), "grad_norm_clipped": _finite(post_f),
+                    "clipped": bool(math.isfinite(gn_f) and post_f < gn_f), "loss_counted": self._logged,
+                    **self.tel.row(self.step, None, logits, loss, gn)}
         if self._logit_max is None:
             del measured["logit_max"]
             self.absent["logit_max"] = "the model's output holds no logits tensor"
@@ -270,6 +266,18 @@ class Probe:
         if not self.full:
             self.absent["params"] = (f"{type(self.opt).__name__} keeps no Adam second moment" if not self.adam
                                      else "telemetry='basic' (no per-tensor statistics)")
+        return measured
+
+    def _write_row(self) -> None:
+        step, measured = self.step, self._measured
+        loss_f = float(self._loss)
+        if not measured.pop("loss_counted") and not math.isfinite(loss_f):
+            measured["nonfinite"] += 1  # non-finite values in the loss and the gradients (docs/metrics.md)
+        row = {"step": step, "loss": _finite(loss_f)}
+        for key in ("lr", "grad_norm", "grad_norm_clipped", "clipped"):
+            row[key] = measured.pop(key)
+        row["val_loss"] = _finite(self._val)
+        row["injected"] = None  # the probe injects nothing; faults in the user's own code are not injections
         row.update(measured)
         batch = self._composition()
         if batch is None:
