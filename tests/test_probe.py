@@ -206,6 +206,32 @@ def test_absent_signals_are_recorded_and_not_measured(tmp_path, data, capsys):
     assert text.startswith("not measured")
 
 
+def test_a_model_without_blocks_or_logits_structure(tmp_path, data, capsys):
+    """A plain nn.Sequential language model: its output tensor is the logits, it has no list of blocks (no
+    activations, named as absent) and, with no tokenizer, the vocabulary is the logits' width."""
+    from minitrain.core.tokenizer import PAD
+    from minitrain.probe import attach
+
+    torch.manual_seed(0)
+    vocab = data.tokenizer.get_vocab_size()
+    model = torch.nn.Sequential(torch.nn.Embedding(vocab, 16), torch.nn.Linear(16, vocab))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    with attach(model, opt, tmp_path / "seq", pad_id=PAD) as probe:
+        for step in range(6):
+            x, mask, _ = batch(data, step)
+            loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+            loss.backward()
+            probe.log(loss, x)
+            opt.step()
+            opt.zero_grad()
+    rows = rows_of(tmp_path / "seq")
+    assert "act" not in rows[0] and rows[0]["logit_max"] > 0
+    assert set(rows[0]["params"]) == {"0.weight", "1.weight", "1.bias"}
+    assert rows[0]["batch"]["distinct_tokens"] > 1
+    manifest = json.loads((tmp_path / "seq" / "manifest.json").read_text())
+    assert set(manifest["probe"]["absent"]) == {"act"} and manifest["config"]["vocab_size"] == vocab
+
+
 def test_same_loop_twice_gives_the_same_bytes(tmp_path, data):
     a = plain_loop(data, tmp_path / "a", 25, tokenizer=data.tokenizer)
     b = plain_loop(data, tmp_path / "b", 25, tokenizer=data.tokenizer)

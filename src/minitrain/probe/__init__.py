@@ -121,8 +121,8 @@ class Probe:
     def _open_folder(self, force: bool, tokenizer, config: dict, source: str) -> None:
         files.prepare_run_dir(self.out, force)
         tok = getattr(tokenizer, "backend_tokenizer", tokenizer)  # a transformers fast tokenizer wraps one
-        if tok is not None and hasattr(tok, "save") and hasattr(tok, "get_vocab_size"):
-            tok.save(str(self.out / "tokenizer.json"))
+        if tok is not None and hasattr(tok, "to_str") and hasattr(tok, "get_vocab_size"):  # a tokenizers.Tokenizer
+            files.atomic_write_text(self.out / "tokenizer.json", tok.to_str())
             self.vocab_size = tok.get_vocab_size()
         self.config = {"injection": "none", **config}
         self.source = {"kind": source, "model": type(self.model).__name__, "optimizer": type(self.opt).__name__,
