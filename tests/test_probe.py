@@ -131,7 +131,9 @@ def test_plain_loop_writes_the_run_folder_format(runs):
     assert keys[:8] == ["step", "loss", "lr", "grad_norm", "grad_norm_clipped", "clipped", "val_loss", "injected"]
     assert {"logit_max", "act", "params", "nonfinite", "batch"} <= set(keys)
     assert len(rows[5]["act"]) == 2  # GPT-2's two blocks (transformer.h)
-    assert set(rows[5]["params"]["transformer.wte.weight"]) == {"g", "u", "ur", "vm", "vx", "vn", "r"}
+    assert set(rows[10]["params"]["transformer.wte.weight"]) == {"g", "u", "ur", "vm", "vx", "vn", "r"}  # detail step
+    assert {"g", "vm"} <= set(rows[5]["params"]["transformer.wte.weight"])  # every step
+    assert set(rows[K]["params"]["transformer.wte.weight"]) == {"g", "u", "ur", "vm", "vx", "vn", "r"}  # triggered
     assert rows[5]["batch"]["rows"] == [None] * 8
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "finished" and manifest["probe"]["model"] == "GPT2LMHeadModel"

@@ -81,9 +81,10 @@ class Probe:
         # Telemetry reads a model's named_parameters (here: the trainable ones) and its last_activations
         # (here: what the block hooks measured this step)
         self.view = SimpleNamespace(named_parameters=lambda: iter(self.named), last_activations=[])
-        tcfg = SimpleNamespace(telemetry="full" if self.full else "basic", spectral_every=int(spectral_every),
-                               beta2=group["betas"][1] if self.adam else None, eps=group.get("eps"))
-        self.tel = Telemetry(self.view, opt, tcfg, torch.zeros(1, dtype=torch.bool))
+        self.tcfg = SimpleNamespace(telemetry="full" if self.full else "basic", spectral_every=int(spectral_every),
+                                    beta2=group["betas"][1] if self.adam else None, eps=group.get("eps"),
+                                    grad_clip=math.inf)  # set every step to the clipped norm measured
+        self.tel = Telemetry(self.view, opt, self.tcfg, torch.zeros(1, dtype=torch.bool))
         # the rare-token reference: the training split's counts when given, else the tokens seen so far
         self.given_counts = token_counts is not None
         self.counts = torch.zeros(0, dtype=torch.float64)
@@ -252,6 +253,9 @@ class Probe:
         gn = self._grad_norm
         loss = self._loss if self._logged else torch.zeros((), device=self.device)  # the real one comes later
         gn_f, post_f = torch.stack([gn, self._clipped_norm]).tolist()
+        # Telemetry's detail trigger rebuilds the clipped gradient as g * min(1, grad_clip / norm); your loop's
+        # clip threshold is unknown here, the clipped norm it produced is measured: the same coefficient
+        self.tcfg.grad_clip = post_f
         self.view.last_activations = self._acts
         logits = self._logit_max if self._logit_max is not None else torch.full((1,), math.nan, device=self.device)
         measured = {"lr": self._lr, "grad_norm": _finite(gn_f), "grad_norm_clipped": _finite(post_f),
