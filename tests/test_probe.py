@@ -77,18 +77,22 @@ def plain_loop(data, out: Path, steps: int, scale_at: int | None = None, optimiz
     return out
 
 
-def train_with_trainer(data, out: Path, steps: int, batch_size: int, accumulate: int = 1, **options):
+def train_with_trainer(data, out: Path, steps: int, batch_size: int, accumulate: int = 1, eval_every: int = 0,
+                       **options):
     """The Trainer on the corpus rows, with MinitrainCallback; returns (out, [(step, the Trainer's own logged
     pre-clip grad_norm, its logged loss)]) to check the probe against."""
     from minitrain.core.tokenizer import PAD
     from minitrain.probe.hf import MinitrainCallback
 
     class Rows(torch.utils.data.Dataset):
+        def __init__(self, split, n=None):
+            self.ids = split.ids[:n]
+
         def __len__(self):
-            return len(data.train)
+            return len(self.ids)
 
         def __getitem__(self, i):
-            x = data.train.ids[i]
+            x = self.ids[i]
             return {"input_ids": x, "attention_mask": (x != PAD).long(), "labels": x.masked_fill(x == PAD, -100)}
 
     logged: list[tuple] = []
@@ -97,13 +101,17 @@ def train_with_trainer(data, out: Path, steps: int, batch_size: int, accumulate:
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "grad_norm" in logs:
                 logged.append((state.global_step - 1, logs["grad_norm"], logs.get("loss")))
+            if logs and "eval_loss" in logs:
+                logged.append((state.global_step, "eval", logs["eval_loss"]))
 
+    evaluation = {"eval_strategy": "steps", "eval_steps": eval_every, "per_device_eval_batch_size": 32}
     args = transformers.TrainingArguments(
         output_dir=str(out.parent / ".hf"), max_steps=steps, per_device_train_batch_size=batch_size,
         gradient_accumulation_steps=accumulate, learning_rate=2e-3, warmup_steps=20, weight_decay=0.1,
         max_grad_norm=1.0, logging_steps=1, save_strategy="no", report_to=[], seed=0, use_cpu=True,
-        disable_tqdm=True, dataloader_num_workers=0)
-    trainer = transformers.Trainer(model=gpt2(data), args=args, train_dataset=Rows(),
+        disable_tqdm=True, dataloader_num_workers=0, **(evaluation if eval_every else {}))
+    trainer = transformers.Trainer(model=gpt2(data), args=args, train_dataset=Rows(data.train),
+                                   eval_dataset=Rows(data.val, 64) if eval_every else None,
                                    callbacks=[MinitrainCallback(out, tokenizer=data.tokenizer, **options), Keep()])
     trainer.remove_callback(transformers.PrinterCallback)
     trainer.train()
@@ -168,13 +176,20 @@ def test_trainer_grad_norm_matches_the_trainers_own(runs):
 
 def test_trainer_with_gradient_accumulation(tmp_path, data):
     """Two micro-batches per step: one row per optimizer step, its loss the step's (the Trainer's own logged
-    loss) and its pre-clip norm the Trainer's, its composition over both micro-batches' rows."""
-    run, logged = train_with_trainer(data, tmp_path / "ga", 8, batch_size=4, accumulate=2)
+    loss) and its pre-clip norm the Trainer's, its composition over both micro-batches' rows; the Trainer's
+    evaluations land as val_loss where minitrain measures it (before the step's update)."""
+    run, logged = train_with_trainer(data, tmp_path / "ga", 8, batch_size=4, accumulate=2, eval_every=4)
     rows = rows_of(run)
-    assert [r["step"] for r in rows] == list(range(8)) == [s for s, _, _ in logged]
-    for row, (_, gn, loss) in zip(rows, logged):
+    steps = [(s, gn, loss) for s, gn, loss in logged if gn != "eval"]
+    assert [r["step"] for r in rows] == list(range(8)) == [s for s, _, _ in steps]
+    for row, (_, gn, loss) in zip(rows, steps):
         assert row["grad_norm"] == pytest.approx(gn, rel=1e-6) and row["loss"] == pytest.approx(loss, rel=1e-5)
         assert len(row["batch"]["rows"]) == 8
+    # the Trainer evaluates after 4 and 8 updates: before step 4's update (row 4), and after the last step
+    evals = {s: loss for s, kind, loss in logged if kind == "eval"}
+    assert [r["step"] for r in rows if r["val_loss"] is not None] == [4]
+    assert rows[4]["val_loss"] == pytest.approx(evals[4], rel=1e-6)
+    assert json.loads((run / "results.json").read_text())["final_val_loss"] == pytest.approx(evals[8], rel=1e-6)
 
 
 def test_diagnose_names_the_users_x50_at_k(runs, capsys):

@@ -98,6 +98,7 @@ class Probe:
         self.absent: dict[str, str] = {}
         self.first_nonfinite: int | None = None
         self.last: dict = {}
+        self.last_val: float | None = None
         self.results: dict = {}
         self._handles: list = []
         self._reset_step()
@@ -290,6 +291,7 @@ class Probe:
             row["batch"] = batch
         self.metrics.write(row)
         self.last = row
+        self.last_val = row["val_loss"] if row["val_loss"] is not None else self.last_val
         first = step == 0
         if self.batch_size is None and batch is not None:
             self.batch_size = len(batch["rows"])
@@ -323,9 +325,10 @@ class Probe:
         return composition(seqs, [None] * len(seqs), self.rare)
 
     # --- the end ---
-    def close(self) -> dict:
+    def close(self, final_val_loss: float | None = None) -> dict:
         """Finish the run folder (results.json, the manifest's status and end time). Called by `with`, by
-        the Trainer callback at the end of training, and at interpreter exit if you forget."""
+        the Trainer callback at the end of training, and at interpreter exit if you forget.
+        `final_val_loss`: a validation loss measured after the last step (default: the last one logged)."""
         if self.closed:
             return self.results
         self.closed = True
@@ -337,7 +340,8 @@ class Probe:
         from minitrain.loop import now_iso
 
         self.results = {"status": self.status, "steps_done": self.step, "final_train_loss": self.last.get("loss"),
-                        "final_val_loss": self.last.get("val_loss"), "ngram_val_loss": None}
+                        "final_val_loss": _finite(final_val_loss) if final_val_loss is not None else self.last_val,
+                        "ngram_val_loss": None}
         if self.first_nonfinite is not None:
             self.results["first_nonfinite_step"] = self.first_nonfinite
         files.atomic_write_json(self.out / "results.json", self.results)

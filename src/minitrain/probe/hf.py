@@ -9,8 +9,9 @@ gradient hooks when the last gradient of the step's last backward arrives, befor
 gradient your own `training_step` override changes after backward is therefore not seen). The loss is the
 model's own `loss` output: the sum over gradient-accumulation micro-batches when the Trainer passes
 `num_items_in_batch` (each is then a share of the step's mean), else their mean. The token ids are the
-model's `input_ids`, padding dropped by the `attention_mask`. The manifest's config records the
-TrainingArguments that matter to the stability check (learning rate, warmup, clipping, batch size).
+model's `input_ids`, padding dropped by the `attention_mask`. An evaluation's `eval_loss` is the next step's
+`val_loss` (an evaluation after the last step is results.json's final_val_loss). The manifest's config
+records the TrainingArguments that matter to the stability check (learning rate, warmup, clipping, batch size).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ class MinitrainCallback(TrainerCallback):
     def __init__(self, out, **options):
         self.out, self.options = out, options
         self.probe: Probe | None = None
+        self._val: float | None = None
         self._reset()
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, processing_class=None, **kwargs):
@@ -43,6 +45,7 @@ class MinitrainCallback(TrainerCallback):
         self.probe.keep(model.register_forward_hook(self._output))
 
     def _reset(self) -> None:
+        """What one optimizer step collects (the validation loss waits for the next step: see on_evaluate)."""
         self._losses: list[torch.Tensor] = []
         self._ids: list[torch.Tensor] = []
         self._masks: list[torch.Tensor] = []
@@ -74,8 +77,15 @@ class MinitrainCallback(TrainerCallback):
                             "training with minitrain.probe.attach in your own training step instead")
         losses = torch.stack(self._losses)
         self.probe.log(losses.sum() if self._summed else losses.mean(), self._ids or None,
-                       attention_mask=self._masks or None)
+                       attention_mask=self._masks or None, val_loss=self._val)
+        self._val = None
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        """The Trainer evaluates after `global_step` updates, i.e. before the update of step `global_step`
+        (0-based): that step's row carries it as val_loss, as minitrain's own runs measure it."""
+        if self.probe is not None and not self.probe.closed and (metrics or {}).get("eval_loss") is not None:
+            self._val = float(metrics["eval_loss"])
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.probe is not None:
-            self.probe.close()
+            self.probe.close(final_val_loss=self._val)  # an evaluation after the last step
