@@ -16,7 +16,11 @@ records the TrainingArguments that matter to the stability check (learning rate,
 from __future__ import annotations
 
 import torch
-from transformers import TrainerCallback
+
+try:
+    from transformers import TrainerCallback
+except ImportError as e:  # the optional extra is not installed
+    raise ImportError("minitrain.probe.hf needs the transformers extra: pip install -e '.[transformers]'") from e
 
 from minitrain.core.errors import UserError
 from minitrain.probe import Probe
