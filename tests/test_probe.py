@@ -356,6 +356,8 @@ def test_refuses_a_folder_holding_a_run_and_a_misplaced_log(tmp_path, data):
     probe = attach(model, opt, tmp_path / "late")
     x, mask, labels = batch(data, 0)
     loss = model(input_ids=x, attention_mask=mask, labels=labels).loss
+    with pytest.raises(UserError, match="after loss.backward"):
+        probe.log(loss)  # before backward: nothing to measure yet
     loss.backward()
     with pytest.raises(UserError, match="before clipping and optimizer.step"):
         opt.step()  # the user forgot probe.log(loss) before the step

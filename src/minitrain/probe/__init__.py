@@ -217,6 +217,9 @@ class Probe:
                 raise UserError("probe.log() was called twice without an optimizer step in between; call it once "
                                 "per step, after loss.backward() and before optimizer.step() (a GradScaler that "
                                 "skips optimizer.step() is not supported yet)")
+            if all(p.grad is None for p in self.params):
+                raise UserError("probe.log(loss) found no gradients: call it after loss.backward() (and before "
+                                "clipping and optimizer.step())")
             self._capture_grads()
         self._loss = (loss.detach().float().reshape(()) if torch.is_tensor(loss)
                       else torch.tensor(float(loss))).to(self.device)
