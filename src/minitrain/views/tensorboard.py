@@ -16,7 +16,8 @@ and, as text (the TensorBoard "Text" tab): `run/summary` at step 0 (model, confi
 at the step an injection fired, `events/anomaly` at every step the field's spike detectors flag, and
 `events/diagnosis` at the walker's anomaly step when the run carries a diagnosis.json (`minitrain diagnose
 --write`; the export never walks a run itself, so it reveals nothing a sealed lab run withholds).
-Values are the metrics file's own numbers; a null (non-finite) value is written as NaN.
+Values are the metrics file's own numbers; a null (non-finite) value is written as NaN, except `val_loss`
+and the per-verb losses, whose null means "not measured at this step": they get no point there.
 """
 from __future__ import annotations
 
