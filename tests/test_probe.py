@@ -166,9 +166,9 @@ def test_trainer_grad_norm_matches_the_trainers_own(runs):
     assert len(rows) == STEPS
     logged = {step: gn for step, gn, _ in runs["hf_logs"]}
     assert len(logged) == STEPS
-    for step in (0, 1, 50, STEPS - 1):
-        assert rows[step]["grad_norm"] == pytest.approx(logged[step], rel=1e-5)
-        assert rows[step]["grad_norm_clipped"] <= 1.0 + 1e-5
+    for row in rows:
+        assert row["grad_norm"] == pytest.approx(logged[row["step"]], rel=1e-5)
+        assert row["grad_norm_clipped"] <= 1.0 + 1e-5
     manifest = json.loads((runs["hf"] / "manifest.json").read_text())
     assert manifest["probe"]["kind"] == "transformers Trainer"
     assert manifest["config"]["warmup_steps"] == 20 and manifest["config"]["grad_clip"] == 1.0

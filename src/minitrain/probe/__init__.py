@@ -370,7 +370,7 @@ def attach(model: torch.nn.Module, optimizer: torch.optim.Optimizer, out, **opti
     token_counts (the training split's count per token id, the reference of the rare-token share; default:
     the tokens seen so far), tokenizer (a `tokenizers.Tokenizer` or transformers fast tokenizer, saved as
     tokenizer.json), config (your hyperparameters, recorded in the manifest), telemetry ('full': per-tensor
-    statistics every step, as minitrain's default; 'basic': global signals only), spectral_every (largest singular
+    statistics on minitrain's schedule, as its own runs; 'basic': global signals only), spectral_every (largest singular
     value of each matrix every N steps; 0 = never), ckpt_every (safetensors checkpoints every N steps),
     grads_at ('log': gradient norms measured at probe.log; 'backward': when the last gradient of a backward
     arrives, for loops that cannot call log() before clipping)."""
