@@ -200,7 +200,7 @@ def test_diagnose_names_the_users_x50_at_k(runs, capsys):
 def test_diagnose_calls_the_trainer_run_healthy(runs, capsys):
     d = cli_json(capsys, "diagnose", str(runs["hf"]))
     assert d["cause"] == "healthy", d["path"]
-    assert d["not_measured"] == ["§3.2"]  # no validation loss and no n-gram baseline on a foreign run
+    assert d["not_measured"] == ["§3.2", "§3.4"]  # no validation loss and no n-gram baseline on a foreign run
 
 
 def test_index_lists_probe_runs(runs, capsys):
@@ -218,7 +218,7 @@ def test_absent_signals_are_recorded_and_not_measured(tmp_path, data, capsys):
     absent = json.loads((run / "manifest.json").read_text())["probe"]["absent"]
     assert set(absent) == {"batch", "params"}
     d = cli_json(capsys, "diagnose", str(run))
-    assert {"§4.1", "§4.2", "§6.1", "§7.1", "§7.2"} <= set(d["not_measured"])
+    assert {"§2.5", "§4.1", "§6.1", "§6.3", "§7.1", "§7.2"} <= set(d["not_measured"])
     text = [p for p in d["walk"] if p["node"] == "§4.1"][0]["measured"]
     assert text.startswith("not measured")
 

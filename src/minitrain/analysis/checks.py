@@ -108,21 +108,27 @@ def check_no_warmup(ev: Evidence) -> Finding:
 
 
 def check_lr_jump(ev: Evidence) -> Finding:
-    """A one-step change of the LR by more than x1.8 (up or down) from step 2 on: a linear warmup changes it by
-    at most x1.5 from step 2 and a cosine far less, so the schedule did not make it."""
+    """A one-step change of the LR by more than x1.8 (up or down) from step 2 on, out of a steady schedule (the
+    step before changed it by less than x1.2): a linear warmup changes it by at most x1.5 from step 2 and a
+    cosine far less, so the schedule did not make it; a warmup from an LR of 0 (transformers' schedules) or a
+    decay to 0 changes it by large factors near those ends, but then the step before does too."""
     ratio = ev.lr_step_ratio.copy()
     ratio[:2] = np.nan
     if not np.isfinite(ratio).any():
         return miss("fewer than 3 steps with a non-zero LR")
     log = np.nan_to_num(np.log(ratio), nan=0.0)
-    big = np.flatnonzero(np.abs(log) >= math.log(T["lr_jump"]))
+    jumps = np.abs(log) >= math.log(T["lr_jump"])
+    # a jump out of a steady schedule: near the ends of a warmup from 0 or a decay to 0 every step is a big factor
+    before = np.abs(np.log(np.concatenate([[np.nan], ev.lr_step_ratio[:-1]])))
+    steady = np.isfinite(before) & (before < math.log(T["lr_steady"]))
+    big = np.flatnonzero(jumps & steady)
     if not len(big):
-        i = int(np.argmax(np.abs(log)))
+        i = int(np.argmax(np.where(steady, np.abs(log), 0.0)))
         x = float(math.exp(abs(log[i])))
         return Finding(False, x, f"largest one-step LR change x{fmt(float(ratio[i]), 3)} at step {ev.step_at(i)}", i,
                        near=_near(x, T["lr_jump"]))
     start = int(big[0])
-    end = next((int(b) for b in big[1:] if np.sign(log[b]) != np.sign(log[start])), None)
+    end = next((int(b) for b in np.flatnonzero(jumps) if b > start and np.sign(log[b]) != np.sign(log[start])), None)
     mult = float(ratio[start])
     span = (f"back {end - start} steps later (step {ev.step_at(end)})" if end is not None else "not back by the end")
     return Finding(True, float(math.exp(abs(log[start]))),

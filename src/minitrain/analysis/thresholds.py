@@ -34,6 +34,9 @@ THRESHOLDS: dict[str, Threshold] = {
     "warmup_share": Threshold(0.5, "exact", "first-step LR at or above this share of the peak LR: no warmup ramp"),
     "lr_jump": Threshold(1.8, "exact", "LR changed by more than this factor in one step (from step 2 on): neither "
                                        "a linear warmup (at most x1.5 from step 2) nor a cosine does that"),
+    "lr_steady": Threshold(1.2, "exact", "... out of a steady schedule: the step before changed the LR by less than "
+                                         "this factor (a warmup from an LR of 0, as transformers' schedules start, or "
+                                         "a decay to 0 changes it by more on every step near its ends)"),
     "ur_high": Threshold(2.5e-3, "tuned", "median over the run of the per-step median update-to-weight ratio "
                                           "(|p_new - p_old| / |p_old| over tensors) above this: the LR is too large"),
     "ur_run_steps": Threshold(1000, "tuned", "steps a run needs before §2.5 judges its LR's size: early in any run "
