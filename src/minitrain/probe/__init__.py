@@ -121,7 +121,7 @@ class Probe:
 
     # --- the run folder ---
     def _open_folder(self, force: bool, tokenizer, config: dict, source: str) -> None:
-        files.prepare_run_dir(self.out, force)
+        self.lock = files.claim_run_dir(self.out, force)  # held while this process records the run
         tok = getattr(tokenizer, "backend_tokenizer", tokenizer)  # a transformers fast tokenizer wraps one
         if tok is not None and hasattr(tok, "to_str") and hasattr(tok, "get_vocab_size"):  # a tokenizers.Tokenizer
             files.atomic_write_text(self.out / "tokenizer.json", tok.to_str())
@@ -306,7 +306,8 @@ class Probe:
             self._write_manifest()
         if self.ckpt_every and self.step % self.ckpt_every == 0:
             files.save_checkpoint(self.out, self.step, self.model, self.opt,
-                                  {"metrics_bytes": self.metrics.tell(), "recorded_by": "probe"})
+                                  {"metrics_bytes": self.metrics.tell(), "metrics_sha256": self.metrics.digest(),
+                                   "recorded_by": "probe"})
         self._reset_step()
 
     def _composition(self) -> dict | None:
@@ -349,6 +350,7 @@ class Probe:
             self.results["first_nonfinite_step"] = self.first_nonfinite
         files.atomic_write_json(self.out / "results.json", self.results)
         self._write_manifest(ended=now_iso())
+        self.lock.release()
         print(f"minitrain probe: {self.step} steps recorded in {self.out}; see 'minitrain dashboard {self.out}' "
               f"and 'minitrain diagnose {self.out}'", file=sys.stderr)
         return self.results
