@@ -161,10 +161,10 @@ class Progress:
         if j.proc is None:
             return f"{j.name:<20} waiting for the baseline's checkpoint"
         step = last_step(self.experiments / j.name)
-        done = 0 if step is None else step + 1
         secs = (j.ended or time.perf_counter()) - j.started
         state = "running" if j.running else ("done" if j.proc.returncode == 0 else f"failed ({j.proc.returncode})")
-        return f"{j.name:<20} {done:>5}/{j.steps} steps  {secs:6.1f} s  {state}"
+        where = "starting" if step is None else f"{step + 1}/{j.steps} steps"
+        return f"{j.name:<20} {where:>16}  {secs:6.1f} s  {state}"
 
     def update(self, final: bool = False) -> None:
         for j in self.jobs:
