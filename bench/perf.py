@@ -247,15 +247,24 @@ def bench_lab(args) -> int:
     load0 = load()
     for r in range(args.rounds):
         exp = Path(tempfile.mkdtemp(prefix="minitrain-lab-")) / "experiments"
-        t0 = time.perf_counter()
-        for cmd in (["lab", "--experiments", str(exp)], ["report", str(exp)], ["index", str(exp)]):
-            subprocess.run([*py, "-m", "minitrain", *cmd], check=True, env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
-        lab = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for _ in range(4):
-            subprocess.run([*py, str(here), "bare-run"], check=True, env=env)
-        bare = time.perf_counter() - t0
+
+        def run_lab() -> float:
+            t0 = time.perf_counter()
+            for cmd in (["lab", "--experiments", str(exp)], ["report", str(exp)], ["index", str(exp)]):
+                subprocess.run([*py, "-m", "minitrain", *cmd], check=True, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+            return time.perf_counter() - t0
+
+        def run_bare() -> float:
+            t0 = time.perf_counter()
+            for _ in range(4):
+                subprocess.run([*py, str(here), "bare-run"], check=True, env=env)
+            return time.perf_counter() - t0
+
+        if r % 2 == 0:  # alternate the order between rounds
+            lab, bare = run_lab(), run_bare()
+        else:
+            bare, lab = run_bare(), run_lab()
         labs.append(lab)
         bares.append(bare)
         rows.append(f"| {r + 1} | {lab:.1f} | {bare:.1f} | {lab / bare:.3f}x | {load()} |")
