@@ -98,9 +98,14 @@ test *args:
     ./dev --setup-only --test-tools
     python -m pytest -n auto --dist loadfile "$@"
 
-# benchmarks: step time of the project's loop against a bare PyTorch loop, telemetry cost
-bench:
-    python bench/run.py
+# benchmarks (docs/benchmarks.md): the bare step against a reference GPT step, the default run against the
+# bare step (interleaved rounds in one process)
+bench *args:
+    python bench/perf.py step {{args}}
+
+# the whole lab's wall time against four sequential bare 2000-step runs (several minutes)
+bench-lab *args:
+    python bench/perf.py lab {{args}}
 
 # the probe's cost on a transformers GPT-2 against the same loop without it (needs minitrain[transformers])
 probe-bench *args:

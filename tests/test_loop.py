@@ -134,3 +134,19 @@ def test_stop_at_ends_early_on_the_full_schedule_and_resume_finishes_it(tmp_path
     assert rows[-1]["step"] == 59 and rows[-1]["lr"] == loop.lr_at(59, small_config())
     assert loop.resume(out)["status"] == "finished"
     assert metrics_bytes(out) == metrics_bytes(small_baseline)
+
+
+def test_clip_with_telemetrys_norms_equals_torchs_clip_bit_for_bit():
+    import torch
+
+    g = torch.Generator().manual_seed(3)
+    for scale in (0.01, 1.0, 100.0):  # below, around and far above the clip
+        a = [torch.nn.Parameter(torch.randn(s, generator=g)) for s in ((64, 64), (512,), (3, 7))]
+        b = [torch.nn.Parameter(p.detach().clone()) for p in a]
+        for p, q in zip(a, b):
+            p.grad = torch.randn(p.shape, generator=g) * scale
+            q.grad = p.grad.clone()
+        total_a = torch.nn.utils.clip_grad_norm_(a, 1.0)
+        total_b = loop.clip_grad_norm(b, 1.0, list(torch._foreach_norm([q.grad for q in b])))
+        assert torch.equal(total_a, total_b)
+        assert all(torch.equal(p.grad, q.grad) for p, q in zip(a, b))

@@ -78,7 +78,8 @@ def schedule_rows(*overrides, steps=60):
 
 @pytest.mark.parametrize("sets", [
     ("injection=scale", "injection_step=37", "injection_scale=50"),
-    ("injection=scale", "injection_step=43", "injection_scale=3"),
+    ("injection=scale", "injection_step=43", "injection_scale=5"),
+    ("injection=scale", "injection_step=44", "injection_scale=0.1"),
     ("injection=bad_batch", "injection_step=41"),
     ("injection=v_corrupt", "injection_step=33", "injection_factor=100"),
     ("injection=v_corrupt", "injection_step=47", "injection_factor=0.01", "injection_param=tok_emb.weight"),

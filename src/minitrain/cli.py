@@ -101,11 +101,16 @@ def cmd_lab(args) -> int:
 
     from minitrain.lab import spoilers
 
+    from minitrain.lab.parallel import LAB_INJECTIONS
+    from minitrain.lab.runs import exit_code
+    from minitrain.run import reader
+
     for line in run_lab(Path(args.experiments), args.seed, args.injection_step, jobs=args.jobs, sets=args.set,
                         force=args.force):
         print(line)
     spoilers.refresh(Path(args.experiments))  # the index once every run is in
-    return 0
+    runs = [reader.lab_run_name(i, args.seed, args.injection_step) for i in ("none", *LAB_INJECTIONS)]
+    return exit_code(*(Path(args.experiments) / r for r in runs))  # EXIT_NON_FINITE if one diverged
 
 
 # --- corpus --------------------------------------------------------------------------------------

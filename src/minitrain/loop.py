@@ -45,6 +45,16 @@ def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=cfg.lr_max, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
 
 
+def clip_grad_norm(params, max_norm: float, norms: list[torch.Tensor] | None = None) -> torch.Tensor:
+    """`torch.nn.utils.clip_grad_norm_`, reusing the per-tensor norms telemetry has already taken: the same
+    total norm and clipped gradients, bit for bit (tests/test_loop.py), without a second pass."""
+    if norms is None:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    total = torch.linalg.vector_norm(torch.stack(norms))
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    return total
+
+
 def masked_loss(logits: torch.Tensor, batch,
                 target_tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Token-mean cross-entropy over target tokens only; also the per-token losses (masked).
@@ -122,8 +132,8 @@ def train_step(run: Run, step: int) -> dict:
     grads = maybe_inject("grads", step, {n: p.grad for n, p in params.items()}, run.inject)
     for n, g in grads.items():
         params[n].grad = g
-    run.telemetry.after_backward(list(grads.values()))
-    grad_norm = torch.nn.utils.clip_grad_norm_(params.values(), cfg.grad_clip or math.inf)  # 0: no clipping
+    norms = run.telemetry.after_backward(list(grads.values()))  # per-tensor norms (telemetry's g), or None
+    grad_norm = clip_grad_norm(params.values(), cfg.grad_clip or math.inf, norms)  # grad_clip 0: no clipping
     take_step = apply_remedy(step, grad_norm, run.remedy)  # REMEDY (remedy.py): no-op unless cfg.remedy set
     # 4. INJECT at the optimizer state (C: v_corrupt), then the optimizer step
     if run.inject:  # (the view of the moments is only built when an injection is configured)

@@ -11,8 +11,10 @@ and `vm` (an optimizer-state corruption moves one tensor's vm). The rest of the 
   - every `DETAIL_EVERY` steps (the cadence: the healthy level of every statistic);
   - on any step whose cheap signals trip a trigger, and the `DETAIL_AFTER` steps that follow it:
       a non-finite loss or gradient;
-      the pre-clip norm above `TRIGGER_GRAD_RATIO` x its running mean (EMA, decay `EMA_DECAY`);
+      the pre-clip norm above `TRIGGER_GRAD_RATIO` x its running mean (EMA, decay `EMA_DECAY`), or below
+      1 / TRIGGER_GRAD_RATIO of it;
       the loss above its running mean by more than `TRIGGER_LOSS_NATS`;
+      a batch that repeats a row (`dup_rows` > 0: an epoch's permutation never does);
       Adam's second-moment recurrence broken on any tensor: AdamW updates v = b2 v + (1 - b2) gc^2, so
       mean(v_t) = b2 mean(v_{t-1}) + (1 - b2) |gc_t|^2 / numel holds on every healthy step (to float
       rounding, < 1e-5 here); anything that changes v outside the step (a corruption, a restore, a
@@ -103,7 +105,7 @@ DETAIL = tuple(key for key, every, _ in PARAM_STATS if not every)
 DETAIL_EVERY = 10
 DETAIL_AFTER = 20
 EMA_DECAY = 0.9
-TRIGGER_GRAD_RATIO = 2.0
+TRIGGER_GRAD_RATIO = 3.0  # a healthy default run has 4 steps past it (natural spikes late in training)
 TRIGGER_LOSS_NATS = 0.5
 TRIGGER_V_RESIDUAL = 1e-3
 
@@ -130,10 +132,14 @@ class Telemetry:
         self.vm_prev: list[float] | None = None
 
     # --- called by the loop around the optimizer step ---
-    def after_backward(self, grads: list[torch.Tensor]) -> None:
-        """Per-tensor gradient norms before clipping (and after any gradient injection)."""
-        if self.full:
-            self.grad_norms = torch.stack(torch._foreach_norm(grads))
+    def after_backward(self, grads: list[torch.Tensor]) -> list[torch.Tensor] | None:
+        """Per-tensor gradient norms before clipping (and after any gradient injection); returned so that
+        the clip can reuse them (None with basic telemetry)."""
+        if not self.full:
+            return None
+        norms = torch._foreach_norm(grads)
+        self.grad_norms = torch.stack(norms)
+        return list(norms)
 
     def before_step(self) -> None:
         if self.full:  # a copy of the weights (into buffers kept from step to step), to measure the update
@@ -155,11 +161,13 @@ class Telemetry:
                 out[key] = chunk if as_list else chunk[0]
                 at += len(part)
             loss_f, norm_f = vals[at], vals[at + 1]
+            composition = self.batch_composition(batch) if batch is not None else None
             if self.full:
                 k = len(EVERY_STEP)
                 cheap = [vals[at + 2 + i * k:at + 2 + (i + 1) * k] for i in range(len(self.names))]
                 per_tensor = [dict(zip(EVERY_STEP, c)) for c in cheap]
-                if self.detail_due(step, loss_f, norm_f, [c["g"] for c in per_tensor], [c["vm"] for c in per_tensor]):
+                if self.detail_due(step, loss_f, norm_f, [c["g"] for c in per_tensor], [c["vm"] for c in per_tensor],
+                                   composition["dup_rows"] if composition else 0):
                     detail = self._stats(moments, DETAIL).tolist()  # a second transfer, on detail steps only
                     for c, d in zip(per_tensor, detail):
                         c.update(zip(DETAIL, d))
@@ -170,8 +178,8 @@ class Telemetry:
                     out["sigma"] = self._spectral()
             out["nonfinite"] = int(not math.isfinite(loss_f)) + (
                 0 if math.isfinite(norm_f) else sum(int((~torch.isfinite(p.grad)).sum()) for p in self.params))
-            if batch is not None:  # None: the caller has no batch of token ids (the probe without ids)
-                out["batch"] = self.batch_composition(batch)
+            if composition is not None:  # None: the caller has no batch of token ids (the probe without ids)
+                out["batch"] = composition
         return out
 
     def _stats(self, moments: "_Moments | None", keys: tuple[str, ...]) -> torch.Tensor:
@@ -183,13 +191,16 @@ class Telemetry:
         return torch.stack([fns[key](moments) for key in keys], dim=1)
 
     # --- the detail schedule ---
-    def detail_due(self, step: int, loss: float, grad_norm: float, g: list[float], vm: list[float]) -> bool:
+    def detail_due(self, step: int, loss: float, grad_norm: float, g: list[float], vm: list[float],
+                   dup_rows: int = 0) -> bool:
         """Is `step` a detail step? Called once per step, in order, after the step: it also advances the
         schedule's state. The rules and thresholds: the module docstring."""
         finite = math.isfinite(loss) and math.isfinite(grad_norm)
-        fired = not finite
+        fired = not finite or dup_rows > 0
         if finite and self.ema_grad is not None:
-            fired = grad_norm > TRIGGER_GRAD_RATIO * self.ema_grad or loss > self.ema_loss + TRIGGER_LOSS_NATS
+            ratio = grad_norm / self.ema_grad if self.ema_grad > 0 else 1.0
+            fired = (fired or not (1 / TRIGGER_GRAD_RATIO <= ratio <= TRIGGER_GRAD_RATIO)
+                     or loss > self.ema_loss + TRIGGER_LOSS_NATS)
         if not fired and finite and self.vm_prev is not None:
             fired = self.v_recurrence_broken(grad_norm, g, vm)
         if finite:
@@ -204,7 +215,7 @@ class Telemetry:
     def v_recurrence_broken(self, grad_norm: float, g: list[float], vm: list[float]) -> bool:
         """Does any tensor's vm differ from b2 * vm_prev + (1 - b2) * |g clipped|^2 / numel by more than
         TRIGGER_V_RESIDUAL (relative)? Clipping scales every gradient by min(1, clip / (norm + 1e-6))."""
-        coef = min(1.0, self.cfg.grad_clip / (grad_norm + 1e-6))
+        coef = min(1.0, (self.cfg.grad_clip or math.inf) / (grad_norm + 1e-6))  # grad_clip 0: no clipping
         b2 = self.beta2
         for gi, v, v_prev, n in zip(g, vm, self.vm_prev, self.sizes):
             expected = b2 * v_prev + (1 - b2) * (gi * coef) ** 2 / n
@@ -261,7 +272,7 @@ class _Moments:
         self.numel = tel.numel
         self.grad_norms = tel.grad_norms if tel.grad_norms is not None else torch.zeros_like(tel.numel)
         self.v = [st["exp_avg_sq"] for st in states]
-        self.v_mean = torch.stack(torch._foreach_norm(self.v, 1)) / self.numel  # v >= 0: its L1 norm is its sum
+        self.v_mean = torch.stack([v.sum() for v in self.v]) / self.numel  # (3.5x faster than an L1 _foreach_norm)
         self._step, self._beta2, self._eps = float(states[0]["step"]), tel.beta2, tel.cfg.eps
 
     @functools.cached_property

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minitrain.core.errors import UserError
+from minitrain.core.errors import EXIT_NON_FINITE, UserError
 from minitrain.run import files, reader
 
 LAB_INJECTIONS = ("scale", "bad_batch", "v_corrupt")  # A, B, C
@@ -67,12 +67,12 @@ def fork_checkpoint(k: int, ckpt_every: int) -> int:
 
 
 def run_lab(experiments: Path, seed: int, k: int, jobs: int | None = None, sets: list[str] | None = None,
-            force: bool = False, out=sys.stderr) -> list[str]:
+            force: bool = False, out=None) -> list[str]:
     """Train the lab's four runs into `experiments` (up-to-date runs are left alone); returns each run's
     summary line. Raises UserError with the failing run's last message if any run fails."""
     from minitrain.core.config import build_config
 
-    experiments = Path(experiments)
+    experiments, out = Path(experiments), out or sys.stderr
     sets = list(sets or [])
     jobs = max(1, jobs or os.cpu_count() or 1)
     base_cfg = build_config({}, [f"seed={seed}", "injection=none", *sets])  # validates before any process starts
@@ -96,7 +96,7 @@ def run_lab(experiments: Path, seed: int, k: int, jobs: int | None = None, sets:
         while baseline.running or any(j.running for j in tails) or waiting:
             # the tails may start once the baseline's checkpoint at K exists (or the baseline has ended)
             ready = fork_at.is_dir() or not baseline.running
-            if baseline.proc.poll() not in (None, 0):
+            if baseline.proc.poll() not in (None, 0, EXIT_NON_FINITE):  # the baseline failed: stop there
                 break
             while ready and waiting and sum(j.running for j in (baseline, *tails)) < jobs:
                 start(waiting.pop(0))
@@ -116,7 +116,8 @@ def run_lab(experiments: Path, seed: int, k: int, jobs: int | None = None, sets:
                 j.output = j.log.read().splitlines()
                 j.log.close()
         show.update(final=True)
-    failed = [j for j in (baseline, *tails) if j.proc is not None and j.proc.returncode != 0]
+    # a run that stopped on a non-finite value (EXIT_NON_FINITE) ended as designed: its rows are kept
+    failed = [j for j in (baseline, *tails) if j.proc is not None and j.proc.returncode not in (0, EXIT_NON_FINITE)]
     if failed:
         j = failed[0]
         msg = next((line for line in reversed(j.output) if line.strip()), f"exit code {j.proc.returncode}")
@@ -143,8 +144,13 @@ def refresh_tails(baseline: Path, tails: list[Path]) -> None:
         return
     for tail in tails:
         sig = tail / "signature.json"
+        if not (tail / reader.RESULTS).exists():
+            continue
         if not sig.exists() or sig.stat().st_mtime < done.stat().st_mtime:
-            signature.write(tail)
+            try:
+                signature.write(tail)
+            except UserError:  # e.g. a run that diverged before K: it has no signature, as when run alone
+                continue
             write_pages(tail)
 
 
@@ -161,10 +167,12 @@ class Progress:
         if j.proc is None:
             return f"{j.name:<20} waiting for the baseline's checkpoint"
         step = last_step(self.experiments / j.name)
-        done = 0 if step is None else step + 1
         secs = (j.ended or time.perf_counter()) - j.started
-        state = "running" if j.running else ("done" if j.proc.returncode == 0 else f"failed ({j.proc.returncode})")
-        return f"{j.name:<20} {done:>5}/{j.steps} steps  {secs:6.1f} s  {state}"
+        code = j.proc.returncode
+        state = ("running" if j.running else "done" if code == 0 else "non-finite, rows kept" if code == EXIT_NON_FINITE
+                 else f"failed ({code})")
+        where = "starting" if step is None else f"{step + 1}/{j.steps} steps"
+        return f"{j.name:<20} {where:>16}  {secs:6.1f} s  {state}"
 
     def update(self, final: bool = False) -> None:
         for j in self.jobs:
