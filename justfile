@@ -101,15 +101,15 @@ test *args:
 # benchmarks (docs/benchmarks.md): the bare step against a reference GPT step, the default run against the
 # bare step (interleaved rounds in one process)
 bench *args:
-    python bench/perf.py step {{args}}
+    python bench/perf.py step "$@"
 
 # the whole lab's wall time against four sequential bare 2000-step runs (several minutes)
 bench-lab *args:
-    python bench/perf.py lab {{args}}
+    python bench/perf.py lab "$@"
 
 # the probe's cost on a transformers GPT-2 against the same loop without it (needs minitrain[transformers])
 probe-bench *args:
-    python bench/probe_bench.py {{args}}
+    python bench/probe_bench.py "$@"
 
 # train with PyTorch DDP on $nproc processes (default 2; gloo on CPU, nccl on GPU); rank 0 writes the run folder:
 #   nproc=2 just ddp-train --out experiments/ddp-2 [--preset medium] [--device auto]   (or --resume DIR)

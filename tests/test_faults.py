@@ -13,6 +13,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -703,3 +704,10 @@ def test_sigkill_at_random_points_of_an_injection_run_resumes_to_the_same_bytes(
         assert results_without_timing(out) == results_without_timing(ref), note
         assert snapshot(out / "checkpoints") == snapshot(ref / "checkpoints"), note
         assert temporaries(out) == [], note
+
+
+def test_no_recipe_interpolates_an_argument_unquoted():
+    """Every recipe passes its arguments on as "$@" or {{quote(x)}}: no bare {{x}} reaches the shell."""
+    text = (Path(__file__).resolve().parents[1] / "justfile").read_text()
+    bare = [line.strip() for line in text.splitlines() if re.search(r"\{\{(?!\s*quote\()", line)]
+    assert not bare, bare
