@@ -397,16 +397,11 @@ def find_donor(cfg: TrainConfig, out: Path) -> tuple[Path, int] | None:
     if cfg.injection == "none":
         return None
     best: tuple[Path, int] | None = None
-    for manifest_path in sorted(Path(out).parent.glob("*/manifest.json")):
+    for manifest_path in sorted(Path(out).parent.glob(f"*/{reader.MANIFEST}")):
         donor = manifest_path.parent
         if donor.resolve() == Path(out).resolve():
             continue
-        try:
-            import json
-
-            m = json.loads(manifest_path.read_text())
-        except (OSError, ValueError):
-            continue
+        m = reader.manifest_of(donor)  # {} when unreadable: no trunk hash, not a donor
         if m.get("trunk_hash") != cfg.trunk_hash():
             continue
         donor_k = m.get("config", {}).get("injection_step", 0) if m.get("config", {}).get("injection", "none") != "none" else None

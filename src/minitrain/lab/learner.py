@@ -366,14 +366,9 @@ def blind_folder(lab: Lab, experiments: Path) -> Path:
 def fault_of(lab: Lab, run_id: str, experiments: Path, mapping: dict | None = None) -> str | None:
     """The fault a run carries: its manifest (spike lab), its name (19-injection-A/B/C) or the sealed mapping."""
     if lab.key == "spike":
-        manifest = Path(experiments) / run_id / "manifest.json"
-        if manifest.exists():
-            try:
-                inj = (json.loads(manifest.read_text()).get("config") or {}).get("injection")
-            except ValueError:
-                inj = None
-            if inj and inj != "none":
-                return inj
+        inj = reader.injection_of(reader.manifest_of(Path(experiments) / run_id))
+        if inj and inj != "none":
+            return inj
         m = re.match(r"^19-injection-([ABC])(?:$|-)", run_id)
         return {v: k for k, v in LAB_LETTERS.items()}[m.group(1)] if m else None
     short = run_id.split("/")[-1]
@@ -673,10 +668,7 @@ def _fault_step(run: Path, fault: str, mapping: dict | None) -> int | None:
         return None
     if mapping:
         return (mapping.get(run.name, {}).get("overrides") or {}).get("injection_step")
-    try:
-        return (json.loads((run / "manifest.json").read_text()).get("config") or {}).get("injection_step")
-    except (OSError, ValueError):
-        return None
+    return reader.config_of(reader.manifest_of(run)).get("injection_step")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -879,11 +871,8 @@ def check(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pat
     runs = expected_runs(lab, experiments, mapping) if lab.key == "spike" else {r: r for r in lab.runs}
     found = []
     for run_id in runs.values():
-        m = Path(experiments) / run_id / "manifest.json"
-        if m.exists():
-            status = json.loads(m.read_text()).get("status")
-            if status in ("finished", "non_finite"):
-                found.append(run_id)
+        if reader.manifest_of(Path(experiments) / run_id).get("status") in ("finished", "non_finite"):
+            found.append(run_id)
     items.append((len(found) == 3, f"three runs with manifests in {experiments}/: "
                   + ", ".join(f"{r} {'ok' if r in found else 'MISSING or unfinished'}" for r in runs.values())))
     seal = read_seal(d, lab)

@@ -34,16 +34,9 @@ def _fill(template: str, parts: dict[str, str]) -> str:
     return re.sub(r"\{\{([a-z_]+)\}\}", lambda m: parts.get(m.group(1), m.group(0)), template)
 
 
-def _manifest(run: Path) -> dict:
-    try:
-        return json.loads((run / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 def evidence(run: Path, baseline: Path | None) -> dict:
     """Everything the post-mortem says, as numbers and words."""
-    manifest = _manifest(run)
+    manifest = reader.manifest_of(run)
     cfg = manifest.get("config") or {}
     verdict = walk(run) or {}
     injected = cfg.get("injection") if cfg.get("injection", "none") != "none" else None

@@ -2,7 +2,6 @@
 remedy (core/remedy.py holds the in-step part), walk again and compare against the baseline in one page."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from minitrain import loop
@@ -35,10 +34,7 @@ def checkpoint_before(run: Path, limit: int) -> tuple[Path, int] | None:
         steps = [s for s in files.list_checkpoints(run) if s <= limit]
         if steps and (best is None or steps[-1] > best[1]):
             best = (run, steps[-1])
-        try:
-            forked = json.loads((run / "manifest.json").read_text()).get("forked_from") or {}
-        except (OSError, ValueError):
-            forked = {}
+        forked = reader.manifest_of(run).get("forked_from") or {}
         if not forked.get("run"):
             break
         limit = min(limit, int(forked.get("checkpoint_step", limit)))
@@ -94,13 +90,13 @@ def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None =
     before_m, after_m = measure(run, baseline, k), measure(out, baseline, k)
     summary = _summary(name, before_m, after_m, verdict, after)
     page = out / "dashboard.html"
+    done = reader.manifest_of(out).get("remedy") or {}  # what the remedy did, as the run recorded it
     report = {"run": run.name, "remediated": out.name, "baseline": baseline.name if baseline else None,
               "walker_before": verdict, "walker_after": after, "remedy": name,
               "from_checkpoint": {"run": donor[0].name, "step": donor[1]} if donor else None,
               "status": res.get("status"), "measured_before": before_m, "measured_after": after_m,
               "verdict": remedy_verdict(before_m, after_m),
-              "actions": (json.loads((out / "manifest.json").read_text()).get("remedy") or {}).get("actions"),
-              "action_count": (json.loads((out / "manifest.json").read_text()).get("remedy") or {}).get("action_count"),
+              "actions": done.get("actions"), "action_count": done.get("action_count"),
               "dashboards": [str(page)], "summary": summary}
     files.atomic_write_json(out / "remediation.json", report)
     # one page, remediated vs original vs baseline (it shows the verdict from remediation.json), then the index
