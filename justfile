@@ -32,12 +32,10 @@ lab_dir := if preset == "course" { "experiments" } else { "experiments/preset-" 
 
 # the whole lab: baseline + injections A, B, C at step 500 (seed 42), each forked from the baseline's
 # checkpoint at 500 as soon as it exists and run in parallel (one process per core; the same bytes as
-# one after another); each run writes its dashboard.html; then the expected-vs-observed report and
-# experiments/index.html
+# one after another); each run writes its dashboard.html; then the expected-vs-observed report
+# (lab-report.md, printed) and experiments/index.html
 lab *args:
     minitrain lab --experiments {{quote(lab_dir)}} --set preset={{quote(preset)}} "$@"
-    minitrain report {{quote(lab_dir)}}
-    minitrain index {{quote(lab_dir)}}
 
 # the regime map: where each of the lab's 10 predictions holds (quick=1: the 16-cell grid, a few minutes);
 # writes experiments/explore/index.html (a heat map per prediction) and regimes.md; cached by config hash

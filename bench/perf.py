@@ -19,7 +19,7 @@ default telemetry, and the lab's wall time against four sequential bare runs.
 Each ratio is taken per round, then the median over rounds (the shared machine's load drifts). Times are
 the process's CPU time (one torch thread: other jobs' share of the cores does not count) and wall time.
 
-`lab` times the whole lab (`just lab`: baseline, the three injections, report, index) in a fresh folder
+`lab` times the whole lab (`just lab` = `minitrain lab`: baseline, the three injections, report, index) in a fresh folder
 against four sequential bare 2000-step runs (each a fresh process: import, data, 2000 bare steps), rounds
 interleaved, and prints the median of the per-round ratios.
 """
@@ -144,10 +144,12 @@ def bare_loop(cfg):
             batch = run.data.train_batch(step, cfg.batch_size, cfg.seed)
             for group in opt.param_groups:
                 group["lr"] = loop.lr_at(step, cfg)
-            loss, _ = loop.masked_loss(model(batch.x, batch.key_pad, causal=cfg.causal_mask), batch)
-            opt.zero_grad(set_to_none=True)
+            loss, _ = loop.masked_loss(model(batch.x, batch.key_pad, causal=cfg.causal_mask, at=batch.target_index()),
+                                       batch)
+            for p in params:  # as train_step zeroes them
+                p.grad = None
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+            loop.clip_grad_norm([p.grad for p in params], cfg.grad_clip)
             opt.step()
 
     return steps, run
@@ -159,7 +161,7 @@ def default_loop(cfg, folder: Path):
     from minitrain.run import files as runfiles
 
     run = loop.build_run(cfg, folder)
-    runfiles.prepare_run_dir(folder, force=True)
+    run.lock = runfiles.claim_run_dir(folder, force=True)
     run.metrics = runfiles.MetricsWriter(folder / "metrics.jsonl")
 
     def steps(start: int, stop: int) -> None:
@@ -250,9 +252,8 @@ def bench_lab(args) -> int:
 
         def run_lab() -> float:
             t0 = time.perf_counter()
-            for cmd in (["lab", "--experiments", str(exp)], ["report", str(exp)], ["index", str(exp)]):
-                subprocess.run([*py, "-m", "minitrain", *cmd], check=True, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+            subprocess.run([*py, "-m", "minitrain", "lab", "--experiments", str(exp)], check=True, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # `just lab`: runs, report, index
             return time.perf_counter() - t0
 
         def run_bare() -> float:

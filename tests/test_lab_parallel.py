@@ -1,15 +1,22 @@
 """lab/parallel.py: the lab's runs made in parallel are the same bytes as made one after another."""
 import io
 
+import pytest
+
 from conftest import SMALL
 from minitrain.core.config import build_config
 from minitrain.lab import parallel
 from minitrain.lab.runs import lab_run
 
 
-def test_parallel_lab_equals_sequential_runs(tmp_path):
+@pytest.mark.parametrize("how", ["fork", "subprocess"])
+def test_parallel_lab_equals_sequential_runs(tmp_path, how):
+    """Each run forked from this process (what `minitrain lab` does) or a new interpreter: the same bytes."""
+    from minitrain import cli
+
     out = io.StringIO()
-    lines = parallel.run_lab(tmp_path / "par", seed=42, k=50, jobs=2, sets=SMALL, out=out)
+    main = cli.main if how == "fork" else None
+    lines = parallel.run_lab(tmp_path / "par", seed=42, k=50, jobs=2, sets=SMALL, out=out, main=main)
     names = ["18-baseline", "19-injection-A-k50", "19-injection-B-k50", "19-injection-C-k50"]
     assert [line.split(":")[0] for line in lines] == names
     progress = out.getvalue().splitlines()  # not a terminal: one line as each run starts, one as it ends

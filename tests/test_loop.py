@@ -143,10 +143,12 @@ def test_clip_with_telemetrys_norms_equals_torchs_clip_bit_for_bit():
     for scale in (0.01, 1.0, 100.0):  # below, around and far above the clip
         a = [torch.nn.Parameter(torch.randn(s, generator=g)) for s in ((64, 64), (512,), (3, 7))]
         b = [torch.nn.Parameter(p.detach().clone()) for p in a]
-        for p, q in zip(a, b):
+        c = [torch.nn.Parameter(p.detach().clone()) for p in a]
+        for p, q, r in zip(a, b, c):
             p.grad = torch.randn(p.shape, generator=g) * scale
-            q.grad = p.grad.clone()
+            q.grad, r.grad = p.grad.clone(), p.grad.clone()
         total_a = torch.nn.utils.clip_grad_norm_(a, 1.0)
-        total_b = loop.clip_grad_norm(b, 1.0, list(torch._foreach_norm([q.grad for q in b])))
-        assert torch.equal(total_a, total_b)
-        assert all(torch.equal(p.grad, q.grad) for p, q in zip(a, b))
+        total_b = loop.clip_grad_norm([q.grad for q in b], 1.0, list(torch._foreach_norm([q.grad for q in b])))
+        total_c = loop.clip_grad_norm([r.grad for r in c], 1.0)  # taking the norms itself
+        assert torch.equal(total_a, total_b) and torch.equal(total_a, total_c)
+        assert all(torch.equal(p.grad, q.grad) and torch.equal(p.grad, r.grad) for p, q, r in zip(a, b, c))

@@ -75,3 +75,22 @@ def test_is_causal_forward_gives_the_masked_forwards_losses_and_gradients_bit_fo
     (la, ga), (lb, gb) = loss_and_grads(True), loss_and_grads(False)
     assert torch.equal(la, lb)
     assert all(torch.equal(a, b) for a, b in zip(ga, gb))
+
+
+def test_logits_at_the_targets_only_equal_the_full_logits_there():
+    """`at` runs the final norm and the head on the loss's targets alone, `prune_last` (validation) also the
+    last block's attention output and MLP: the logits there are the full forward's, to float rounding."""
+    from minitrain.core.config import build_config
+    from minitrain.core.data import prepare
+
+    cfg = build_config({}, ["progress=false"])
+    m = build_model(cfg, torch.Generator().manual_seed(0))
+    batch = prepare(cfg).train_batch(3, cfg.batch_size, cfg.seed)
+    at = batch.target_index()
+    assert 0 < len(at) < batch.loss_mask.numel() and bool((batch.loss_mask.flatten()[at] == 1).all())
+    with torch.no_grad():
+        full = m(batch.x, batch.key_pad).flatten(0, 1)[at]
+        only = m(batch.x, batch.key_pad, at=at)
+        pruned = m(batch.x, batch.key_pad, at=at, prune_last=True)
+    assert only.shape == pruned.shape == (len(at), cfg.vocab_size)
+    assert torch.allclose(only, full, rtol=0, atol=1e-5) and torch.allclose(pruned, full, rtol=0, atol=1e-5)

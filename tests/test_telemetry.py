@@ -116,3 +116,44 @@ def test_v_recurrence_holds_to_rounding_on_healthy_steps():
             worst = max(worst, abs(v / expected - 1))
     # rows hold 5 significant digits: the residual seen from them is rounding, far below the trigger
     assert worst < telemetry.TRIGGER_V_RESIDUAL / 5, worst
+
+
+def test_block_composition_counts_equal_the_row_by_row_count():
+    """The training batches' compositions are counted for a block of batches at once (data.batch_block);
+    they must be exactly what `composition` counts row by row, duplicated rows included."""
+    from minitrain.core.data import prepare
+
+    cfg = small_config()
+    data = prepare(cfg)
+    rare = data.rare_mask.tolist()
+    for step in (0, 249, 250, 777):
+        batch = data.train_batch(step, cfg.batch_size, cfg.seed)
+        assert batch.token_stats is not None
+        seqs = [tuple(t for t in row if t != telemetry.PAD) for row in batch.x.tolist()]
+        assert telemetry.composition_of(batch.rows, *batch.token_stats) == telemetry.composition(seqs, batch.rows, rare)
+    # a block with duplicated rows, a row equal to another only within the cut, and an empty batch
+    pad = telemetry.PAD
+    x = torch.tensor([[[5, 6, 7, pad], [5, 6, 7, pad], [5, 6, 9, pad], [5, 6, 7, pad]],
+                      [[5, 6, 7, 8], [5, 6, 7, pad], [3, 3, 3, 3], [4, pad, pad, pad]],
+                      [[pad] * 4] * 4])
+    mask = torch.zeros(16, dtype=torch.bool)
+    mask[[3, 9]] = True
+    widths = [4, 3, 4]
+    for s, stats in enumerate(telemetry.block_token_stats(x, widths, mask)):
+        seqs = [tuple(t for t in row[:widths[s]] if t != pad) for row in x[s].tolist()]
+        assert telemetry.composition_of([], *stats) == telemetry.composition(seqs, [], mask.tolist())
+    assert [s[-1] for s in telemetry.block_token_stats(x, widths, mask)] == [2, 1, 3]
+
+
+def test_largest_singular_values_equal_the_spectral_norm():
+    g = torch.Generator().manual_seed(0)
+    mats = [(f"m{i}", torch.randn(shape, generator=g) * scale)
+            for i, (shape, scale) in enumerate([((512, 64), 0.02), ((64, 256), 1.0), ((64, 64), 30.0), ((3, 7), 1e-3),
+                                                ((192, 64), 0.5)])]
+    bad = torch.ones(4, 4)
+    bad[1, 2] = float("inf")
+    got = telemetry.largest_singular_values(mats + [("bad", bad)])
+    for name, w in mats:
+        ref = float(torch.linalg.matrix_norm(w, ord=2))
+        assert abs(got[name] - ref) <= 2e-6 * ref, (name, got[name], ref)
+    assert got["bad"] != got["bad"]  # nan

@@ -90,25 +90,31 @@ def cmd_lab_run(args) -> int:
     overrides = [f"seed={seed}", f"injection={injection}", f"injection_step={step}", *(args.set or [])]
     if args.no_progress:
         overrides.append("progress=false")
-    out, line = lab_run(build_config({}, overrides), Path(args.experiments), force=args.force)
+    out, line = lab_run(build_config({}, overrides), Path(args.experiments), force=args.force, index=not args.no_index)
     print(line)
     return exit_code(out)
 
 
 def cmd_lab(args) -> int:
-    """The whole lab's runs: the baseline, then the three injections forked from it, in parallel."""
-    from minitrain.lab.parallel import run_lab
-
+    """The whole lab: the baseline, then the three injections forked from it, in parallel; then the
+    expected-vs-observed report and the index."""
+    from minitrain.analysis import signature
     from minitrain.lab import spoilers
-
-    from minitrain.lab.parallel import LAB_INJECTIONS
+    from minitrain.lab.parallel import LAB_INJECTIONS, run_lab
     from minitrain.lab.runs import exit_code
     from minitrain.run import reader
 
-    for line in run_lab(Path(args.experiments), args.seed, args.injection_step, jobs=args.jobs, sets=args.set,
-                        force=args.force):
+    experiments = Path(args.experiments)
+    for line in run_lab(experiments, args.seed, args.injection_step, jobs=args.jobs, sets=args.set,
+                        force=args.force, main=main):  # each run forked from this process (lab/parallel.py)
         print(line)
-    spoilers.refresh(Path(args.experiments))  # the index once every run is in
+    if not args.no_report:
+        try:
+            print(signature.report(experiments))
+            print(f"written to {experiments / 'lab-report.md'}", file=sys.stderr)
+        except UserError as e:  # e.g. a run that diverged before K: the runs and their exit code stand
+            print(f"minitrain: no lab report: {e}", file=sys.stderr)
+    print(f"wrote {spoilers.refresh(experiments)}", file=sys.stderr)  # the index once every run is in
     runs = [reader.lab_run_name(i, args.seed, args.injection_step) for i in ("none", *LAB_INJECTIONS)]
     return exit_code(*(Path(args.experiments) / r for r in runs))  # EXIT_NON_FINITE if one diverged
 
@@ -517,19 +523,24 @@ def build_parser() -> argparse.ArgumentParser:
     lr.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field")
     lr.add_argument("--force", action="store_true", help="re-run even if the run is up to date")
     lr.add_argument("--no-progress", action="store_true")
+    lr.add_argument("--no-index", action="store_true",
+                    help="do not rewrite EXPERIMENTS/index.html ('minitrain lab' writes it once after all four runs)")
     lr.set_defaults(func=cmd_lab_run)
 
     la = sub.add_parser("lab", help="the lab's four runs: baseline + injections A, B, C forked at K, in parallel",
                         description="Train EXPERIMENTS/18-baseline and, from its checkpoint at K, the three "
                                     "injection runs 19-injection-{A,B,C}, one process per core, with one progress "
                                     "line per run. Up-to-date runs are left alone. The same bytes as running "
-                                    "'minitrain lab-run' four times in a row.")
+                                    "'minitrain lab-run' four times in a row. Then writes and prints the "
+                                    "expected-vs-observed report (lab-report.md) and writes index.html.")
     la.add_argument("--seed", type=int, default=LAB_DEFAULT_SEED)
     la.add_argument("--injection-step", dest="injection_step", type=int, default=LAB_DEFAULT_STEP)
     la.add_argument("--experiments", default="experiments", metavar="DIR", help="where runs land")
     la.add_argument("--jobs", type=int, default=None, metavar="N", help="runs at a time (default: one per core)")
     la.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field (every run)")
     la.add_argument("--force", action="store_true", help="re-run even the runs that are up to date")
+    la.add_argument("--no-report", action="store_true",
+                    help="do not write and print EXPERIMENTS/lab-report.md (as 'minitrain report' does) at the end")
     la.set_defaults(func=cmd_lab)
 
     c = sub.add_parser("corpus", help="show (or write) the generated corpus, its split and its long tail",

@@ -45,23 +45,32 @@ def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=cfg.lr_max, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
 
 
-def clip_grad_norm(params, max_norm: float, norms: list[torch.Tensor] | None = None) -> torch.Tensor:
-    """`torch.nn.utils.clip_grad_norm_`, reusing the per-tensor norms telemetry has already taken: the same
-    total norm and clipped gradients, bit for bit (tests/test_loop.py), without a second pass."""
+def clip_grad_norm(grads: list[torch.Tensor], max_norm: float, norms: list[torch.Tensor] | None = None) -> torch.Tensor:
+    """`torch.nn.utils.clip_grad_norm_` on these gradients (one device), reusing the per-tensor norms telemetry
+    has already taken: the same operations, so the same total norm and clipped gradients bit for bit
+    (tests/test_loop.py), without a second pass over the gradients or torch's per-call regrouping by device."""
     if norms is None:
-        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+        norms = torch._foreach_norm(grads)
     total = torch.linalg.vector_norm(torch.stack(norms))
-    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
     return total
 
 
 def masked_loss(logits: torch.Tensor, batch,
                 target_tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token-mean cross-entropy over target tokens only; also the per-token losses (masked).
-    `target_tokens` (default: the batch's own) divides the sum: under DDP, the global batch's count."""
-    tok = F.cross_entropy(logits.flatten(0, 1).float(), batch.y.flatten(), reduction="none").view_as(batch.y)
-    tok = tok * batch.loss_mask
-    return tok.sum() / (batch.loss_mask.sum() if target_tokens is None else target_tokens), tok
+    """Token-mean cross-entropy over target tokens only; also the per-token losses [B, T] (0 off target,
+    detached). `logits` are the model's at the batch's targets (`at=batch.target_index()`: [N, V]) or at
+    every position ([B, T, V]). `target_tokens` (default: the batch's own) divides the sum: under DDP, the
+    global batch's count."""
+    count = batch.loss_mask.sum() if target_tokens is None else target_tokens
+    if logits.dim() == 3:
+        tok = F.cross_entropy(logits.flatten(0, 1).float(), batch.y.flatten(), reduction="none").view_as(batch.y)
+        tok = tok * batch.loss_mask
+        return tok.sum() / count, tok.detach()
+    at = batch.target_index()
+    per_target = F.cross_entropy(logits.float(), batch.y.flatten().index_select(0, at), reduction="none")
+    tok = per_target.new_zeros(batch.y.numel()).index_copy_(0, at, per_target.detach()).view_as(batch.y)
+    return per_target.sum() / count, tok
 
 
 @torch.no_grad()
@@ -74,7 +83,8 @@ def evaluate(model: GPT, batches) -> float:
     device = next(model.parameters()).device
     for batch in batches:
         batch = batch.to(device)  # the same batch on CPU
-        _, tok = masked_loss(model(batch.x, batch.key_pad, causal=True), batch)
+        _, tok = masked_loss(model(batch.x, batch.key_pad, causal=True, at=batch.target_index(), prune_last=True),
+                             batch)
         total += tok.sum().cpu()
         tokens += batch.loss_mask.sum().cpu()
     model.record_activations = record
@@ -121,19 +131,22 @@ def train_step(run: Run, step: int) -> dict:
     for group in opt.param_groups:
         group["lr"] = lr
     with distributed.autocast(cfg, run.device):
-        logits = run.forward(local.x, local.key_pad, causal=cfg.causal_mask)
+        logits = run.forward(local.x, local.key_pad, causal=cfg.causal_mask, at=local.target_index())  # [targets, V]
     # this rank's share of the GLOBAL token mean: every rank holds the global batch, so its target-token
     # count needs no all-reduce
     loss, tok_loss = masked_loss(logits, local, batch.loss_mask.sum().to(run.device))
-    opt.zero_grad(set_to_none=True)
-    (loss * distributed.backward_scale()).backward()  # x world size: DDP averages gradients (x 1 alone)
+    for p in run.params.values():  # opt.zero_grad(set_to_none=True), without its per-call dynamo wrapper
+        p.grad = None
+    scale = distributed.backward_scale()  # x world size: DDP averages gradients (1 alone: no multiply)
+    (loss * scale if scale != 1 else loss).backward()
     # 3. INJECT at the gradients (A: scale; after backward, i.e. after DDP's all-reduce), then clip-and-step
     params = run.params
     grads = maybe_inject("grads", step, {n: p.grad for n, p in params.items()}, run.inject)
     for n, g in grads.items():
         params[n].grad = g
-    norms = run.telemetry.after_backward(list(grads.values()))  # per-tensor norms (telemetry's g), or None
-    grad_norm = clip_grad_norm(params.values(), cfg.grad_clip or math.inf, norms)  # grad_clip 0: no clipping
+    grad_list = list(grads.values())
+    norms = run.telemetry.after_backward(grad_list)  # per-tensor norms (telemetry's g), or None
+    grad_norm = clip_grad_norm([g for g in grad_list if g is not None], cfg.grad_clip or math.inf, norms)  # grad_clip 0: no clipping
     take_step = apply_remedy(step, grad_norm, run.remedy)  # REMEDY (remedy.py): no-op unless cfg.remedy set
     # 4. INJECT at the optimizer state (C: v_corrupt), then the optimizer step
     if run.inject:  # (the view of the moments is only built when an injection is configured)
@@ -147,13 +160,14 @@ def train_step(run: Run, step: int) -> dict:
 
 def metrics_row(run: Run, step, lr, loss, tok_loss, batch, logits, grad_norm, val_loss) -> dict:
     cfg = run.cfg
-    irr = batch.irregular  # on the host (Batch.to): masking with it does not sync the device
-    per_row, tokens = tok_loss.detach().sum(1), batch.loss_mask.sum(1)
-    # this rank's loss share and regular/irregular sums, summed over ranks (as they are on one process)
-    sums = distributed.all_reduce(torch.stack([loss.detach(), per_row[~irr].sum(), tokens[~irr].sum(),
-                                               per_row[irr].sum(), tokens[irr].sum()]), "sum")
-    core = torch.cat([sums[:1], grad_norm.detach().reshape(1), sums[1:]]).tolist()  # one host sync for all
-    loss_f, gn = core[0], core[1]
+    # regular and irregular rows' loss sums and target counts: one [2, B] @ [B, 2] product (`irregular` is on
+    # the host: Batch.to), summed over ranks with the loss share (as they are on one process)
+    kinds = torch.stack([~batch.irregular, batch.irregular]).float().to(tok_loss.device)
+    split = kinds @ torch.stack([tok_loss.sum(1), batch.loss_mask.sum(1)], 1)  # [[reg loss, reg n], [irr ...]]
+    sums = distributed.all_reduce(torch.cat([loss.detach().reshape(1), split.flatten()]), "sum")
+    # the telemetry's fields, and the loss, norm and sums on the host: one transfer for the whole row
+    measured, host = run.telemetry.measure(step, run.last_batch, logits, sums[0], grad_norm, extra=sums[1:])
+    loss_f, gn, reg_loss, reg_n, irr_loss, irr_n = host
     clipped_norm = min(gn, cfg.grad_clip) if math.isfinite(gn) and cfg.grad_clip > 0 else gn
     fired = run.inject is not None and step == cfg.injection_step and cfg.injection != "none"
     row = {
@@ -163,12 +177,12 @@ def metrics_row(run: Run, step, lr, loss, tok_loss, batch, logits, grad_norm, va
         "grad_norm": finite_or_none(gn),
         "grad_norm_clipped": finite_or_none(clipped_norm),
         "clipped": bool(math.isfinite(gn) and 0 < cfg.grad_clip < gn),
-        "loss_regular": finite_or_none(core[2] / core[3]) if core[3] else None,
-        "loss_irregular": finite_or_none(core[4] / core[5]) if core[5] else None,
+        "loss_regular": finite_or_none(reg_loss / reg_n) if reg_n else None,
+        "loss_irregular": finite_or_none(irr_loss / irr_n) if irr_n else None,
         "val_loss": finite_or_none(val_loss) if val_loss is not None else None,
         "injected": cfg.injection if fired else None,
     }
-    row.update(run.telemetry.row(step, run.last_batch, logits, sums[0], grad_norm))  # composition: global batch
+    row.update(measured)  # composition: of the global batch
     return redact.withhold_row(row) if cfg.blind else row  # BLIND (run/redact.py): no injection fields
 
 

@@ -15,7 +15,7 @@ from tokenizers import Tokenizer
 from minitrain.core import corpus
 from minitrain.core.corpus import Row
 from minitrain.core.errors import UserError
-from minitrain.core.telemetry import rare_token_mask
+from minitrain.core.telemetry import block_token_stats, rare_token_mask
 from minitrain.core.tokenizer import (PAD, Batch, EncodedSet, encode_row, encode_rows, fits, make_batch,
                                  train_tokenizer, training_texts)
 
@@ -48,7 +48,8 @@ class RunData:
         if key not in self._blocks:
             if len(self._blocks) >= 4:  # a run walks forward: the oldest block is done with
                 self._blocks.pop(next(iter(self._blocks)))
-            self._blocks[key] = batch_block(self.train, seed, batch_size, block * BATCH_BLOCK, BATCH_BLOCK)
+            self._blocks[key] = batch_block(self.train, seed, batch_size, block * BATCH_BLOCK, BATCH_BLOCK,
+                                            self.rare_mask)
         return self._blocks[key][i]
 
     def sentence_batch(self, sentence: str, copies: int, context: int) -> tuple[Batch, dict]:
@@ -81,10 +82,12 @@ def epoch_permutation(seed: int, epoch: int, n: int) -> torch.Tensor:
     return torch.randperm(n, generator=g)
 
 
-def batch_block(data: EncodedSet, seed: int, batch_size: int, first: int, count: int) -> list[Batch]:
+def batch_block(data: EncodedSet, seed: int, batch_size: int, first: int, count: int,
+                rare_mask: torch.Tensor | None = None) -> list[Batch]:
     """The batches of steps [first, first + count): step s takes positions s*B .. s*B+B-1 of the stream of
     epoch permutations (epoch e = permutation of (seed, e)); each batch trimmed to its longest row, exactly
-    as `make_batch` cuts it, but with every gather and mask computed once for the block."""
+    as `make_batch` cuts it, but with every gather and mask computed once for the block (and, given the
+    rare-token mask, telemetry's composition counts of every batch)."""
     n = len(data)
     pos = torch.arange(first * batch_size, (first + count) * batch_size)
     e0, e1 = first * batch_size // n, ((first + count) * batch_size - 1) // n
@@ -99,9 +102,13 @@ def batch_block(data: EncodedSet, seed: int, batch_size: int, first: int, count:
     key_pad = x == PAD
     irregular = data.irregular[idx]
     widths = lengths.max(1).values.tolist()
-    return [Batch(x=x[s, :, :w - 1], y=y[s, :, :w - 1], loss_mask=loss_mask[s, :, :w - 1],
-                  key_pad=key_pad[s, :, :w - 1], irregular=irregular[s], rows=rows)
-            for s, (w, rows) in enumerate(zip(widths, idx.tolist()))]
+    batches = [Batch(x=x[s, :, :w - 1], y=y[s, :, :w - 1], loss_mask=loss_mask[s, :, :w - 1],
+                     key_pad=key_pad[s, :, :w - 1], irregular=irregular[s], rows=rows)
+               for s, (w, rows) in enumerate(zip(widths, idx.tolist()))]
+    if rare_mask is not None:
+        for batch, stats in zip(batches, block_token_stats(x, [w - 1 for w in widths], rare_mask)):
+            batch.token_stats = stats
+    return batches
 
 
 def ngram_baseline(train: EncodedSet, val: EncodedSet, vocab: int) -> dict:

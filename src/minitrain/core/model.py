@@ -46,7 +46,9 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj = nn.Linear(d_model, d_model, bias=False)
 
-    def forward(self, x, mask, rot):
+    def forward(self, x, mask, rot, at=None):
+        """[B, T, C]; or, given `at` (flat indices into [B*T]), the output at those positions only, [len(at), C]
+        (every position is still a key and value)."""
         B, T, C = x.shape
         qk, v = self.qkv(x).split([2 * C, C], dim=2)
         qk = apply_rope(qk.view(B, T, 2 * self.n_head, C // self.n_head), rot)  # q and k in one multiply
@@ -56,7 +58,8 @@ class Attention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+        y = y.transpose(1, 2).reshape(B, T, C)
+        return self.proj(y if at is None else y.flatten(0, 1).index_select(0, at))
 
 
 class MLP(nn.Module):
@@ -77,8 +80,10 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(d_model, bias=False)
         self.mlp = MLP(d_model, d_ff)
 
-    def forward(self, x, mask, rot):
-        x = x + self.attn(self.ln1(x), mask, rot)
+    def forward(self, x, mask, rot, at=None):
+        """[B, T, C]; or, given `at`, the output at those positions only (see Attention.forward)."""
+        a = self.attn(self.ln1(x), mask, rot, at)
+        x = (x if at is None else x.flatten(0, 1).index_select(0, at)) + a
         return x + self.mlp(self.ln2(x))
 
 
@@ -134,17 +139,27 @@ class GPT(nn.Module):
         allowed[..., 0] = True
         return allowed
 
-    def forward(self, x: torch.Tensor, key_pad: torch.Tensor, causal: bool = True) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, key_pad: torch.Tensor, causal: bool = True,
+                at: torch.Tensor | None = None, prune_last: bool = False) -> torch.Tensor:
+        """Logits [B, T, V]; or, given `at` (flat indices into [B*T], e.g. `Batch.target_index()`), only at
+        those positions, [len(at), V]: the final norm and the output head (a third of the step's matrix
+        work at full width) then run on the loss's targets alone. `prune_last` (with `at`) also runs the last
+        block's attention output, projection and MLP at those positions only (the validation pass: nothing
+        reads the rest; training does not, since telemetry's `act` reads every position of every block)."""
         T = x.shape[1]
         mask = None if causal else self.attention_mask(key_pad, causal)  # None: is_causal (see attention_mask)
         rot = self.rope[:T]
         h = self.tok_emb(x)
         acts = []
-        for block in self.blocks:
-            h = block(h, mask, rot)
+        last = len(self.blocks) - 1
+        for i, block in enumerate(self.blocks):
+            pruned = prune_last and at is not None and i == last
+            h = block(h, mask, rot, at if pruned else None)
             if self.record_activations:
                 acts.append(h.detach().abs().mean())
         self.last_activations = acts
+        if at is not None and not (prune_last and last >= 0):
+            h = h.flatten(0, 1).index_select(0, at)
         h = self.ln_f(h)
         return F.linear(h, self.tok_emb.weight, self.lm_head.bias)
 

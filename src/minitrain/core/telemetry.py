@@ -58,6 +58,16 @@ def rnd(x: float) -> float | None:
     return float(f"{x:.{SIG}g}")
 
 
+_RND_FMT = f"%.{SIG}g"
+
+
+def rnd_all(xs: list[float]) -> list[float | None]:
+    """`rnd` of every value, formatted in one call (a row holds ~40 of them: a third of the per-value cost)."""
+    if all(map(math.isfinite, xs)):
+        return list(map(float, " ".join([_RND_FMT] * len(xs)).__mod__(tuple(xs)).split()))
+    return [rnd(x) for x in xs]
+
+
 RARE_SHARE = 0.001  # a token is rare below this share of all training tokens
 
 
@@ -82,7 +92,7 @@ class StepView:
 # list?). Adding a signal is one entry here (and a line in docs/metrics.md); `row` stacks them all into the
 # step's single host transfer. Ranks hold equal-shaped shares, so a mean of rank means is the global mean.
 STEP_SIGNALS = (
-    ("logit_max", "max", lambda s: torch.stack(torch.aminmax(s.logits.detach())).abs().max().float().reshape(1), False),
+    ("logit_max", "max", lambda s: s.logits.detach().abs().amax().float().reshape(1), False),
     ("act", "mean", lambda s: torch.stack(s.model.last_activations).float() if s.model.last_activations
      else torch.zeros(0, device=s.logits.device), True),
 )
@@ -98,6 +108,7 @@ PARAM_STATS = (
     ("vn", False, lambda m: m.norms(m.v)),  # L2 norm of exp_avg_sq
     ("r", False, lambda m: m.rms_adam_ratio()),  # RMS(g / (sqrt(v_hat) + eps))
 )
+PARAM_ORDER = tuple(key for key, _, _ in PARAM_STATS)
 EVERY_STEP = tuple(key for key, every, _ in PARAM_STATS if every)
 DETAIL = tuple(key for key, every, _ in PARAM_STATS if not every)
 
@@ -146,6 +157,12 @@ class Telemetry:
             torch._foreach_copy_(self.prev, self.detached)
 
     def row(self, step: int, batch, logits: torch.Tensor, loss: torch.Tensor, grad_norm: torch.Tensor) -> dict:
+        return self.measure(step, batch, logits, loss, grad_norm)[0]
+
+    def measure(self, step: int, batch, logits: torch.Tensor, loss: torch.Tensor, grad_norm: torch.Tensor,
+                extra: torch.Tensor | None = None) -> tuple[dict, list[float]]:
+        """The step's telemetry fields, and [loss, grad_norm, *extra] on the host: the caller's own numbers
+        (`extra`, a 1-d tensor) ride along in the step's ONE device-to-host transfer."""
         with torch.no_grad():
             view = StepView(self.model, logits, loss, grad_norm)
             parts = [distributed.all_reduce(fn(view), op) for _, op, fn, _ in STEP_SIGNALS]  # global over ranks
@@ -153,34 +170,43 @@ class Telemetry:
             moments = _Moments(self, states) if self.full and all(states) else None
             every = self._stats(moments, EVERY_STEP) if self.full else loss.new_zeros(0)
             scalars = torch.stack([loss.detach().float(), grad_norm.detach().float()])
-            vals = torch.cat([*parts, scalars, every.flatten()]).tolist()  # the step's ONE transfer to the host
+            tail = [] if extra is None else [extra.detach().float()]
+            vals = torch.cat([*parts, scalars, *tail, every.flatten()]).tolist()  # the step's ONE transfer
+            n_extra = 0 if extra is None else len(extra)
             out: dict = {}
             at = 0
             for (key, _, _, as_list), part in zip(STEP_SIGNALS, parts):
-                chunk = [rnd(x) for x in vals[at:at + len(part)]]
+                chunk = rnd_all(vals[at:at + len(part)])
                 out[key] = chunk if as_list else chunk[0]
                 at += len(part)
-            loss_f, norm_f = vals[at], vals[at + 1]
+            host = vals[at:at + 2 + n_extra]
+            loss_f, norm_f = host[0], host[1]
+            at += 2 + n_extra
             composition = self.batch_composition(batch) if batch is not None else None
             if self.full:
                 k = len(EVERY_STEP)
-                cheap = [vals[at + 2 + i * k:at + 2 + (i + 1) * k] for i in range(len(self.names))]
-                per_tensor = [dict(zip(EVERY_STEP, c)) for c in cheap]
-                if self.detail_due(step, loss_f, norm_f, [c["g"] for c in per_tensor], [c["vm"] for c in per_tensor],
-                                   composition["dup_rows"] if composition else 0):
-                    detail = self._stats(moments, DETAIL).tolist()  # a second transfer, on detail steps only
-                    for c, d in zip(per_tensor, detail):
-                        c.update(zip(DETAIL, d))
-                order = [key for key, _, _ in PARAM_STATS]
-                out["params"] = {name: {key: rnd(c[key]) for key in order if key in c}
-                                 for name, c in zip(self.names, per_tensor)}
+                cheap = vals[at:]
+                g, vm = cheap[EVERY_STEP.index("g")::k], cheap[EVERY_STEP.index("vm")::k]
+                keys = EVERY_STEP
+                if self.detail_due(step, loss_f, norm_f, g, vm, composition["dup_rows"] if composition else 0):
+                    detail = self._stats(moments, DETAIL).flatten().tolist()  # a second transfer, detail steps only
+                    d = len(DETAIL)
+                    cheap = [x for i in range(len(self.names)) for x in (*cheap[i * k:(i + 1) * k],
+                                                                         *detail[i * d:(i + 1) * d])]
+                    keys = EVERY_STEP + DETAIL
+                order = [key for key in PARAM_ORDER if key in keys]  # the file's order: PARAM_STATS'
+                pick = [keys.index(key) for key in order]
+                flat = rnd_all(cheap)
+                n = len(keys)
+                out["params"] = {name: {key: flat[i * n + j] for key, j in zip(order, pick)}
+                                 for i, name in enumerate(self.names)}
                 if self.cfg.spectral_every and step % self.cfg.spectral_every == 0:
                     out["sigma"] = self._spectral()
             out["nonfinite"] = int(not math.isfinite(loss_f)) + (
                 0 if math.isfinite(norm_f) else sum(int((~torch.isfinite(p.grad)).sum()) for p in self.params))
             if composition is not None:  # None: the caller has no batch of token ids (the probe without ids)
                 out["batch"] = composition
-        return out
+        return out, host
 
     def _stats(self, moments: "_Moments | None", keys: tuple[str, ...]) -> torch.Tensor:
         """[n_params, len(keys)]: those statistics of PARAM_STATS for every tensor (zeros before the
@@ -235,13 +261,13 @@ class Telemetry:
         self.detail_until, self.vm_prev = state.get("detail_until", -1), state.get("vm_prev")
 
     def _spectral(self) -> dict:
-        mats = [(n, p) for n, p in zip(self.names, self.params) if p.dim() == 2]
-        finite = torch.stack([torch.isfinite(p).all() for _, p in mats]).tolist()  # the SVD fails on inf/nan
-        vals = [torch.linalg.matrix_norm(p.detach().float(), ord=2) if ok else torch.tensor(math.nan)
-                for (_, p), ok in zip(mats, finite)]
-        return {n: rnd(v) for (n, _), v in zip(mats, torch.stack(vals).tolist())}
+        return {n: rnd(v) for n, v in largest_singular_values(
+            [(n, p) for n, p in zip(self.names, self.params) if p.dim() == 2]).items()}
 
     def batch_composition(self, batch) -> dict:
+        stats = getattr(batch, "token_stats", None)  # counted for a whole block of batches at once (data.py)
+        if stats is not None:
+            return composition_of(batch.rows, *stats)
         seqs = [tuple(t for t in row if t != PAD) for row in batch.x.tolist()]
         return composition(seqs, batch.rows, self.rare_list)
 
@@ -252,15 +278,60 @@ def composition(seqs: list[tuple[int, ...]], rows: list, rare: list[bool]) -> di
     counts: dict[int, int] = {}
     for t in tokens:
         counts[t] = counts.get(t, 0) + 1
-    n = max(1, len(tokens))
     n_rare = sum(c for t, c in counts.items() if rare[t])
+    return composition_of(rows, len(tokens), len(counts), max(counts.values(), default=0), n_rare,
+                          len(seqs) - len(set(seqs)))
+
+
+def composition_of(rows: list, n_tokens: int, distinct: int, top_count: int, n_rare: int, dup_rows: int) -> dict:
+    """The composition fields from a batch's counts (one definition for `composition` and `block_token_stats`)."""
+    n = max(1, n_tokens)
     return {
         "rows": rows,
-        "distinct_tokens": len(counts),
-        "top_token_share": rnd(max(counts.values()) / n) if counts else 0.0,
+        "distinct_tokens": distinct,
+        "top_token_share": rnd(top_count / n) if distinct else 0.0,
         "rare_share": rnd(n_rare / n),
-        "dup_rows": len(seqs) - len(set(seqs)),
+        "dup_rows": dup_rows,
     }
+
+
+def block_token_stats(x: torch.Tensor, widths: list[int], rare_mask: torch.Tensor) -> list[tuple[int, ...]]:
+    """`composition_of`'s counts (tokens, distinct tokens, top token's count, rare tokens, duplicated rows) for
+    each batch of a block x [S, B, L] of right-padded rows, batch s cut to its first widths[s] positions:
+    the same numbers `composition` counts row by row, in a few tensor operations for the whole block."""
+    S, B, L = x.shape
+    inside = torch.arange(L) < torch.tensor(widths).unsqueeze(1)  # [S, L]
+    x = torch.where(inside[:, None, :], x, PAD)
+    real = x != PAD
+    counts = torch.zeros(S, len(rare_mask), dtype=torch.long).scatter_add_(1, x.reshape(S, -1),
+                                                                          real.reshape(S, -1).long())
+    same = (x[:, :, None, :] == x[:, None, :, :]).all(-1)  # [S, B, B]: rows i and j hold the same tokens
+    dup = same.tril(-1).any(-1).sum(1)  # rows equal to an earlier row of their batch
+    columns = (real.sum((1, 2)), (counts > 0).sum(1), counts.max(1).values, counts[:, rare_mask].sum(1), dup)
+    return list(zip(*(c.tolist() for c in columns)))
+
+
+def largest_singular_values(mats: list[tuple[str, torch.Tensor]]) -> dict[str, float]:
+    """Each matrix's largest singular value: the square root of the largest eigenvalue of its smaller Gram
+    matrix W W^T (or W^T W), in float64, with all Gram matrices of one size in one batched `eigvalsh`. Half
+    the cost of `matrix_norm(ord=2)`'s SVD per matrix; the same value to float32 rounding (tests). A matrix
+    holding inf or nan gets nan (an eigensolver fails on them)."""
+    with torch.no_grad():
+        finite = torch.stack([torch.isfinite(p).all() for _, p in mats]).tolist()
+        by_size: dict[int, list[int]] = {}
+        for i, (_, p) in enumerate(mats):
+            if finite[i]:
+                by_size.setdefault(min(p.shape), []).append(i)
+        out = [math.nan] * len(mats)
+        for idx in by_size.values():
+            grams = []
+            for i in idx:
+                w = mats[i][1].detach().double()
+                grams.append(w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w)
+            top = torch.linalg.eigvalsh(torch.stack(grams))[:, -1].clamp_min(0).sqrt().float().tolist()
+            for i, v in zip(idx, top):
+                out[i] = v
+    return {n: v for (n, _), v in zip(mats, out)}
 
 
 class _Moments:

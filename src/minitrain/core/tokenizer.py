@@ -5,7 +5,7 @@ A sequence is `<bos> es:<spanish> / en:<english> <eos>`; the loss mask covers th
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -102,14 +102,28 @@ class Batch:
     key_pad: torch.Tensor  # [B, T] bool: True where the input is padding
     irregular: torch.Tensor  # [B] bool
     rows: list[int]  # indices into the split (or -1 for injected rows)
+    _targets: torch.Tensor | None = field(default=None, init=False, repr=False, compare=False)
+    # telemetry's composition counts, when counted for a block of batches at once (data.batch_block)
+    token_stats: tuple | None = field(default=None, init=False, repr=False, compare=False)
+
+    def target_index(self) -> torch.Tensor:
+        """Flat indices (into [B*T], row-major) of the loss's target positions: the only positions whose
+        logits the loss reads (about 30% of a training batch: the Spanish prompt and the padding are not
+        targets). Computed once per batch, on the host."""
+        if self._targets is None:
+            self._targets = self.loss_mask.flatten().nonzero().squeeze(1)
+        return self._targets
 
     def to(self, device: torch.device) -> "Batch":
         """The batch on `device` (itself on CPU). `irregular` stays on the host: masking a device tensor with
-        a host boolean mask needs no device-to-host sync (the mask's nonzero is taken on the host)."""
+        a host boolean mask needs no device-to-host sync (the mask's nonzero is taken on the host), and the
+        target index is taken on the host before the move for the same reason."""
         if device.type == "cpu":
             return self
-        return Batch(x=self.x.to(device), y=self.y.to(device), loss_mask=self.loss_mask.to(device),
-                     key_pad=self.key_pad.to(device), irregular=self.irregular, rows=self.rows)
+        moved = Batch(x=self.x.to(device), y=self.y.to(device), loss_mask=self.loss_mask.to(device),
+                      key_pad=self.key_pad.to(device), irregular=self.irregular, rows=self.rows)
+        moved._targets = self.target_index().to(device)
+        return moved
 
 
 def make_batch(data: EncodedSet, index: list[int]) -> Batch:

@@ -31,14 +31,16 @@ def summary_line(name: str, res: dict) -> str:
     return f"{name}: {res.get('status')} after {res.get('steps_done')} steps"
 
 
-def write_pages(out: Path) -> None:
+def write_pages(out: Path, index: bool = True) -> None:
     """RUN/dashboard.html after a run (its answers sealed if it is a lab exercise not yet revealed), then the
-    experiments folder's index.html; a failure here must never cost the run, so it is one warning line."""
+    experiments folder's index.html (`index=False`: the caller writes it once after several runs); a failure
+    here must never cost the run, so it is one warning line."""
     if out is None or not (Path(out) / reader.METRICS).exists():
         return
     try:
         dashboard.write_dashboard(out, sealed=spoilers.is_sealed(out))
-        spoilers.refresh(spoilers.experiments_of(out))  # the index, at the end of every command that writes a run
+        if index:  # the index, at the end of every command that writes a run
+            spoilers.refresh(spoilers.experiments_of(out))
     except Exception as e:  # noqa: BLE001 - the run is already safely on disk
         print(f"minitrain: warning: dashboard.html not written ({type(e).__name__}: {str(e)[:200]}); "
               f"retry with 'minitrain dashboard {out}'", file=sys.stderr)
@@ -49,10 +51,10 @@ def exit_code(*runs: Path) -> int:
     return EXIT_NON_FINITE if any(reader.manifest_of(r).get("status") == "non_finite" for r in runs) else 0
 
 
-def train_run(cfg: TrainConfig, out: Path, **kwargs) -> dict:
+def train_run(cfg: TrainConfig, out: Path, index: bool = True, **kwargs) -> dict:
     res = loop.train(cfg, out, **kwargs)
     if "steps_done" in res:  # under torchrun only rank 0 writes files and gets the full results
-        write_pages(out)
+        write_pages(out, index)
     return res
 
 
@@ -63,9 +65,10 @@ def resume_run(out: Path, device: str | None = None) -> dict:
     return res
 
 
-def lab_run(cfg: TrainConfig, experiments: Path, force: bool = False) -> tuple[Path, str]:
+def lab_run(cfg: TrainConfig, experiments: Path, force: bool = False, index: bool = True) -> tuple[Path, str]:
     """One run of the lab into experiments/<lab name>; a finished run of the same config is left alone.
-    Returns (folder, summary line). An injection run also gets its signature.json (expected vs observed)."""
+    Returns (folder, summary line). An injection run also gets its signature.json (expected vs observed).
+    `index=False`: leave experiments/index.html to the caller (`minitrain lab` writes it once at the end)."""
     from minitrain.analysis import signature
 
     out = Path(experiments) / reader.lab_run_name(cfg.injection, cfg.seed, cfg.injection_step)
@@ -73,7 +76,7 @@ def lab_run(cfg: TrainConfig, experiments: Path, force: bool = False) -> tuple[P
         manifest = reader.manifest_of(out)
         if manifest.get("config_hash") == cfg.hash() and manifest.get("status") in ("finished", "non_finite"):
             return out, f"{out.name}: up to date (same config, already {manifest['status']}); --force re-runs it"
-    res = train_run(cfg, out, force=force)
+    res = train_run(cfg, out, index=index, force=force)
     line = summary_line(out.name, res)
     if cfg.injection != "none":  # expected vs observed, when the baseline of the same seed is there
         try:
