@@ -109,3 +109,23 @@ def test_a_run_without_clipping_logs_the_full_norm_and_never_clips():
     loop.run_steps(run, 0, on_row=rows.append)
     assert all(r["grad_norm_clipped"] == r["grad_norm"] and r["clipped"] is False for r in rows)
     assert max(r["grad_norm"] for r in rows) > 1.0  # with clipping at 1.0 these steps would have been cut
+
+
+def test_help_and_config_errors_import_neither_torch_nor_dynamo(tmp_path):
+    """`--help` and a one-line config error return before torch is imported (issue 14: well under a second;
+    no wall-clock limit here, the imports are the measure)."""
+    import subprocess
+    import sys
+
+    cases = [["--help"], ["train", "--help"], ["train", "--out", str(tmp_path / "r"), "--set", "bogus=1"],
+             ["train", "--out", str(tmp_path / "r"), "--set", "injection=nope"],
+             ["lab-run", "--injection", "scale", "--injection-step", "-3"],
+             ["lab", "--experiments", str(tmp_path), "--set", "injection_step=99999"], ["config", "--help"]]
+    code = ("import sys\nfrom minitrain import cli\nimport contextlib, io\n"
+            "for argv in %r:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+            "        try:\n            cli.main(argv)\n        except SystemExit:\n            pass\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n" % cases)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+    assert not (tmp_path / "r").exists()

@@ -43,11 +43,12 @@ def _config_from_args(args) -> "TrainConfig":  # noqa: F821
 
 
 def cmd_train(args) -> int:
-    from minitrain.lab.runs import exit_code, resume_run, summary_line, train_run
-
+    # the config is checked before the loop (and torch) is imported: a one-line error returns at once
     if args.resume:
         if args.out or args.set or args.config or args.preset or args.precision:
             raise UserError("--resume takes the run folder alone (and --device); its config.yaml is used as it is")
+        from minitrain.lab.runs import exit_code, resume_run, summary_line
+
         res = resume_run(Path(args.resume), device=args.device)
         if is_main_process():  # under torchrun, rank 0 speaks for all ranks
             print(summary_line(Path(args.resume).name, res))
@@ -55,6 +56,8 @@ def cmd_train(args) -> int:
     if not args.out:
         raise UserError("train needs --out DIR (or --resume DIR); e.g. minitrain train --out experiments/my-run")
     cfg = _config_from_args(args)
+    from minitrain.lab.runs import exit_code, summary_line, train_run
+
     res = train_run(cfg, Path(args.out), force=args.force, fork=not args.no_fork)
     if is_main_process():  # under torchrun, rank 0 speaks for all ranks
         print(summary_line(Path(args.out).name, res))
@@ -79,7 +82,6 @@ def _env_int(name: str, default: int) -> int:
 def cmd_lab_run(args) -> int:
     """One run of the lab, named as the lab names it; reads the lab's shell variables with --from-env."""
     from minitrain.core.config import build_config
-    from minitrain.lab.runs import exit_code, lab_run
 
     if args.from_env:
         seed = _env_int("seed", LAB_DEFAULT_SEED)
@@ -90,7 +92,10 @@ def cmd_lab_run(args) -> int:
     overrides = [f"seed={seed}", f"injection={injection}", f"injection_step={step}", *(args.set or [])]
     if args.no_progress:
         overrides.append("progress=false")
-    out, line = lab_run(build_config({}, overrides), Path(args.experiments), force=args.force, index=not args.no_index)
+    cfg = build_config({}, overrides)  # checked before the loop (and torch) is imported
+    from minitrain.lab.runs import exit_code, lab_run
+
+    out, line = lab_run(cfg, Path(args.experiments), force=args.force, index=not args.no_index)
     print(line)
     return exit_code(out)
 
@@ -98,9 +103,11 @@ def cmd_lab_run(args) -> int:
 def cmd_lab(args) -> int:
     """The whole lab: the baseline, then the three injections forked from it, in parallel; then the
     expected-vs-observed report and the index."""
+    from minitrain.lab.parallel import LAB_INJECTIONS, lab_configs, run_lab
+
+    lab_configs(args.seed, args.injection_step, args.set)  # a bad --set: one line, before torch is imported
     from minitrain.analysis import signature
     from minitrain.lab import spoilers
-    from minitrain.lab.parallel import LAB_INJECTIONS, run_lab
     from minitrain.lab.runs import exit_code
     from minitrain.run import reader
 

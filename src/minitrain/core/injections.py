@@ -24,11 +24,12 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable
 
 from minitrain.core.errors import UserError
+
+if TYPE_CHECKING:  # torch is imported where it is used: validating a config must not pay for it
+    import torch
 
 POINTS = ("lr", "batch", "grads", "optimizer_state")
 LASTS = ("step", "span", "rest")
@@ -137,6 +138,8 @@ CORRUPT_MODES = ("random", "shift", "mismatch")
 
 def _fault_generator(cfg) -> torch.Generator:
     """A generator of its own (never the global RNG, which the run's other draws use), from seed and K."""
+    import torch
+
     return torch.Generator().manual_seed(cfg.seed * 1_000_003 + 7_919 * cfg.injection_step + 12_345)
 
 
@@ -145,6 +148,8 @@ def corrupt_batch(batch, ctx: InjectContext):
     """Corrupted batch at K: injection_rows rows (0 = all) of injection_mode random | shift | mismatch.
     random: random token ids between <bos> and <eos>; shift: rows cut half a row late from the batch's token
     stream (they straddle two sentences); mismatch: each row gets another row's targets. Rows stay distinct."""
+    import torch
+
     from minitrain.core.tokenizer import PAD, Batch
 
     n = batch.x.shape[0]

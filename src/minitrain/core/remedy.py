@@ -23,11 +23,12 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable
 
 from minitrain.core.errors import UserError
+
+if TYPE_CHECKING:  # torch is imported where it is used: validating a config must not pay for it
+    import torch
 
 MAX_ACTIONS_RECORDED = 50  # zclip may act often; the manifest keeps the first 50 and a count
 
@@ -130,6 +131,8 @@ def zclip(step: int, grad_norm: float, ctx: RemedyContext) -> bool:
     if z > cfg.remedy_zclip_z:
         threshold = mean + cfg.remedy_zclip_z * std
         factor = threshold / grad_norm
+        import torch
+
         with torch.no_grad():
             for p in ctx.model.parameters():
                 if p.grad is not None:

@@ -92,10 +92,15 @@ class StepView:
 # list?). Adding a signal is one entry here (and a line in docs/metrics.md); `row` stacks them all into the
 # step's single host transfer. Ranks hold equal-shaped shares, so a mean of rank means is the global mean.
 STEP_SIGNALS = (
-    ("logit_max", "max", lambda s: s.logits.detach().abs().amax().float().reshape(1), False),
+    ("logit_max", "max", lambda s: _max_abs(s.logits.detach()).float().reshape(1), False),
     ("act", "mean", lambda s: torch.stack(s.model.last_activations).float() if s.model.last_activations
      else torch.zeros(0, device=s.logits.device), True),
 )
+
+def _max_abs(x: torch.Tensor) -> torch.Tensor:
+    lo, hi = torch.aminmax(x)  # one pass, no |x| copy
+    return torch.maximum(hi, -lo)
+
 
 # Per-parameter-tensor statistics (full telemetry): (key, measured on every step?, function of the
 # telemetry's `_Moments` -> one value per tensor, a single `_foreach` pass). Adding one is one entry here.
@@ -357,7 +362,8 @@ class _Moments:
     def rms_adam_ratio(self) -> torch.Tensor:
         """RMS(g / (sqrt(v_hat) + eps)) with Adam's own denominator; every tensor steps together, so the bias
         correction is one scalar."""
-        denom = torch._foreach_div(torch._foreach_sqrt(self.v), (1.0 - self._beta2 ** self._step) ** 0.5)
+        denom = torch._foreach_sqrt(self.v)
+        torch._foreach_div_(denom, (1.0 - self._beta2 ** self._step) ** 0.5)  # in place: one copy of v, not two
         torch._foreach_add_(denom, self._eps)
         grads = [p.grad for p in self.tel.params]
         return self.norms(torch._foreach_div(grads, denom)) / self.numel.sqrt()

@@ -68,6 +68,15 @@ def last_step(run: Path) -> int | None:
     return None
 
 
+def lab_configs(seed: int, k: int, sets: list[str] | None = None) -> list:
+    """The four runs' configs, as `minitrain lab-run` builds them (so a --set that breaks one of them, e.g.
+    injection_step, is refused before anything trains): baseline, then A, B, C."""
+    from minitrain.core.config import build_config
+
+    return [build_config({}, [f"seed={seed}", f"injection={inj}", f"injection_step={k}", *(sets or [])])
+            for inj in ("none", *LAB_INJECTIONS)]
+
+
 def fork_checkpoint(k: int, ckpt_every: int) -> int:
     """The baseline checkpoint an injection run at K forks from: the last one at or before K."""
     return (k // ckpt_every) * ckpt_every
@@ -78,12 +87,10 @@ def run_lab(experiments: Path, seed: int, k: int, jobs: int | None = None, sets:
     """Train the lab's four runs into `experiments` (up-to-date runs are left alone); returns each run's
     summary line. Raises UserError with the failing run's last message if any run fails. `main`: the CLI's
     entry point, to fork each run from this process (module docstring) where the platform allows it."""
-    from minitrain.core.config import build_config
-
     experiments, out = Path(experiments), out or sys.stderr
     sets = list(sets or [])
     jobs = max(1, jobs or os.cpu_count() or 1)
-    base_cfg = build_config({}, [f"seed={seed}", "injection=none", *sets])  # validates before any process starts
+    base_cfg = lab_configs(seed, k, sets)[0]  # every run's config is valid before any process starts
     common = ["--seed", str(seed), "--experiments", str(experiments), "--no-progress", "--no-index"]
     for kv in sets:
         common += ["--set", kv]
