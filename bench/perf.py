@@ -4,7 +4,8 @@ default telemetry, and the lab's wall time against four sequential bare runs.
     python bench/perf.py step [--rounds 9] [--steps-per-block 100]
     python bench/perf.py lab [--rounds 2]
 
-`step` builds three loops in ONE process and runs them in interleaved blocks of the same steps:
+`step` builds five loops in ONE process and runs them interleaved step by step (each round: n steps, every
+loop taking each step in turn, the order rotated every step), timing every step:
   reference  a plain GPT written here with nanoGPT's shapes and training step (learned positions, pre-norm
              blocks, GELU MLP, tied head, `is_causal` attention, AdamW with decay on matrices only (not
              fused: nanoGPT fuses on CUDA only), clip 1.0), timed twice: at the course shape in nanoGPT's
@@ -16,6 +17,8 @@ default telemetry, and the lab's wall time against four sequential bare runs.
              without telemetry, metrics, validation or checkpoints)
   default    the project's loop exactly as a default run drives it (full telemetry, a metrics row every
              step, validation every 100 steps, a checkpoint every 100, spectral norms every 50)
+  telemetry  the same loop with validation and checkpoints switched off: the default telemetry (and its
+             metrics row, written and flushed every step) against the bare step, the issue's 1.15x target
 Each ratio is taken per round, then the median over rounds (the shared machine's load drifts). Times are
 the process's CPU time (one torch thread: other jobs' share of the cores does not count) and wall time.
 
@@ -210,14 +213,22 @@ def _bench_step(args, cfg, bare, run, batches, tmp: Path) -> int:
         fn(0, n)
     times: dict[str, list[float]] = {k: [] for k in loops}  # CPU ms per step of this process
     walls: dict[str, list[float]] = {k: [] for k in loops}
+    names = list(loops)
     for r in range(rounds):
         start = n * (r + 1)
-        order = list(loops.items())
-        for name, fn in order if r % 2 == 0 else reversed(order):  # alternate the order between rounds
-            c0, t0 = time.process_time(), time.perf_counter()
-            fn(start, start + n)
-            times[name].append((time.process_time() - c0) / n * 1000)
-            walls[name].append((time.perf_counter() - t0) / n * 1000)
+        cpu, wall = dict.fromkeys(names, 0.0), dict.fromkeys(names, 0.0)
+        # interleaved step by step (the machine's speed drifts within a block of steps), the order rotated
+        # every step; each loop's CPU time summed over the round's n steps
+        for step in range(start, start + n):
+            k = step % len(names)
+            for name in names[k:] + names[:k]:
+                c0, t0 = time.process_time(), time.perf_counter()
+                loops[name](step, step + 1)
+                cpu[name] += time.process_time() - c0
+                wall[name] += time.perf_counter() - t0
+        for name in names:
+            times[name].append(cpu[name] / n * 1000)
+            walls[name].append(wall[name] / n * 1000)
         print(f"round {r + 1}/{rounds}", file=sys.stderr)
     ref, bare_t, default_t, course, telemetry_t = (times[k] for k in loops)
 
@@ -239,6 +250,8 @@ def _bench_step(args, cfg, bare, run, batches, tmp: Path) -> int:
           f"{ratio(walls[list(loops)[1]], wcourse):.3f}x wall (target <= 0.90x)")
     print(f"bare step / reference step on the same tokens: {ratio(bare_t, ref):.3f}x CPU, "
           f"{ratio(walls[list(loops)[1]], wref):.3f}x wall")
+    spread = sorted(x / y for x, y in zip(telemetry_t, bare_t))
+    print(f"per-round telemetry / bare: {', '.join(f'{r:.3f}' for r in spread)}")
     print(f"default telemetry and metrics / bare step: {ratio(telemetry_t, bare_t):.3f}x CPU, "
           f"{ratio(walls[list(loops)[4]], wbare):.3f}x wall (target <= 1.15x)")
     print(f"default run (telemetry, metrics, validation every {cfg.eval_every} steps, checkpoints every "

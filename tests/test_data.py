@@ -48,3 +48,25 @@ def test_ngram_baseline_is_cached_by_its_exact_inputs(tmp_path, monkeypatch):
     assert D.cached_ngram_baseline(data.train, data.val, 512) == fresh and not calls  # read back, bit-exact
     D.cached_ngram_baseline(data.val, data.val, 512)  # other inputs: computed again, never the stored value
     assert len(calls) == 1
+
+
+def test_block_counts_equal_each_batchs_own_count():
+    """batch_block counts every batch's regular / irregular targets at once; Batch.kind_counts and
+    target_kinds agree with the batch's own mask."""
+    import torch
+
+    from minitrain.core.config import build_config
+    from minitrain.core.data import prepare
+    from minitrain.core.tokenizer import Batch
+
+    cfg = build_config({}, ["progress=false"])
+    data = prepare(cfg)
+    for step in (0, 5, 251):
+        b = data.train_batch(step, cfg.batch_size, cfg.seed)
+        fresh = Batch(x=b.x, y=b.y, loss_mask=b.loss_mask, key_pad=b.key_pad, irregular=b.irregular, rows=b.rows)
+        assert b.kind_counts() == fresh.kind_counts()
+        assert torch.equal(b.target_index(), fresh.target_index()) and torch.equal(b.target_kinds(), fresh.target_kinds())
+        reg, irr = fresh.kind_counts()
+        assert reg + irr == int(b.loss_mask.sum()) and irr == int(b.loss_mask[b.irregular].sum())
+        kinds = fresh.target_kinds()
+        assert kinds.shape == (2, reg + irr) and torch.equal(kinds.sum(1), torch.tensor([reg, irr], dtype=torch.float))

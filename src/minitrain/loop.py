@@ -58,19 +58,16 @@ def clip_grad_norm(grads: list[torch.Tensor], max_norm: float, norms: list[torch
 
 def masked_loss(logits: torch.Tensor, batch,
                 target_tokens: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token-mean cross-entropy over target tokens only; also the per-token losses [B, T] (0 off target,
-    detached). `logits` are the model's at the batch's targets (`at=batch.target_index()`: [N, V]) or at
-    every position ([B, T, V]). `target_tokens` (default: the batch's own) divides the sum: under DDP, the
-    global batch's count."""
-    count = batch.loss_mask.sum() if target_tokens is None else target_tokens
-    if logits.dim() == 3:
-        tok = F.cross_entropy(logits.flatten(0, 1).float(), batch.y.flatten(), reduction="none").view_as(batch.y)
-        tok = tok * batch.loss_mask
-        return tok.sum() / count, tok.detach()
+    """Token-mean cross-entropy over target tokens only; also the per-target losses [N] (detached, in
+    `batch.target_index()` order). `logits` are the model's at the batch's targets (`at=batch.target_index()`:
+    [N, V]) or at every position ([B, T, V]). `target_tokens` (default: the batch's own) divides the sum:
+    under DDP, the global batch's count."""
     at = batch.target_index()
+    if logits.dim() == 3:
+        logits = logits.flatten(0, 1).index_select(0, at)
     per_target = F.cross_entropy(logits.float(), batch.y.flatten().index_select(0, at), reduction="none")
-    tok = per_target.new_zeros(batch.y.numel()).index_copy_(0, at, per_target.detach()).view_as(batch.y)
-    return per_target.sum() / count, tok
+    count = batch.loss_mask.sum() if target_tokens is None else target_tokens
+    return per_target.sum() / count, per_target.detach()
 
 
 @torch.no_grad()
@@ -83,10 +80,10 @@ def evaluate(model: GPT, batches) -> float:
     device = next(model.parameters()).device
     for batch in batches:
         batch = batch.to(device)  # the same batch on CPU
-        _, tok = masked_loss(model(batch.x, batch.key_pad, causal=True, at=batch.target_index(), prune_last=True),
-                             batch)
-        total += tok.sum().cpu()
-        tokens += batch.loss_mask.sum().cpu()
+        _, per_target = masked_loss(model(batch.x, batch.key_pad, causal=True, at=batch.target_index(),
+                                          prune_last=True), batch)
+        total += per_target.sum().cpu()
+        tokens += len(per_target)
     model.record_activations = record
     model.train()
     return float(total / tokens)
@@ -134,7 +131,7 @@ def train_step(run: Run, step: int) -> dict:
         logits = run.forward(local.x, local.key_pad, causal=cfg.causal_mask, at=local.target_index())  # [targets, V]
     # this rank's share of the GLOBAL token mean: every rank holds the global batch, so its target-token
     # count needs no all-reduce
-    loss, tok_loss = masked_loss(logits, local, batch.loss_mask.sum().to(run.device))
+    loss, per_target = masked_loss(logits, local, batch.loss_mask.sum().to(run.device))
     for p in run.params.values():  # opt.zero_grad(set_to_none=True), without its per-call dynamo wrapper
         p.grad = None
     scale = distributed.backward_scale()  # x world size: DDP averages gradients (1 alone: no multiply)
@@ -155,19 +152,19 @@ def train_step(run: Run, step: int) -> dict:
     if take_step:  # False only when a remedy skips this batch
         opt.step()
     # 5. log (global numbers: summed over ranks)
-    return metrics_row(run, step, lr, loss, tok_loss, local, logits, grad_norm, val_loss)
+    return metrics_row(run, step, lr, loss, per_target, local, logits, grad_norm, val_loss)
 
 
-def metrics_row(run: Run, step, lr, loss, tok_loss, batch, logits, grad_norm, val_loss) -> dict:
+def metrics_row(run: Run, step, lr, loss, per_target, batch, logits, grad_norm, val_loss) -> dict:
     cfg = run.cfg
-    # regular and irregular rows' loss sums and target counts: one [2, B] @ [B, 2] product (`irregular` is on
-    # the host: Batch.to), summed over ranks with the loss share (as they are on one process)
-    kinds = torch.stack([~batch.irregular, batch.irregular]).float().to(tok_loss.device)
-    split = kinds @ torch.stack([tok_loss.sum(1), batch.loss_mask.sum(1)], 1)  # [[reg loss, reg n], [irr ...]]
-    sums = distributed.all_reduce(torch.cat([loss.detach().reshape(1), split.flatten()]), "sum")
+    # regular and irregular rows' loss sums in one product, summed over ranks with the loss share (as they
+    # are on one process); their target counts are the global batch's, known on the host
+    split = batch.target_kinds() @ per_target
+    sums = distributed.all_reduce(torch.cat([loss.detach().reshape(1), split]), "sum")
+    reg_n, irr_n = run.last_batch.kind_counts()
     # the telemetry's fields, and the loss, norm and sums on the host: one transfer for the whole row
     measured, host = run.telemetry.measure(step, run.last_batch, logits, sums[0], grad_norm, extra=sums[1:])
-    loss_f, gn, reg_loss, reg_n, irr_loss, irr_n = host
+    loss_f, gn, reg_loss, irr_loss = host
     clipped_norm = min(gn, cfg.grad_clip) if math.isfinite(gn) and cfg.grad_clip > 0 else gn
     fired = run.inject is not None and step == cfg.injection_step and cfg.injection != "none"
     row = {

@@ -105,6 +105,17 @@ def batch_block(data: EncodedSet, seed: int, batch_size: int, first: int, count:
     batches = [Batch(x=x[s, :, :w - 1], y=y[s, :, :w - 1], loss_mask=loss_mask[s, :, :w - 1],
                      key_pad=key_pad[s, :, :w - 1], irregular=irregular[s], rows=rows)
                for s, (w, rows) in enumerate(zip(widths, idx.tolist()))]
+    # each batch's target index, target kinds and counts (Batch.target_index / target_kinds / kind_counts),
+    # for the whole block at once: the loss's targets in row-major order of each trimmed [B, w - 1] batch
+    s_, b_, t_ = loss_mask.nonzero(as_tuple=True)
+    flat = b_ * (torch.tensor(widths) - 1)[s_] + t_
+    irr_t = irregular[s_, b_]
+    kinds = torch.stack([~irr_t, irr_t]).float()
+    per_step = torch.bincount(s_, minlength=count).tolist()
+    irr_per_step = torch.bincount(s_[irr_t], minlength=count).tolist()
+    for batch, idx, kind, n, irr in zip(batches, flat.split(per_step), kinds.split(per_step, dim=1), per_step,
+                                        irr_per_step):
+        batch._targets, batch._kinds, batch._counts = idx, kind, (n - irr, irr)
     if rare_mask is not None:
         for batch, stats in zip(batches, block_token_stats(x, [w - 1 for w in widths], rare_mask)):
             batch.token_stats = stats

@@ -103,6 +103,8 @@ class Batch:
     irregular: torch.Tensor  # [B] bool
     rows: list[int]  # indices into the split (or -1 for injected rows)
     _targets: torch.Tensor | None = field(default=None, init=False, repr=False, compare=False)
+    _kinds: torch.Tensor | None = field(default=None, init=False, repr=False, compare=False)
+    _counts: tuple[int, int] | None = field(default=None, init=False, repr=False, compare=False)
     # telemetry's composition counts, when counted for a block of batches at once (data.batch_block)
     token_stats: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -114,6 +116,22 @@ class Batch:
             self._targets = self.loss_mask.flatten().nonzero().squeeze(1)
         return self._targets
 
+    def target_kinds(self) -> torch.Tensor:
+        """[2, N] float: row 0 marks the targets (in `target_index` order) of regular-verb rows, row 1 those of
+        irregular ones; `target_kinds() @ per_target_losses` gives both loss sums in one product."""
+        if self._kinds is None:
+            irregular = self.irregular[self.target_index() // self.x.shape[1]]
+            self._kinds = torch.stack([~irregular, irregular]).float()
+        return self._kinds
+
+    def kind_counts(self) -> tuple[int, int]:
+        """(targets of regular rows, targets of irregular rows), on the host (counted once per batch, or for a
+        whole block of batches by data.batch_block)."""
+        if self._counts is None:
+            irregular = int(self.loss_mask[self.irregular].sum())
+            self._counts = (int(self.loss_mask.sum()) - irregular, irregular)
+        return self._counts
+
     def to(self, device: torch.device) -> "Batch":
         """The batch on `device` (itself on CPU). `irregular` stays on the host: masking a device tensor with
         a host boolean mask needs no device-to-host sync (the mask's nonzero is taken on the host), and the
@@ -123,6 +141,7 @@ class Batch:
         moved = Batch(x=self.x.to(device), y=self.y.to(device), loss_mask=self.loss_mask.to(device),
                       key_pad=self.key_pad.to(device), irregular=self.irregular, rows=self.rows)
         moved._targets = self.target_index().to(device)
+        moved._kinds = self.target_kinds().to(device)
         return moved
 
 
