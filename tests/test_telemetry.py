@@ -157,3 +157,38 @@ def test_largest_singular_values_equal_the_spectral_norm():
         ref = float(torch.linalg.matrix_norm(w, ord=2))
         assert abs(got[name] - ref) <= 2e-6 * ref, (name, got[name], ref)
     assert got["bad"] != got["bad"]  # nan
+
+
+def test_the_update_rebuilt_from_adamws_moments_equals_the_measured_one():
+    """With AdamW no weights are copied before the step: `u` and `ur` are rebuilt from the step's own
+    moments. They equal |p_new - p_old| / |p_old| measured on copies, to float rounding, on an ordinary
+    step, under an injected LR and beta2, and at a skipped update (u = 0)."""
+    import math
+
+    cfg = small_config()
+    run = loop.build_run(cfg)
+    assert run.telemetry.rebuild and run.telemetry.prev == []  # no copy of the weights is ever allocated
+    for s in range(12):
+        loop.train_step(run, s)
+    tel = run.telemetry
+    for case in ("plain", "lr and beta2 changed", "skipped", "lr * wd near 1: copied"):
+        if case == "lr and beta2 changed":
+            for g in run.opt.param_groups:
+                g["betas"] = (0.9, 0.5)
+        if case == "lr * wd near 1: copied":
+            run.cfg = run.cfg.replace(lr_max=9.0, lr_min=9.0, warmup_steps=0)  # lr * wd = 0.9
+        old = [p.detach().clone() for p in tel.params]
+        if case == "skipped":
+            tel.before_step(False)
+        else:
+            loop.train_step(run, 12)  # its before_step: a copy only when lr * wd is near 1
+        m = telemetry._Moments(tel, [run.opt.state[p] for p in tel.params])
+        measured = torch.stack([(p.detach() - o).norm() for p, o in zip(tel.params, old)])
+        weights = torch.stack([o.norm() for o in old])
+        assert tel.copied == (case == "lr * wd near 1: copied"), case
+        assert torch.allclose(m.update, measured, rtol=1e-5, atol=1e-12), case
+        assert torch.allclose(m.weight, weights, rtol=1e-6), case
+        if case == "skipped":
+            assert float(m.update.abs().max()) == 0.0
+        else:
+            assert not math.isclose(float(m.update.sum()), 0.0)

@@ -148,7 +148,7 @@ def train_step(run: Run, step: int) -> dict:
     # 4. INJECT at the optimizer state (C: v_corrupt), then the optimizer step
     if run.inject:  # (the view of the moments is only built when an injection is configured)
         maybe_inject("optimizer_state", step, optimizer_moments(model, opt), run.inject)
-    run.telemetry.before_step()
+    run.telemetry.before_step(take_step)
     if take_step:  # False only when a remedy skips this batch
         opt.step()
     # 5. log (global numbers: summed over ranks)

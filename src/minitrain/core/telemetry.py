@@ -124,6 +124,7 @@ EMA_DECAY = 0.9
 TRIGGER_GRAD_RATIO = 3.0  # a healthy default run has 4 steps past it (natural spikes late in training)
 TRIGGER_LOSS_NATS = 0.5
 TRIGGER_V_RESIDUAL = 1e-3
+REBUILD_MIN_KEEP = 0.5  # AdamW's update is rebuilt only while its decay factor 1 - lr * wd stays above this
 
 
 class Telemetry:
@@ -135,7 +136,15 @@ class Telemetry:
         self.detached = [p.detach() for p in self.params]  # views: they follow the in-place updates
         self.rare_mask = rare_mask
         self.rare_list = rare_mask.tolist()
-        self.prev = [torch.empty_like(p) for p in self.detached] if self.full else []  # weights before the step
+        # `u` (the update |p_new - p_old|): with AdamW it is rebuilt on detail steps from the step's own moments
+        # (to float rounding: tests/test_telemetry.py), so no step pays for a copy of the weights; with any
+        # other optimizer (the probe's), or an LR so large that AdamW's decay factor 1 - lr * wd is below
+        # REBUILD_MIN_KEEP (dividing by it would amplify rounding), the weights are copied before the step
+        self.rebuild = self.full and _plain_adamw(optimizer)
+        self.group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
+        self.prev: list[torch.Tensor] = []  # the copy, allocated when first needed
+        self.copied = False  # was the copy taken before this step
+        self.stepped = True  # did the optimizer step (a remedy may skip it)
         self.grad_norms: torch.Tensor | None = None
         self.beta2 = cfg.beta2
         self.sizes = [p.numel() for p in self.params]
@@ -157,9 +166,30 @@ class Telemetry:
         self.grad_norms = torch.stack(norms)
         return list(norms)
 
-    def before_step(self) -> None:
-        if self.full:  # a copy of the weights (into buffers kept from step to step), to measure the update
+    def before_step(self, taking: bool = True) -> None:
+        """Called just before the optimizer step (`taking`: False when a remedy skips it)."""
+        self.stepped = taking
+        self.copied = self.full and (not self.rebuild or any(
+            1.0 - float(g["lr"]) * float(g.get("weight_decay", 0.0)) < REBUILD_MIN_KEEP for g in self.opt.param_groups))
+        if self.copied:  # a copy of the weights (into buffers kept from step to step), to measure the update
+            if not self.prev:
+                self.prev = [torch.empty_like(p) for p in self.detached]
             torch._foreach_copy_(self.prev, self.detached)
+
+    def hyper(self, states: list[dict]) -> dict[str, list[float]]:
+        """Per tensor, what Adam's step used: its denominator's bias correction sqrt(1 - b2^t) and eps, and
+        for AdamW's update the step size lr / (1 - b1^t) and the decoupled decay's factor 1 - lr * wd (read
+        from each tensor's param group after the step: an injected LR or beta2 included)."""
+        out: dict[str, list[float]] = {"bc2": [], "eps": [], "step_size": [], "keep": []}
+        for p, st in zip(self.params, states):
+            g = self.group_of.get(id(p), {})
+            b1, b2 = g.get("betas", (getattr(self.cfg, "beta1", 0.9), self.beta2))
+            t, lr = float(st["step"]), float(g.get("lr", 0.0))
+            out["bc2"].append((1.0 - b2 ** t) ** 0.5)
+            out["eps"].append(float(g.get("eps", self.cfg.eps)))
+            out["step_size"].append(lr / (1.0 - b1 ** t))
+            out["keep"].append(1.0 - lr * float(g.get("weight_decay", 0.0)))
+        return out
 
     def row(self, step: int, batch, logits: torch.Tensor, loss: torch.Tensor, grad_norm: torch.Tensor) -> dict:
         return self.measure(step, batch, logits, loss, grad_norm)[0]
@@ -339,31 +369,59 @@ def largest_singular_values(mats: list[tuple[str, torch.Tensor]]) -> dict[str, f
     return {n: v for (n, _), v in zip(mats, out)}
 
 
+def _plain_adamw(opt) -> bool:
+    """AdamW as torch defines it (no amsgrad, no maximize, float LRs): its step can be rebuilt exactly."""
+    return isinstance(opt, torch.optim.AdamW) and all(
+        not g.get("amsgrad") and not g.get("maximize") and not torch.is_tensor(g.get("lr")) for g in opt.param_groups)
+
+
 class _Moments:
     """The tensors PARAM_STATS read; what only detail statistics need is computed when first asked for."""
 
     def __init__(self, tel: Telemetry, states: list[dict]):
-        self.tel = tel
+        self.tel, self.states = tel, states
         self.norms = lambda ts: torch.stack(torch._foreach_norm(ts))
         self.numel = tel.numel
         self.grad_norms = tel.grad_norms if tel.grad_norms is not None else torch.zeros_like(tel.numel)
         self.v = [st["exp_avg_sq"] for st in states]
         self.v_mean = torch.stack([v.sum() for v in self.v]) / self.numel  # (3.5x faster than an L1 _foreach_norm)
-        self._step, self._beta2, self._eps = float(states[0]["step"]), tel.beta2, tel.cfg.eps
+
+    @functools.cached_property
+    def hyper(self) -> dict[str, list[float]]:
+        return self.tel.hyper(self.states)
+
+    @functools.cached_property
+    def denom(self) -> list[torch.Tensor]:
+        """Adam's denominator sqrt(v_hat) + eps, per tensor, as the step computed it."""
+        d = torch._foreach_sqrt(self.v)
+        torch._foreach_div_(d, self.hyper["bc2"])
+        torch._foreach_add_(d, self.hyper["eps"])
+        return d
+
+    @functools.cached_property
+    def before(self) -> list[torch.Tensor]:
+        """The weights before the step: copied (`Telemetry.prev`), or rebuilt from AdamW's step,
+        p_new = (1 - lr wd) p_old - lr / (1 - b1^t) * m / (sqrt(v_hat) + eps), with this step's m and v."""
+        tel = self.tel
+        if tel.copied:
+            return tel.prev
+        if not tel.stepped:
+            return tel.detached
+        old = torch._foreach_div([st["exp_avg"] for st in self.states], self.denom)
+        torch._foreach_mul_(old, self.hyper["step_size"])
+        torch._foreach_add_(old, tel.detached)
+        torch._foreach_div_(old, self.hyper["keep"])
+        return old
 
     @functools.cached_property
     def update(self) -> torch.Tensor:
-        return self.norms(torch._foreach_sub(self.tel.detached, self.tel.prev))
+        return self.norms(torch._foreach_sub(self.before, self.tel.detached))
 
     @functools.cached_property
     def weight(self) -> torch.Tensor:
-        return self.norms(self.tel.prev)
+        return self.norms(self.before)
 
     def rms_adam_ratio(self) -> torch.Tensor:
-        """RMS(g / (sqrt(v_hat) + eps)) with Adam's own denominator; every tensor steps together, so the bias
-        correction is one scalar."""
-        denom = torch._foreach_sqrt(self.v)
-        torch._foreach_div_(denom, (1.0 - self._beta2 ** self._step) ** 0.5)  # in place: one copy of v, not two
-        torch._foreach_add_(denom, self._eps)
+        """RMS(g / (sqrt(v_hat) + eps)) with Adam's own denominator (each tensor's group's beta2 and eps)."""
         grads = [p.grad for p in self.tel.params]
-        return self.norms(torch._foreach_div(grads, denom)) / self.numel.sqrt()
+        return self.norms(torch._foreach_div(grads, self.denom)) / self.numel.sqrt()
