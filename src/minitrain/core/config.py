@@ -109,7 +109,7 @@ class TrainConfig:
     ckpt_keep_last: int = 2
     ckpt_keep_steps: list[int] = field(default_factory=lambda: [500])
     telemetry: str = "full"  # full | basic (basic: no per-parameter stats, no spectral norms)
-    spectral_every: int = 50  # power-iteration spectral norms every N steps (0 = never)
+    spectral_every: int = 50  # largest singular value of each matrix every N steps (0 = never)
     threads: int = 1  # torch CPU threads; fixed so results do not depend on the machine
     device: str = "cpu"  # cpu | cuda | auto (auto: cuda when PyTorch sees a GPU)
     precision: str = "fp32"  # fp32 | bf16 (bf16 autocast of the training forward; GPU only)
