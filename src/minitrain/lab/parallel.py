@@ -8,10 +8,11 @@ time (default: one per core). The runs are the same bytes as when made one after
 function of its config and the checkpoint it forks from, never of the order (tests/test_lab_parallel.py).
 
 Given the CLI's entry point (`main`, as `minitrain lab` does) on Linux, each run's process is forked from
-this one after it has imported torch (and `torch._dynamo`, which torch.optim's step imports), the loop and
-the page writers and prepared the data once: a run then starts training at once instead of spending ~2.5 s
-of CPU on a new interpreter's imports and data. Without it (or elsewhere) each run is a new
-`python -m minitrain lab-run`.
+this one instead of starting a new interpreter: the baseline once torch is imported; the injection runs
+once this process has also imported `torch._dynamo` (which torch.optim's Optimizer imports), the loop and
+the page writers and prepared the data (done while the baseline trains its first K steps). An injection
+run then starts training at once instead of spending ~2.5 s of CPU on imports and data. Without `main`
+(or elsewhere) each run is a new `python -m minitrain lab-run`.
 
 Progress: one line per run (step, steps/s), redrawn in place on a terminal; elsewhere one line as each run
 starts and ends.
@@ -104,7 +105,7 @@ def run_lab(experiments: Path, seed: int, k: int, jobs: int | None = None, sets:
 
     fork = main is not None and can_fork()
     if fork:
-        warm_up(base_cfg)  # what the baseline needs first; the rest once it is training (below)
+        warm_up()  # torch alone: the baseline does the rest itself while this process readies the tails
 
     def start(j: Job) -> None:
         j.log = tempfile.TemporaryFile("w+")
@@ -121,7 +122,7 @@ def run_lab(experiments: Path, seed: int, k: int, jobs: int | None = None, sets:
     show = Progress([baseline, *tails], experiments, out)
     start(baseline)
     if fork:
-        warm_up_tails()  # on the other core, while the baseline trains
+        warm_up_tails(base_cfg)  # on the other core, while the baseline starts
     waiting = list(tails)
     try:
         while baseline.running or any(j.running for j in tails) or waiting:
@@ -163,27 +164,29 @@ def can_fork() -> bool:
     return sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods()
 
 
-def warm_up(cfg) -> None:
-    """What each run's process would otherwise do first, done once before forking the baseline: imports
-    (torch, torch._dynamo, the loop) and the data (kept by data.prepare's cache)."""
+def warm_up() -> None:
+    """Before forking the baseline: import torch (the largest import), and keep this process at one
+    OpenMP thread (no thread team exists at a fork: the children may start their own)."""
     import torch
 
-    torch.set_num_threads(1)  # no OpenMP thread team in this process: the children may start their own
-    import torch._dynamo  # noqa: F401  (torch.optim's Optimizer imports it on first use)
+    torch.set_num_threads(1)
+
+
+def warm_up_tails(cfg) -> None:
+    """What each injection run would otherwise do first, done once here while the baseline trains: the
+    imports (torch._dynamo, which torch.optim's Optimizer imports on first use; the loop; the signature and
+    page writers) and the data (kept by data.prepare's cache)."""
+    import torch._dynamo  # noqa: F401
 
     from minitrain import loop  # noqa: F401
+    from minitrain.analysis import readings, signature  # noqa: F401
     from minitrain.core.data import prepare
+    from minitrain.views import dashboard  # noqa: F401
 
     prepare(cfg)
     # the tokenizer was trained with its thread pool here; a forked child must not use that pool (and
     # the library warns unless this is set)
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
-
-
-def warm_up_tails() -> None:
-    """What the injection runs need after training (the signature and page writers), imported once."""
-    from minitrain.analysis import readings, signature  # noqa: F401
-    from minitrain.views import dashboard  # noqa: F401
 
 
 class ForkedRun:
