@@ -181,10 +181,11 @@ class Telemetry:
         for AdamW's update the step size lr / (1 - b1^t) and the decoupled decay's factor 1 - lr * wd (read
         from each tensor's param group after the step: an injected LR or beta2 included)."""
         out: dict[str, list[float]] = {"bc2": [], "eps": [], "step_size": [], "keep": []}
-        for p, st in zip(self.params, states):
+        steps = torch.stack([torch.as_tensor(st["step"], dtype=torch.float32) for st in states]).tolist()  # 1 sync
+        for p, t in zip(self.params, steps):
             g = self.group_of.get(id(p), {})
             b1, b2 = g.get("betas", (getattr(self.cfg, "beta1", 0.9), self.beta2))
-            t, lr = float(st["step"]), float(g.get("lr", 0.0))
+            lr = float(g.get("lr", 0.0))
             out["bc2"].append((1.0 - b2 ** t) ** 0.5)
             out["eps"].append(float(g.get("eps", self.cfg.eps)))
             out["step_size"].append(lr / (1.0 - b1 ** t))
