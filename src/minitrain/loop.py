@@ -128,7 +128,8 @@ def train_step(run: Run, step: int) -> dict:
     for group in opt.param_groups:
         group["lr"] = lr
     with distributed.autocast(cfg, run.device):
-        logits = run.forward(local.x, local.key_pad, causal=cfg.causal_mask, at=local.target_index())  # [targets, V]
+        # logits at the loss's targets only, [targets, V]: the Spanish prompt and the padding are not read
+        logits = run.forward(local.x, local.key_pad, causal=cfg.causal_mask, at=local.target_index())
     # this rank's share of the GLOBAL token mean: every rank holds the global batch, so its target-token
     # count needs no all-reduce
     loss, per_target = masked_loss(logits, local, batch.loss_mask.sum().to(run.device))
@@ -143,7 +144,8 @@ def train_step(run: Run, step: int) -> dict:
         params[n].grad = g
     grad_list = list(grads.values())
     norms = run.telemetry.after_backward(grad_list)  # per-tensor norms (telemetry's g), or None
-    grad_norm = clip_grad_norm([g for g in grad_list if g is not None], cfg.grad_clip or math.inf, norms)  # grad_clip 0: no clipping
+    present = [g for g in grad_list if g is not None]
+    grad_norm = clip_grad_norm(present, cfg.grad_clip or math.inf, norms)  # grad_clip 0: no clipping
     take_step = apply_remedy(step, grad_norm, run.remedy)  # REMEDY (remedy.py): no-op unless cfg.remedy set
     # 4. INJECT at the optimizer state (C: v_corrupt), then the optimizer step
     if run.inject:  # (the view of the moments is only built when an injection is configured)
