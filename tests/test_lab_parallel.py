@@ -53,3 +53,23 @@ def test_a_diverging_lab_keeps_its_rows_and_exits_3(tmp_path):
     assert "non-finite, rows kept" in res.stderr and "failed" not in res.stderr
     for name in ("18-baseline", "19-injection-A-k50", "19-injection-B-k50", "19-injection-C-k50"):
         assert f"{name}: stopped at step" in res.stdout  # each run's own summary line
+
+
+def test_an_interrupted_lab_run_continues_where_it_stopped(tmp_path):
+    """`minitrain lab` (or lab-run) again after Ctrl-C or a kill: an unfinished run of the same config is
+    resumed from its last checkpoint, to the same bytes as an uninterrupted run; another config is refused."""
+    from minitrain import loop
+    from minitrain.run import reader
+
+    cfg = build_config({}, [*SMALL, "seed=42", "injection=none", "injection_step=50"])
+    out = tmp_path / "cut" / reader.lab_run_name("none", 42, 50)
+    loop.train(cfg, out, stop_at=70)  # as a run killed after its checkpoint at 60 leaves it, more or less
+    folder, line = lab_run(cfg, tmp_path / "cut")
+    assert folder == out and "finished" in line
+    lab_run(cfg, tmp_path / "whole")
+    assert (out / "metrics.jsonl").read_bytes() == (tmp_path / "whole" / out.name / "metrics.jsonl").read_bytes()
+    assert (out / "dashboard.html").exists()
+    other = build_config({}, [*SMALL, "seed=42", "injection=none", "injection_step=50", "lr_max=0.001"])
+    loop.train(other, tmp_path / "other" / out.name, stop_at=30)
+    with pytest.raises(Exception, match="already holds a run"):
+        lab_run(other.replace(lr_max=0.002), tmp_path / "other")

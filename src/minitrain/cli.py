@@ -676,7 +676,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"minitrain: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
-        print("minitrain: interrupted; resume with 'minitrain train --resume DIR'", file=sys.stderr)
+        lab = (argv or sys.argv[1:])[:1] in (["lab"], ["lab-run"])
+        print("minitrain: interrupted; " + ("run the same command again: finished runs are kept, the others continue "
+                                            "from their last checkpoint" if lab else
+                                            "resume with 'minitrain train --resume DIR'"), file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0

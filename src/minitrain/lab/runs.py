@@ -58,15 +58,31 @@ def train_run(cfg: TrainConfig, out: Path, index: bool = True, **kwargs) -> dict
     return res
 
 
-def resume_run(out: Path, device: str | None = None) -> dict:
+def resume_run(out: Path, device: str | None = None, index: bool = True) -> dict:
     res = loop.resume(out, device=device)
     if "steps_done" in res:
-        write_pages(out)
+        write_pages(out, index)
     return res
 
 
+def interrupted(out: Path, cfg: TrainConfig) -> bool:
+    """Does `out` hold an unfinished run of exactly this config (killed, or interrupted with Ctrl-C)? Such a
+    run resumes from its last checkpoint to the same bytes as an uninterrupted one (loop.resume)."""
+    from minitrain.core.config import build_config, load_yaml
+
+    if not (Path(out) / "config.yaml").exists():
+        return False
+    if reader.manifest_of(out).get("status") in ("finished", "non_finite"):
+        return False
+    try:
+        return build_config(load_yaml(Path(out) / "config.yaml")).hash() == cfg.hash()
+    except UserError:  # an unreadable or blind (fields withheld) config.yaml: not ours to continue
+        return False
+
+
 def lab_run(cfg: TrainConfig, experiments: Path, force: bool = False, index: bool = True) -> tuple[Path, str]:
-    """One run of the lab into experiments/<lab name>; a finished run of the same config is left alone.
+    """One run of the lab into experiments/<lab name>; a finished run of the same config is left alone, an
+    interrupted one of the same config is resumed.
     Returns (folder, summary line). An injection run also gets its signature.json (expected vs observed).
     `index=False`: leave experiments/index.html to the caller (`minitrain lab` writes it once at the end)."""
     from minitrain.analysis import signature
@@ -76,7 +92,10 @@ def lab_run(cfg: TrainConfig, experiments: Path, force: bool = False, index: boo
         manifest = reader.manifest_of(out)
         if manifest.get("config_hash") == cfg.hash() and manifest.get("status") in ("finished", "non_finite"):
             return out, f"{out.name}: up to date (same config, already {manifest['status']}); --force re-runs it"
-    res = train_run(cfg, out, index=index, force=force)
+    if not force and interrupted(out, cfg):  # `minitrain lab` again after Ctrl-C or a kill: continue it
+        res = resume_run(out, index=index)
+    else:
+        res = train_run(cfg, out, index=index, force=force)
     line = summary_line(out.name, res)
     if cfg.injection != "none":  # expected vs observed, when the baseline of the same seed is there
         try:
