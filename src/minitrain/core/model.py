@@ -151,14 +151,13 @@ class GPT(nn.Module):
         rot = self.rope[:T]
         h = self.tok_emb(x)
         acts = []
-        last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
-            pruned = prune_last and at is not None and i == last
+            pruned = prune_last and at is not None and i == len(self.blocks) - 1
             h = block(h, mask, rot, at if pruned else None)
             if self.record_activations:
                 acts.append(h.detach().abs().mean())
         self.last_activations = acts
-        if at is not None and not (prune_last and last >= 0):
+        if at is not None and h.dim() == 3:  # not already cut to the targets by a pruned last block
             h = h.flatten(0, 1).index_select(0, at)
         h = self.ln_f(h)
         return F.linear(h, self.tok_emb.weight, self.lm_head.bias)

@@ -64,7 +64,7 @@ _RND_FMT = f"%.{SIG}g"
 def rnd_all(xs: list[float]) -> list[float | None]:
     """`rnd` of every value, formatted in one call (a row holds ~40 of them: a third of the per-value cost)."""
     if all(map(math.isfinite, xs)):
-        return list(map(float, " ".join([_RND_FMT] * len(xs)).__mod__(tuple(xs)).split()))
+        return [float(v) for v in (" ".join([_RND_FMT] * len(xs)) % tuple(xs)).split()]
     return [rnd(x) for x in xs]
 
 
@@ -79,6 +79,11 @@ def rare_token_mask(train_ids: torch.Tensor, vocab_size: int,
     counts = torch.bincount(ids, minlength=vocab_size)
     rare = counts < share * ids.numel()
     return counts, rare
+
+
+def _max_abs(x: torch.Tensor) -> torch.Tensor:
+    lo, hi = torch.aminmax(x)  # one pass, no |x| copy
+    return torch.maximum(hi, -lo)
 
 
 class StepView:
@@ -96,11 +101,6 @@ STEP_SIGNALS = (
     ("act", "mean", lambda s: torch.stack(s.model.last_activations).float() if s.model.last_activations
      else torch.zeros(0, device=s.logits.device), True),
 )
-
-def _max_abs(x: torch.Tensor) -> torch.Tensor:
-    lo, hi = torch.aminmax(x)  # one pass, no |x| copy
-    return torch.maximum(hi, -lo)
-
 
 # Per-parameter-tensor statistics (full telemetry): (key, measured on every step?, function of the
 # telemetry's `_Moments` -> one value per tensor, a single `_foreach` pass). Adding one is one entry here.
@@ -141,7 +141,6 @@ class Telemetry:
         # other optimizer (the probe's), or an LR so large that AdamW's decay factor 1 - lr * wd is below
         # REBUILD_MIN_KEEP (dividing by it would amplify rounding), the weights are copied before the step
         self.rebuild = self.full and _plain_adamw(optimizer)
-        self.group_of = {id(p): g for g in optimizer.param_groups for p in g["params"]}
         self.prev: list[torch.Tensor] = []  # the copy, allocated when first needed
         self.copied = False  # was the copy taken before this step
         self.stepped = True  # did the optimizer step (a remedy may skip it)
@@ -170,7 +169,8 @@ class Telemetry:
         """Called just before the optimizer step (`taking`: False when a remedy skips it)."""
         self.stepped = taking
         self.copied = self.full and (not self.rebuild or any(
-            1.0 - float(g["lr"]) * float(g.get("weight_decay", 0.0)) < REBUILD_MIN_KEEP for g in self.opt.param_groups))
+            1.0 - float(g["lr"]) * float(g.get("weight_decay", 0.0)) < REBUILD_MIN_KEEP
+            for g in self.opt.param_groups))
         if self.copied:  # a copy of the weights (into buffers kept from step to step), to measure the update
             if not self.prev:
                 self.prev = [torch.empty_like(p) for p in self.detached]
@@ -181,13 +181,14 @@ class Telemetry:
         for AdamW's update the step size lr / (1 - b1^t) and the decoupled decay's factor 1 - lr * wd (read
         from each tensor's param group after the step: an injected LR or beta2 included)."""
         out: dict[str, list[float]] = {"bc2": [], "eps": [], "step_size": [], "keep": []}
+        group_of = {id(p): g for g in self.opt.param_groups for p in g["params"]}  # a tensor with state has one
         steps = torch.stack([torch.as_tensor(st["step"], dtype=torch.float32) for st in states]).tolist()  # 1 sync
         for p, t in zip(self.params, steps):
-            g = self.group_of.get(id(p), {})
-            b1, b2 = g.get("betas", (getattr(self.cfg, "beta1", 0.9), self.beta2))
-            lr = float(g.get("lr", 0.0))
+            g = group_of[id(p)]
+            b1, b2 = g["betas"]
+            lr = float(g["lr"])
             out["bc2"].append((1.0 - b2 ** t) ** 0.5)
-            out["eps"].append(float(g.get("eps", self.cfg.eps)))
+            out["eps"].append(float(g["eps"]))
             out["step_size"].append(lr / (1.0 - b1 ** t))
             out["keep"].append(1.0 - lr * float(g.get("weight_decay", 0.0)))
         return out
