@@ -90,6 +90,12 @@ P_UR = cite("ur")
 P_G = cite("g", "g-all")
 P_BATCH = cite("batch-shares") + " (duplicated rows / batch size, rare-token share)"
 
+# shared by the two one-tensor corruption leaves (§6.A inflated, §6.B deflated)
+RULE_OUT_OPTIMIZER_CHANGED = ("many tensors' v left the recurrence at the same step: the optimizer changed, not one "
+                              "tensor's state", C.rule_out_v_spread)
+CONCEPT_ADAM_V = ("Adam's second moment v",
+                  r"second moment|\bv\b|exp_avg_sq|adam|optimi[sz]er state|segundo momento|estado del optimizador")
+
 TREE: tuple[Section, ...] = (
     Section("§1", "Did the run start?",
             "An untrained model predicts every token about equally: loss near ln V, moderate gradients.", (
@@ -394,11 +400,10 @@ TREE: tuple[Section, ...] = (
              "One tensor's Adam v was multiplied up at one step, so its updates shrink by about sqrt(f) and "
              "recover as v decays at β2 per step: a stall of that tensor, not a spike.",
              "Reload the last checkpoint before the step (or reset that tensor's moments) and re-run.",
-             rule_out=(("many tensors' v left the recurrence at the same step: the optimizer changed, not one "
-                        "tensor's state", C.rule_out_v_spread),), resume="§6.3",
+             rule_out=(RULE_OUT_OPTIMIZER_CHANGED,), resume="§6.3",
              concepts=Concepts(
                  diagnosis=(
-                     ("Adam's second moment v", r"second moment|\bv\b|exp_avg_sq|adam|optimi[sz]er state|segundo momento|estado del optimizador"),
+                     CONCEPT_ADAM_V,
                      ("inflated: updates shrink, a stall", r"inflat|multipl|x\s?\d|larger|stall|shrink|infla|aument|estanc"),
                  ),
                  remediation=(
@@ -410,11 +415,10 @@ TREE: tuple[Section, ...] = (
              "grow by about 1/sqrt(f) for the next steps: the known loss-spike mechanism.",
              "Reload the last checkpoint before the step (or reset that tensor's moments; StableAdamW-style "
              "update clipping guards against it) and re-run.",
-             rule_out=(("many tensors' v left the recurrence at the same step: the optimizer changed, not one "
-                        "tensor's state", C.rule_out_v_spread),), resume="§6.3",
+             rule_out=(RULE_OUT_OPTIMIZER_CHANGED,), resume="§6.3",
              concepts=Concepts(
                  diagnosis=(
-                     ("Adam's second moment v", r"second moment|\bv\b|exp_avg_sq|adam|optimi[sz]er state|segundo momento|estado del optimizador"),
+                     CONCEPT_ADAM_V,
                      ("deflated: updates grow", r"deflat|shrunk|smaller|divid|spike|grow|reduc|pico|crec"),
                  ),
                  remediation=(
