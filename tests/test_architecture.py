@@ -140,7 +140,7 @@ LOADER_NAMES = {"load_file", "safe_open", "from_file", "load_yaml"}
 PARSERS = {"json.loads", "yaml.safe_load", "yaml.load"}  # a file read when given what a .read*() returned
 
 
-def dotted(node: ast.AST) -> str:
+def dotted_name(node: ast.AST) -> str:
     parts = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
@@ -153,7 +153,7 @@ def dotted(node: ast.AST) -> str:
 def is_package_resource(node: ast.AST) -> bool:
     """X.read_text() where X comes from importlib.resources.files(...): a file of the installed package."""
     while isinstance(node, (ast.Attribute, ast.Call)):
-        if isinstance(node, ast.Call) and dotted(node.func).endswith("resources.files"):
+        if isinstance(node, ast.Call) and dotted_name(node.func).endswith("resources.files"):
             return True
         node = node.func if isinstance(node, ast.Call) else node.value
     return False
@@ -166,7 +166,7 @@ def opens_to_read(call: ast.Call, mode_at: int) -> bool:
 
 
 def reads_a_file(call: ast.Call) -> bool:
-    name, func = dotted(call.func), call.func
+    name, func = dotted_name(call.func), call.func
     if name in LOADERS or name.rsplit(".", 1)[-1] in LOADER_NAMES:
         return True
     if name in ("open", "io.open"):
@@ -204,7 +204,7 @@ def scanned_name(path: Path) -> str:
     return path.relative_to(base).with_suffix("").as_posix()
 
 
-def allowed(module: str, function: str) -> tuple[str, str] | None:
+def allowed_read(module: str, function: str) -> tuple[str, str] | None:
     """The allow-list entry that covers a read, or None; an entry's module also covers a package of that name."""
     for entry_module, entry_function in ALLOWED_READS:
         if (module == entry_module or module.startswith(entry_module + "/")) and function == entry_function:
@@ -217,7 +217,7 @@ def test_run_files_are_read_in_run_only():
     for path in READ_SCANNED:
         module = scanned_name(path)
         for line, function, call in file_reads(path.read_text()):
-            entry = allowed(module, function)
+            entry = allowed_read(module, function)
             if entry is None:
                 bad.append(f"{module}.py:{line} {call}() in {function}")
             used.add(entry)
@@ -256,5 +256,5 @@ def test_the_read_rule_catches_every_way_of_reading_a_file():
     for source in passed:
         assert file_reads(source) == [], source
     assert file_reads("def last_step(run):\n    open(run)\n") == [(2, "last_step", "open")]
-    assert allowed("lab/learner/seal", "log_reveal") and allowed("lab/learner", "grade")
-    assert not allowed("lab/postmortem", "render") and not allowed("lab/learnerx", "grade")
+    assert allowed_read("lab/learner/seal", "log_reveal") and allowed_read("lab/learner", "grade")
+    assert not allowed_read("lab/postmortem", "render") and not allowed_read("lab/learnerx", "grade")

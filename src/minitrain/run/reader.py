@@ -3,7 +3,7 @@
     read_json / read_metrics   one file, strict (a clear UserError when missing or corrupt)
     read_config / tokenizer_of a run's config.yaml and tokenizer.json
     live_pid / live_note       is a process writing the run right now (its lock is held)?
-    load_run                   manifest, results, diagnosis and de-duplicated metrics rows of a folder
+    load_run                   manifest, results, diagnosis and metrics rows of a folder
     column / param_column      metrics rows as per-step arrays
     find_baseline              the clean run an injection (or blind) run is compared with
     lab_run_name               the lab's folder names (18-baseline, 19-injection-A, ...)
