@@ -2,6 +2,8 @@
 each handler the arguments, defaults and errors it expects."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from conftest import assert_one_line_error, cli_commands, run_cli
@@ -27,6 +29,21 @@ def test_every_command_and_argument_has_help():
         proc = run_cli(*cmd, "--help")
         assert proc.returncode == 0 and "usage:" in proc.stdout, cmd
         assert len(proc.stdout.splitlines()) >= 4, cmd  # a description, not a bare usage line
+
+
+def test_the_help_names_every_preset_injection_and_default_truly():
+    """The help writes these out (importing core.config for them would slow every --help): they must stay true."""
+    from minitrain.core.config import PRESETS, TrainConfig
+    from minitrain.core.injections import REGISTRY
+
+    train, config = (run_cli(cmd, "--help", env={"COLUMNS": "10000"}).stdout for cmd in ("train", "config"))
+    presets = " | ".join(PRESETS)
+    assert presets in train and presets in config
+    defaults = {"--seed": TrainConfig.seed, "--steps": TrainConfig.steps, "--injection-step": TrainConfig.injection_step}
+    for flag, default in defaults.items():
+        assert re.search(rf"{flag} \S+ .*\(default {default}\)", train), flag
+    assert f"{TrainConfig.device} (default)" in train and f"{TrainConfig.precision} (default)" in train
+    assert {"scale", "bad_batch", "v_corrupt"} < set(REGISTRY) and "scale | bad_batch | v_corrupt" in train
 
 
 @pytest.mark.parametrize("argv, expected", [

@@ -16,11 +16,9 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
 
-from minitrain.core.config import PRESETS, TrainConfig
 from minitrain.core.errors import EXIT_USER_ERROR, UserError
 
 LAB_DEFAULT_SEED, LAB_DEFAULT_STEP = 42, 500  # the lab's defaults (the same as run/reader.py's, kept here so
@@ -35,36 +33,35 @@ class Parser(argparse.ArgumentParser):
         raise UserError(f"{self.prog}: {message} (see '{self.prog} --help')")
 
 
-@dataclass(frozen=True)
 class Arg:
     """One argument: the names and keywords of argparse's add_argument."""
-    names: tuple[str, ...]
-    options: dict[str, Any]
+
+    def __init__(self, *names: str, **options: object):
+        self.names, self.options = names, options
 
 
-def arg(*names: str, **options: Any) -> Arg:
-    return Arg(names, options)
-
-
-@dataclass(frozen=True)
 class Command:
-    """One sub-command: what its --help says, its arguments and the handler that runs it."""
-    name: str
-    help: str  # one line, in `minitrain --help`
-    description: str  # the paragraph at the top of `minitrain NAME --help`
-    args: tuple[Arg, ...] = ()
-    run: Callable[[argparse.Namespace], int] | None = None  # None when the command has sub-commands
-    actions: tuple[Command, ...] = ()  # sub-commands, e.g. `minitrain learner init`
+    """One sub-command: what its --help says, its arguments and the handler that runs it. (Plain classes,
+    not dataclasses: `minitrain --help` imports as little as it can.)"""
+
+    def __init__(self, name: str, help: str, description: str, args: tuple[Arg, ...] = (),
+                 run: Callable[[argparse.Namespace], int] | None = None, actions: tuple[Command, ...] = ()):
+        self.name = name
+        self.help = help  # one line, in `minitrain --help`
+        self.description = description  # the paragraph at the top of `minitrain NAME --help`
+        self.args = args
+        self.run = run  # None when the command has sub-commands (actions), e.g. `minitrain learner init`
+        self.actions = actions
 
 
 # Arguments several commands share.
-NO_PROGRESS = arg("--no-progress", action="store_true", help="no progress bar (e.g. when the output is a log file)")
+NO_PROGRESS = Arg("--no-progress", action="store_true", help="no progress bar (e.g. when the output is a log file)")
 INJECTIONS_HELP = ("none (no fault), one of the lab's scale | bad_batch | v_corrupt, or another injection "
                    "'minitrain config' lists")
 
 
 
-def _config_from_args(args) -> TrainConfig:
+def _config_from_args(args) -> "TrainConfig":  # noqa: F821
     from minitrain.core.config import build_config, load_yaml
 
     base = load_yaml(Path(args.config)) if getattr(args, "config", None) else {}
@@ -133,27 +130,27 @@ TRAIN = Command(
     "Train the mini-GPT into a run folder: manifest.json, config.yaml, metrics.jsonl (one row per step), "
     "checkpoints/, results.json. An injection run forks from a sibling run that differs only in its injection "
     "settings, instead of recomputing steps 0..K-1.",
-    (arg("--out", metavar="DIR", help="run folder to create (refused if it holds a run, unless --force)"),
-     arg("--config", metavar="FILE", help="YAML file of config fields (see 'minitrain config')"),
-     arg("--seed", type=str, help=f"seed for init and batch order (default {TrainConfig.seed})"),
-     arg("--steps", type=str, help=f"number of training steps (default {TrainConfig.steps})"),
-     arg("--injection", metavar="NAME", help=f"the fault to inject at step K: {INJECTIONS_HELP} (default none)"),
-     arg("--injection-step", dest="injection_step", metavar="K",
-         help=f"step at which to inject (default {TrainConfig.injection_step})"),
-     arg("--set", action="append", metavar="KEY=VALUE",
+    (Arg("--out", metavar="DIR", help="run folder to create (refused if it holds a run, unless --force)"),
+     Arg("--config", metavar="FILE", help="YAML file of config fields (see 'minitrain config')"),
+     Arg("--seed", type=str, help="seed for init and batch order (default 42)"),
+     Arg("--steps", type=str, help="number of training steps (default 2000)"),
+     Arg("--injection", metavar="NAME", help=f"the fault to inject at step K: {INJECTIONS_HELP} (default none)"),
+     Arg("--injection-step", dest="injection_step", metavar="K",
+         help="step at which to inject (default 500)"),
+     Arg("--set", action="append", metavar="KEY=VALUE",
          help="override any config field, repeatable (e.g. --set injection_factor=0.01)"),
-     arg("--force", action="store_true", help="replace an existing run folder (only a minitrain run, never the "
+     Arg("--force", action="store_true", help="replace an existing run folder (only a minitrain run, never the "
                                               "current folder or one holding a git repository; refused while "
                                               "another process writes it)"),
-     arg("--resume", metavar="DIR", help="continue a stopped or killed run from its last checkpoint (verified by "
+     Arg("--resume", metavar="DIR", help="continue a stopped or killed run from its last checkpoint (verified by "
                                          "sha256); same bytes as an uninterrupted run"),
-     arg("--no-fork", action="store_true", help="recompute steps 0..K-1 even if a baseline can be forked"),
+     Arg("--no-fork", action="store_true", help="recompute steps 0..K-1 even if a baseline can be forked"),
      NO_PROGRESS,
-     arg("--preset", metavar="NAME", help=f"{' | '.join(PRESETS)}: a named set of model/corpus/clipping defaults "
-                                          "(default course); --set still overrides"),
-     arg("--device", metavar="DEV", help="cpu (default) | cuda | auto (cuda when available); with --resume: "
+     Arg("--preset", metavar="NAME", help="course | medium | gpt2-small-shaped | pretraining-like: a named set of "
+                                         "model/corpus/clipping defaults (default course); --set still overrides"),
+     Arg("--device", metavar="DEV", help="cpu (default) | cuda | auto (cuda when available); with --resume: "
                                          "continue on this device"),
-     arg("--precision", metavar="P", help="fp32 (default) | bf16 (autocast, GPU only)")),
+     Arg("--precision", metavar="P", help="fp32 (default) | bf16 (autocast, GPU only)")),
     cmd_train)
 
 
@@ -179,21 +176,22 @@ def cmd_lab_run(args) -> int:
 
 
 LAB_RUN = Command(
-    "lab-run", "one lab run, named as the lab names it (used by 'just phase-19-train')",
+    "lab-run", "one lab run, named as the lab names it (used by 'just phase-18-train' and 'phase-19-train')",
     "Train one run of the spike-injection lab into EXPERIMENTS/18-baseline or EXPERIMENTS/19-injection-{A,B,C}. "
     "A finished run with the same config is left alone (up to date).",
-    (arg("--from-env", action="store_true", help="read the lab's shell variables seed, injection, injection_step "
+    (Arg("--from-env", action="store_true", help="read the lab's shell variables seed, injection, injection_step "
                                                  "(unset ones take the defaults below)"),
-     arg("--seed", type=int, default=LAB_DEFAULT_SEED, help=f"seed for init and batch order (default {LAB_DEFAULT_SEED})"),
-     arg("--injection", default="none", metavar="NAME", help=f"the fault to inject at step K: {INJECTIONS_HELP} (default none: "
-                                             "the baseline)"),
-     arg("--injection-step", dest="injection_step", type=int, default=LAB_DEFAULT_STEP, metavar="K",
+     Arg("--seed", type=int, default=LAB_DEFAULT_SEED,
+         help=f"seed for init and batch order (default {LAB_DEFAULT_SEED})"),
+     Arg("--injection", default="none", metavar="NAME",
+         help=f"the fault to inject at step K: {INJECTIONS_HELP} (default none: the baseline)"),
+     Arg("--injection-step", dest="injection_step", type=int, default=LAB_DEFAULT_STEP, metavar="K",
          help=f"the step at which to inject (default {LAB_DEFAULT_STEP})"),
-     arg("--experiments", default="experiments", metavar="DIR", help="where runs land (default experiments)"),
-     arg("--set", action="append", metavar="KEY=VALUE", help="override a config field, repeatable"),
-     arg("--force", action="store_true", help="re-run even if the run is up to date"),
+     Arg("--experiments", default="experiments", metavar="DIR", help="where runs land (default experiments)"),
+     Arg("--set", action="append", metavar="KEY=VALUE", help="override a config field, repeatable"),
+     Arg("--force", action="store_true", help="re-run even if the run is up to date"),
      NO_PROGRESS,
-     arg("--no-index", action="store_true",
+     Arg("--no-index", action="store_true",
          help="do not rewrite EXPERIMENTS/index.html ('minitrain lab' writes it once after all four runs)")),
     cmd_lab_run)
 
@@ -230,15 +228,15 @@ LAB = Command(
     "19-injection-{A,B,C}, one process per core, with one progress line per run. Up-to-date runs are left "
     "alone. The same bytes as running 'minitrain lab-run' four times in a row. Then writes and prints the "
     "expected-vs-observed report (lab-report.md) and writes index.html.",
-    (arg("--seed", type=int, default=LAB_DEFAULT_SEED,
+    (Arg("--seed", type=int, default=LAB_DEFAULT_SEED,
          help=f"seed for init and batch order of all four runs (default {LAB_DEFAULT_SEED})"),
-     arg("--injection-step", dest="injection_step", type=int, default=LAB_DEFAULT_STEP, metavar="K",
+     Arg("--injection-step", dest="injection_step", type=int, default=LAB_DEFAULT_STEP, metavar="K",
          help=f"the step at which A, B and C inject and fork from the baseline (default {LAB_DEFAULT_STEP})"),
-     arg("--experiments", default="experiments", metavar="DIR", help="where runs land (default experiments)"),
-     arg("--jobs", type=int, default=None, metavar="N", help="runs at a time (default: one per core)"),
-     arg("--set", action="append", metavar="KEY=VALUE", help="override a config field of every run, repeatable"),
-     arg("--force", action="store_true", help="re-run even the runs that are up to date"),
-     arg("--no-report", action="store_true",
+     Arg("--experiments", default="experiments", metavar="DIR", help="where runs land (default experiments)"),
+     Arg("--jobs", type=int, default=None, metavar="N", help="runs at a time (default: one per core)"),
+     Arg("--set", action="append", metavar="KEY=VALUE", help="override a config field of every run, repeatable"),
+     Arg("--force", action="store_true", help="re-run even the runs that are up to date"),
+     Arg("--no-report", action="store_true",
          help="do not write and print EXPERIMENTS/lab-report.md (as 'minitrain report' does) at the end")),
     cmd_lab)
 
@@ -284,11 +282,11 @@ CORPUS = Command(
     "corpus", "show (or write) the generated corpus, its split and its long tail",
     "Generate the verb-grammar corpus, print its split, the n-gram baseline and each token of the lab's rare "
     "sentence with its training-split count.",
-    (arg("--out", metavar="DIR", help="also write train.jsonl, val.jsonl, data_manifest.json here"),
-     arg("--sentence", action="append", help="report the tokens of this sentence (repeatable; default: the "
+    (Arg("--out", metavar="DIR", help="also write train.jsonl, val.jsonl, data_manifest.json here"),
+     Arg("--sentence", action="append", help="report the tokens of this sentence (repeatable; default: the "
                                              "config's injection_sentence)"),
-     arg("--rare", action="store_true", help="list rare sentences usable as injection_sentence"),
-     arg("--set", action="append", metavar="KEY=VALUE", help="override a config field (e.g. --set corpus_seed=7), "
+     Arg("--rare", action="store_true", help="list rare sentences usable as injection_sentence"),
+     Arg("--set", action="append", metavar="KEY=VALUE", help="override a config field (e.g. --set corpus_seed=7), "
                                                               "repeatable")),
     cmd_corpus)
 
@@ -310,7 +308,8 @@ def cmd_config(args) -> int:
 CONFIG = Command(
     "config", "print every config field with its default",
     "Print the default config as YAML: every key --set accepts, then one line per injection.",
-    (arg("--preset", metavar="NAME", help=f"show this preset's config ({' | '.join(PRESETS)})"),),
+    (Arg("--preset", metavar="NAME",
+         help="show this preset's config (course | medium | gpt2-small-shaped | pretraining-like)"),),
     cmd_config)
 
 
@@ -328,8 +327,8 @@ SIGNATURE = Command(
     "Write RUN/signature.json: loss at K, largest excess over the baseline, pre/post-clip norm ratios, recovery "
     "time, and the lab's predictions marked holds / does not hold. The baseline is the sibling run with the same "
     "config and no injection, unless --baseline names one.",
-    (arg("run", metavar="RUN", help="an injection run folder, e.g. experiments/19-injection-A"),
-     arg("--baseline", metavar="RUN", help="the run without the injection to measure against (default: found "
+    (Arg("run", metavar="RUN", help="an injection run folder, e.g. experiments/19-injection-A"),
+     Arg("--baseline", metavar="RUN", help="the run without the injection to measure against (default: found "
                                            "beside RUN)")),
     cmd_signature)
 
@@ -346,7 +345,7 @@ REPORT = Command(
     "report", "the lab report: expected vs observed for every injection run",
     "Write EXPERIMENTS/lab-report.md (and each run's signature.json): measured values per injection next to the "
     "lab text's predictions.",
-    (arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
+    (Arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
          help="folder holding 18-baseline and 19-injection-* (default experiments)"),),
     cmd_report)
 
@@ -366,15 +365,15 @@ EXPLORE = Command(
     "injection at K=500 forked from its trunk's baseline. Judges every prediction with the lab report's "
     "definitions; writes EXPERIMENTS/explore/index.html (a heat map per prediction), cells.json and regimes.md. "
     "Runs are cached by config hash: a re-run trains only new cells. Default grid: 70 cells; --quick: 16.",
-    (arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
+    (Arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
          help="the map goes to EXPERIMENTS/explore/ (default: experiments)"),
-     arg("--quick", action="store_true", help="the small grid: the lab's own injections at four clip thresholds "
+     Arg("--quick", action="store_true", help="the small grid: the lab's own injections at four clip thresholds "
                                               "(16 cells, a few minutes)"),
-     arg("--jobs", type=int, default=None, metavar="N", help="worker processes, one run each (default: one per "
+     Arg("--jobs", type=int, default=None, metavar="N", help="worker processes, one run each (default: one per "
                                                              "CPU core)"),
-     arg("--set", action="append", metavar="KEY=VALUE",
+     Arg("--set", action="append", metavar="KEY=VALUE",
          help="a config override for every run (e.g. seed=7); the grid's own fields are refused"),
-     arg("--doc", metavar="PATH", help="also write the doc there (e.g. docs/regimes.md)")),
+     Arg("--doc", metavar="PATH", help="also write the doc there (e.g. docs/regimes.md)")),
     cmd_explore)
 
 
@@ -414,13 +413,13 @@ DASHBOARD = Command(
     "panel, the runs on the page chosen in the page, the health summary, every question of the stability check "
     "measured on the run (behind a reveal button while a lab run is sealed) and the manifest. An injection run is "
     "overlaid with its baseline when one exists. Also written at the end of every run.",
-    (arg("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-B"),
-     arg("--baseline", metavar="RUN", help="overlay this run and plot the difference (default: the clean run "
+    (Arg("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-B"),
+     Arg("--baseline", metavar="RUN", help="overlay this run and plot the difference (default: the clean run "
                                            "found beside RUN, if any)"),
-     arg("--no-baseline", action="store_true", help="do not look for a baseline run"),
-     arg("--compare", action="append", metavar="RUN",
+     Arg("--no-baseline", action="store_true", help="do not look for a baseline run"),
+     Arg("--compare", action="append", metavar="RUN",
          help="also draw this run on every panel it has data for (and its difference to the baseline); repeatable"),
-     arg("--out", metavar="FILE", help="where to write the page (default RUN/dashboard.html)")),
+     Arg("--out", metavar="FILE", help="where to write the page (default RUN/dashboard.html)")),
     cmd_dashboard)
 
 
@@ -439,9 +438,9 @@ EXPORT = Command(
     "gradient norm, activations, logits, batch composition), every per-tensor statistic under one tag group per "
     "tensor, and the injection, spike-detector and diagnosis steps as text. Point 'tensorboard --logdir DIR' at "
     "it beside your other runs.",
-    (arg("run", metavar="RUN", help="run folder (minitrain train, a lab run or a probe run)"),
-     arg("--tensorboard", required=True, metavar="DIR", help="TensorBoard log folder to write into"),
-     arg("--force", action="store_true", help="replace this run's events already in DIR")),
+    (Arg("run", metavar="RUN", help="run folder (minitrain train, a lab run or a probe run)"),
+     Arg("--tensorboard", required=True, metavar="DIR", help="TensorBoard log folder to write into"),
+     Arg("--force", action="store_true", help="replace this run's events already in DIR")),
     cmd_export)
 
 
@@ -458,7 +457,7 @@ INDEX = Command(
     "Write EXPERIMENTS/index.html: one line per run folder found at any depth (status, injection, final "
     "validation loss vs the n-gram baseline, the stability check's verdict or 'sealed' before a lab's reveal) "
     "linking its dashboard. Every command that writes a run rebuilds it.",
-    (arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
+    (Arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
          help="folder holding the run folders (default experiments)"),),
     cmd_index)
 
@@ -495,11 +494,11 @@ DIAGNOSE = Command(
     "Walk stability-check.md from §1 over RUN/metrics.jsonl alone (never the injection settings, the metrics' "
     "'injected' field or the folder name): each node with its measured value and threshold, then the first leaf "
     "reached, its diagnosis, remediation and evidence steps.",
-    (arg("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-A"),
-     arg("--baseline", metavar="RUN", help="also report difference curves against this run"),
-     arg("--json", action="store_true", help="print one JSON object instead of the report"),
-     arg("--write", action="store_true", help="also write RUN/diagnosis.json (the dashboard shows it)"),
-     arg("--spoil", action="store_true",
+    (Arg("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-A"),
+     Arg("--baseline", metavar="RUN", help="also report difference curves against this run"),
+     Arg("--json", action="store_true", help="print one JSON object instead of the report"),
+     Arg("--write", action="store_true", help="also write RUN/diagnosis.json (the dashboard shows it)"),
+     Arg("--spoil", action="store_true",
          help="walk a run of a learner lab that is not revealed yet (19-injection-A/B/C, 19-blind/NN, "
               "19-break-it/NN): without it, such a run is refused so the answer is not given away")),
     cmd_diagnose)
@@ -523,8 +522,8 @@ STABILITY_MD = Command(
     "stability-md", "regenerate stability-check.md from the tree in analysis/tree.py",
     "Write ROOT/stability-check.md from the decision tree defined in src/minitrain/analysis/tree.py (rendered by "
     "src/minitrain/analysis/report.py); --check only tells whether it is stale.",
-    (arg("--root", default=".", metavar="DIR", help="repository root (default: current folder)"),
-     arg("--check", action="store_true", help="exit 2 if the file is stale, write nothing")),
+    (Arg("--root", default=".", metavar="DIR", help="repository root (default: current folder)"),
+     Arg("--check", action="store_true", help="exit 2 if the file is stale, write nothing")),
     cmd_stability_md)
 
 
@@ -541,13 +540,13 @@ def _solutions(args) -> Path | None:
     return Path(args.solutions) if args.solutions else None
 
 
-LEARNER_NAME = arg("name", metavar="NAME", help="the learner's name, as given to 'minitrain learner init'")
+LEARNER_NAME = Arg("name", metavar="NAME", help="the learner's name, as given to 'minitrain learner init'")
 LEARNER_LAB = (  # which lab and where its files are: reveal, grade and check read the same ones
-    arg("--lab", choices=LAB_NAMES, default="spike",
+    Arg("--lab", choices=LAB_NAMES, default="spike",
         help="spike (19-injection-A/B/C, default), blind (19-blind/01..03) or break-it (19-break-it/01..03)"),
-    arg("--learners", default="learners", metavar="DIR", help="where learner folders live (default learners)"),
-    arg("--experiments", default="experiments", metavar="DIR", help="where the runs live (default experiments)"),
-    arg("--solutions", metavar="DIR", help="reference solutions folder (default: the repository's)"))
+    Arg("--learners", default="learners", metavar="DIR", help="where learner folders live (default learners)"),
+    Arg("--experiments", default="experiments", metavar="DIR", help="where the runs live (default experiments)"),
+    Arg("--solutions", metavar="DIR", help="reference solutions folder (default: the repository's)"))
 
 
 def cmd_learner(args) -> int:
@@ -568,8 +567,8 @@ LEARNER = Command(
         "init", "create learners/NAME/phase-19/ with a diagnoses file per lab",
         "Create DIR/NAME/phase-19/ (DIR: --learners) with one diagnoses file per lab (spike, blind, break-it) "
         "and notes/lessons.md, then say what to do next. Refuses an existing folder.",
-        (arg("name", metavar="NAME", help="letters, digits, '-' or '_' (no slashes or dots)"),
-         arg("--learners", default="learners", metavar="DIR", help="where learner folders live (default learners)")),
+        (Arg("name", metavar="NAME", help="letters, digits, '-' or '_' (no slashes or dots)"),
+         Arg("--learners", default="learners", metavar="DIR", help="where learner folders live (default learners)")),
         cmd_learner),))
 
 
@@ -590,7 +589,7 @@ REVEAL = Command(
     "only then print the reference solutions, completed with numbers measured on NAME's own runs. Refuses to "
     "seal a file with unfilled sections unless --force.",
     (LEARNER_NAME, *LEARNER_LAB,
-     arg("--force", action="store_true", help="seal and reveal even with unfilled sections")),
+     Arg("--force", action="store_true", help="seal and reveal even with unfilled sections")),
     cmd_reveal)
 
 
@@ -646,13 +645,13 @@ POSTMORTEM = Command(
     "Fill theory/04-loss-spike-postmortem-template.md from RUN's metrics, manifest, results, the stability "
     "walker and the baseline, into RUN/postmortem.md (or --out) for you to edit. Never overwrites an existing "
     "file without --force.",
-    (arg("run", metavar="RUN", help="the run to write up, e.g. experiments/19-injection-B"),
-     arg("--baseline", metavar="RUN", help="the run to measure against (default: the run it forked from, or a "
+    (Arg("run", metavar="RUN", help="the run to write up, e.g. experiments/19-injection-B"),
+     Arg("--baseline", metavar="RUN", help="the run to measure against (default: the run it forked from, or a "
                                            "clean run with the same config beside it or in --experiments)"),
-     arg("--out", metavar="FILE", help="where to write it (default RUN/postmortem.md)"),
-     arg("--experiments", default="experiments", metavar="DIR",
+     Arg("--out", metavar="FILE", help="where to write it (default RUN/postmortem.md)"),
+     Arg("--experiments", default="experiments", metavar="DIR",
          help="also look for the baseline here (default experiments)"),
-     arg("--force", action="store_true", help="overwrite an existing post-mortem (your edits in it are lost)")),
+     Arg("--force", action="store_true", help="overwrite an existing post-mortem (your edits in it are lost)")),
     cmd_postmortem)
 
 
@@ -683,15 +682,15 @@ BLIND_RUNS = Command(
     "Draw which fault each of 01, 02, 03 carries (sealed: only a salted hash is published in SEALED.json until "
     "the reveal), then train the runs in folder order with blind=true, so names, manifests, config.yaml, metrics "
     "and dashboards do not say which is which. An existing sealed lab is reused; --force draws a new one.",
-    (arg("lab", choices=["spike", "break-it"], help="spike: the lab's three injections, shuffled, into "
+    (Arg("lab", choices=["spike", "break-it"], help="spike: the lab's three injections, shuffled, into "
                                                     "EXPERIMENTS/19-blind; break-it: three config mistakes (bad init, "
                                                     "no warmup, broken causal mask) into EXPERIMENTS/19-break-it"),
-     arg("--run", choices=["01", "02", "03"], help="train only this run (the sealed draw is made if needed)"),
-     arg("--random", default="0", metavar="0|1", help="1: draw K and the magnitude per run too (spike)"),
-     arg("--experiments", default="experiments", metavar="DIR", help="where the lab's folder goes (default "
+     Arg("--run", choices=["01", "02", "03"], help="train only this run (the sealed draw is made if needed)"),
+     Arg("--random", default="0", metavar="0|1", help="1: draw K and the magnitude per run too (spike)"),
+     Arg("--experiments", default="experiments", metavar="DIR", help="where the lab's folder goes (default "
                                                                      "experiments)"),
-     arg("--set", action="append", metavar="KEY=VALUE", help="override a config field of every run, repeatable"),
-     arg("--force", action="store_true", help="draw a new lab (or, with --run, re-train that run)"),
+     Arg("--set", action="append", metavar="KEY=VALUE", help="override a config field of every run, repeatable"),
+     Arg("--force", action="store_true", help="draw a new lab (or, with --run, re-train that run)"),
      NO_PROGRESS),
     cmd_blind_runs)
 
@@ -714,10 +713,10 @@ REMEDIATE = Command(
     "registered remedy (skip_batch, restore_moments, zclip; config fixes re-run from step 0) into "
     "RUN-remediated, walk that again, and write one dashboard of the remediated run against the original and the "
     "baseline. Numbers go to RUN-remediated/remediation.json.",
-    (arg("run", metavar="RUN", help="the run to remediate, e.g. experiments/19-injection-A"),
-     arg("--remedy", metavar="NAME", help="override the leaf's remedy (skip_batch, restore_moments, zclip)"),
-     arg("--baseline", metavar="RUN", help="the clean run to measure both against (default: found beside RUN)"),
-     arg("--force", action="store_true", help="replace an existing RUN-remediated")),
+    (Arg("run", metavar="RUN", help="the run to remediate, e.g. experiments/19-injection-A"),
+     Arg("--remedy", metavar="NAME", help="override the leaf's remedy (skip_batch, restore_moments, zclip)"),
+     Arg("--baseline", metavar="RUN", help="the clean run to measure both against (default: found beside RUN)"),
+     Arg("--force", action="store_true", help="replace an existing RUN-remediated")),
     cmd_remediate)
 
 
