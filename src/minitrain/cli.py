@@ -527,7 +527,7 @@ STABILITY_MD = Command(
     cmd_stability_md)
 
 
-# --- the learner's workflow (lab/learner.py, lab/blind.py, lab/postmortem.py, lab/remediate.py) ------------
+# --- the learner's workflow (lab/learner/, lab/blind.py, lab/postmortem.py, lab/remediate.py) ------------
 
 
 def _lab(args):
@@ -623,9 +623,10 @@ def cmd_check(args) -> int:
 
 CHECK = Command(
     "check", "the lab's Definition of Done and stop condition, one line each",
-    "Check, one line each: the maybe_inject hook exists and is a no-op by default (for real: a short run with "
-    "and without it), the three runs exist with manifests, diagnoses filled in and sealed before the reveal, 3/3 "
-    "correct, three new lines in notes/lessons.md. Exit 0 when all hold, 1 otherwise.",
+    "Check, one line each: the maybe_inject hook is a no-op by default (a 4-step run with injection none writes "
+    "the same metrics bytes with the hook and with it taken out of the loop), the three runs exist with "
+    "manifests, diagnoses filled in and sealed before the reveal, 3/3 correct, three new lines in "
+    "notes/lessons.md. Exit 0 when all hold, 1 otherwise.",
     (LEARNER_NAME, *LEARNER_LAB),
     cmd_check)
 
