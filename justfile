@@ -82,12 +82,12 @@ remediate run *args:
 diagnose run *args:
     minitrain diagnose "$@"
 
-# regenerate stability-check.md from the tree in src/minitrain/stability.py
+# regenerate stability-check.md from the tree in src/minitrain/analysis/tree.py
 stability-md:
     minitrain stability-md
 
 # score the walker and the field's detectors on a generated suite (quick=1: short runs, about a minute;
-# grown=1: issue 12's faults on a tuning and a held-out seed)
+# grown=1: the five realistic faults of docs/diagnosis.md on a tuning and two held-out seeds)
 eval-diagnosis *args:
     python bench/eval_diagnosis.py $([ "${quick:-0}" = 1 ] && echo --quick) $([ "${grown:-0}" = 1 ] && echo --grown) "$@"
 

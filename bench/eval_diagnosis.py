@@ -21,7 +21,6 @@ import math
 import sys
 import time
 from collections import Counter, defaultdict
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -30,6 +29,7 @@ import numpy as np
 from minitrain.analysis import detectors
 from minitrain.analysis import stability
 from minitrain.core.config import build_config
+from minitrain.lab import runner
 from minitrain.run import reader
 
 CAUSE_OF_INJECTION = {"scale": "gradient_explosion", "bad_batch": "bad_batch", "v_corrupt": "optimizer_state_corruption",
@@ -310,25 +310,32 @@ def _train_one(args: tuple[str, list[str], str]) -> tuple[str, float]:
 
 
 def ensure_runs(cases: list[Case], suite: Path, base: list[str], jobs: int) -> None:
-    clean_first, forks, whole = [], [], []
-    for c in cases:
-        cfg = _config(c, base)
-        if _up_to_date(suite / c.folder, cfg):
-            continue
-        job = (c.folder, [*base, f"seed={c.seed}", *c.sets], str(suite))
-        (clean_first if c.kind == "clean" else forks if c.kind == "injection" else whole).append(job)
-    for batch in (clean_first, forks, whole):  # clean runs first: the injection runs fork from them
-        if not batch:
-            continue
-        print(f"training {len(batch)} run(s) with {jobs} job(s) ...", file=sys.stderr)
-        if jobs > 1:
-            with ProcessPoolExecutor(jobs) as pool:
-                for folder, secs in pool.map(_train_one, batch):
-                    print(f"  {folder}: {secs:.1f}s", file=sys.stderr)
-        else:
-            for job in batch:
-                folder, secs = _train_one(job)
-                print(f"  {folder}: {secs:.1f}s", file=sys.stderr)
+    """Train every case not already in the suite with the same config, `jobs` at a time (lab/runner.py: one
+    process per run; one job: one after another in this process). An injection run starts once the clean
+    run beside it (its donor) has ended."""
+    todo = [c for c in cases if not _up_to_date(suite / c.folder, _config(c, base))]
+    todo.sort(key=lambda c: c.kind != "clean")  # clean runs first: the injection runs fork from them
+    names = {c.folder for c in todo}
+    work = []
+    for c in todo:
+        clean = (Path(c.folder).parent / "clean").as_posix()
+        args = ((c.folder, [*base, f"seed={c.seed}", *c.sets], str(suite)),)
+        work.append(runner.Job(c.folder, call=_train_one, args=args,
+                               donor=clean if c.kind == "injection" and clean in names else None))
+    if not work:
+        return
+    print(f"training {len(work)} run(s) with {jobs} job(s) ...", file=sys.stderr)
+    backend = runner.LocalProcesses(jobs) if jobs > 1 else runner.InThisProcess()
+
+    def trained(j: runner.Job) -> None:
+        if not j.failed:
+            print(f"  {j.result[0]}: {j.result[1]:.1f}s", file=sys.stderr)
+
+    done = runner.run_jobs(work, backend, on_end=trained)
+    failed = [j for j in done if j.failed or j.state == "skipped"]
+    if failed:
+        why = failed[0].error() if failed[0].failed else "its clean run failed"
+        raise SystemExit(f"{failed[0].name}: not trained ({why})")
 
 
 # ---------------------------------------------------------------------------------------------------

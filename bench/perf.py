@@ -34,7 +34,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -271,26 +270,31 @@ def bare_run(args) -> int:
 
 def bench_lab(args) -> int:
     """The lab (`just lab`: minitrain lab, report, index) in a fresh folder against four sequential bare
-    2000-step runs, each a fresh process; rounds interleaved, the median of the per-round ratios."""
+    2000-step runs, each a fresh process; rounds interleaved, the median of the per-round ratios. Every
+    process runs on lab/runner.py, one at a time."""
+    from minitrain.lab import runner
+
     here = Path(__file__).resolve()
-    env = {**os.environ, "PYTHONPATH": str(here.parents[1] / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    py = [sys.executable]
+    # the children import this checkout's minitrain
+    os.environ["PYTHONPATH"] = str(here.parents[1] / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")
     labs, bares, rows = [], [], []
     load0 = load()
+
+    def timed(jobs: list) -> float:
+        t0 = time.perf_counter()
+        failed = [j for j in runner.run_jobs(jobs, runner.LocalProcesses(1, fork=False)) if j.failed]
+        if failed:
+            raise SystemExit(f"{failed[0].name} failed: {failed[0].error()}")
+        return time.perf_counter() - t0
+
     for r in range(args.rounds):
         exp = Path(tempfile.mkdtemp(prefix="minitrain-lab-")) / "experiments"
 
-        def run_lab() -> float:
-            t0 = time.perf_counter()
-            subprocess.run([*py, "-m", "minitrain", "lab", "--experiments", str(exp)], check=True, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # `just lab`: runs, report, index
-            return time.perf_counter() - t0
+        def run_lab() -> float:  # `just lab`: runs, report, index
+            return timed([runner.Job("lab", argv=["lab", "--experiments", str(exp)])])
 
-        def run_bare() -> float:
-            t0 = time.perf_counter()
-            for _ in range(4):
-                subprocess.run([*py, str(here), "bare-run"], check=True, env=env)
-            return time.perf_counter() - t0
+        def run_bare() -> float:  # each a new interpreter: imports, data, model, 2000 steps
+            return timed([runner.Job(f"bare-{i}", call=bare_run, args=(None,)) for i in range(4)])
 
         if r % 2 == 0:  # alternate the order between rounds
             lab, bare = run_lab(), run_bare()
@@ -321,7 +325,6 @@ def main(argv=None) -> int:
     lab = sub.add_parser("lab", help="the whole lab's wall time against four sequential bare 2000-step runs")
     lab.add_argument("--rounds", type=int, default=3)
     lab.set_defaults(func=bench_lab)
-    sub.add_parser("bare-run", help="(used by 'lab') one bare 2000-step run").set_defaults(func=bare_run)
     args = ap.parse_args(argv)
     return args.func(args)
 

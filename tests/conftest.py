@@ -88,3 +88,14 @@ def small_baseline(tmp_path_factory):
     out = exp / "18-baseline"
     train_run(small_config(), out)
     return out
+
+
+def cli_commands() -> list[list[str]]:
+    """Every command line that has its own --help: [] (the top level), each command, each sub-command."""
+    from minitrain import cli
+
+    out = [[]]
+    for command in cli.COMMANDS:
+        out.append([command.name])
+        out += [[command.name, action.name] for action in command.actions]
+    return out

@@ -130,12 +130,12 @@ ALLOWED_READS = {
     ("lab/learner", "reveal"),  # the learner's diagnoses file, sealed at the reveal
     ("lab/learner", "grade"),  # the diagnoses file as it is now, against its seal
     ("lab/learner", "check"),  # the diagnoses file and notes/lessons.md
-    ("lab/parallel", "last_step"),  # moved to run/reader by the runner change
+    ("lab/runner", "read_log"),  # a child process's log: a temporary file the runner made
 }
-# The calls that read a file: open in a reading mode (the builtin, io.open, Path.open), os.open, the methods
+# The calls that read a file: open in a reading mode (the builtin, io.open, Path.open, os.open), the methods
 # below, the loaders below (by their dotted name, or by their own name whatever module they come from).
 READ_METHODS = {"read_text", "read_bytes"}
-LOADERS = {"json.load", "torch.load", "np.load", "numpy.load", "os.open"}
+LOADERS = {"json.load", "torch.load", "np.load", "numpy.load"}
 LOADER_NAMES = {"load_file", "safe_open", "from_file", "load_yaml"}
 PARSERS = {"json.loads", "yaml.safe_load", "yaml.load"}  # a file read when given what a .read*() returned
 
@@ -169,6 +169,8 @@ def reads_a_file(call: ast.Call) -> bool:
     name, func = dotted_name(call.func), call.func
     if name in LOADERS or name.rsplit(".", 1)[-1] in LOADER_NAMES:
         return True
+    if name == "os.open":  # a read unless its flags say write-only
+        return not any(isinstance(n, ast.Attribute) and n.attr == "O_WRONLY" for a in call.args[1:2] for n in ast.walk(a))
     if name in ("open", "io.open"):
         if call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, int):
             return False  # a standard stream's descriptor, not a file
@@ -248,6 +250,7 @@ def test_the_read_rule_catches_every_way_of_reading_a_file():
     passed = [
         'def f(proc):\n    return json.loads(proc.stdout.strip())\n',
         'def f():\n    return open(1, "w", closefd=False)\n',
+        'def f(log):\n    return os.open(log, os.O_WRONLY | os.O_APPEND)\n',
         'def f(path):\n    with open(path, "ab") as f:\n        f.truncate(0)\n',
         'def f(path):\n    with path.open("w") as f:\n        f.write("x")\n',
         'def f(name):\n    return resources.files("minitrain.views").joinpath("assets", name).read_text()\n',

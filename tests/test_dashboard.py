@@ -103,9 +103,12 @@ def test_panels_and_tensor_statistics_come_from_the_registry(lab):
     assert [p["title"] for p in data["panels"][:7]] == course  # the course's panels 1-7, in its order
     stats = [s.split(".", 1)[1] for p in data["panels"] for s in p["signals"] if s.startswith("params.")]
     assert data["tensor_stats"] == stats and set(data["runs"][0]["per_tensor"]["stats"]) == set(stats)
-    js = (Path(dashboard.__file__).parent / "assets" / "dashboard.js").read_text()
+    js = dashboard.page_script().split("\n", 1)[1]  # the page's own modules (after uPlot)
     for s in stats:  # the script gets the list through the data, never a hand copy
         assert f"'{s}'" not in js and f'"{s}"' not in js
+    for p in panels.PANELS:  # ... and each panel's series from its registry entry, never by its key
+        assert f"'{p.key}'" not in js and f'"{p.key}"' not in js, p.key
+    assert "key ===" not in js and "key.indexOf" not in js
     assert panels.cite("grad") == "panel 3 'Gradient norm before clipping'"
 
 
@@ -390,6 +393,9 @@ def test_browser_renders_the_registry_offline(lab, browser):
         assert x == "step" and y.startswith(p.unit), (p.key, x, y)
     assert "nats" in view.plot("loss")["axes"][1]
     assert "step-0 loss" in page.locator("#health").inner_text()
+    # the page's modules are inlined in one closure: no globals (window.panels is the #panels element)
+    modules = page.evaluate("() => [typeof window.helpers, typeof window.chart, typeof window.panels.create]")
+    assert modules == ["undefined"] * 3
     box = view.hover("grad", step=K)  # the K marker's label is in the tooltip at K
     assert "K=30: bad_batch" in page.locator("#panel-grad .tooltip").inner_text()
     ARTIFACTS.mkdir(exist_ok=True)

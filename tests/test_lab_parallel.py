@@ -7,6 +7,7 @@ from conftest import SMALL
 from minitrain.core.config import build_config
 from minitrain.lab import parallel
 from minitrain.lab.runs import lab_run
+from minitrain.run import reader
 
 
 @pytest.mark.parametrize("how", ["fork", "subprocess"])
@@ -22,9 +23,9 @@ def test_parallel_lab_equals_sequential_runs(tmp_path, how):
     progress = out.getvalue().splitlines()  # not a terminal: one line as each run starts, one as it ends
     assert len(progress) == 8 and all(sum(line.startswith(n) for line in progress) == 2 for n in names)
     assert any(line.startswith("18-baseline") and "120/120 steps" in line and "done" in line for line in progress)
-    for injection in ("none", "bad_batch"):  # the same runs, one after another, in this process
+    for injection in ("none", *parallel.LAB_INJECTIONS):  # the same runs, one after another, in this process
         lab_run(build_config({}, [*SMALL, "seed=42", f"injection={injection}", "injection_step=50"]), tmp_path / "seq")
-    for name in ("18-baseline", "19-injection-B-k50"):
+    for name in names:
         assert (tmp_path / "par" / name / "metrics.jsonl").read_bytes() == (tmp_path / "seq" / name / "metrics.jsonl").read_bytes()
     for name in names[1:]:
         assert (tmp_path / "par" / name / "signature.json").exists()
@@ -34,9 +35,9 @@ def test_parallel_lab_equals_sequential_runs(tmp_path, how):
 
 
 def test_last_step_reads_the_last_complete_row(tmp_path):
-    assert parallel.last_step(tmp_path) is None
+    assert reader.last_step(tmp_path) is None
     (tmp_path / "metrics.jsonl").write_bytes(b'{"step":0,"loss":1.0}\n{"step":1,"loss":0.9}\n{"step":2,"lo')
-    assert parallel.last_step(tmp_path) == 1
+    assert reader.last_step(tmp_path) == 1
 
 
 def test_fork_checkpoint_is_the_last_at_or_before_k():

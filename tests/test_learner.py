@@ -1,4 +1,5 @@
-"""The learner's workflow: init, diagnoses, seal, reveal, grade, check; blind labs; remedies; post-mortems.
+"""The learner's workflow end to end: seal, reveal, grade, check on the lab's runs; blind labs; remedies;
+post-mortems. The parts alone: test_learner_workspace.py, _parse.py, _grading.py, _done.py (the hook).
 
 Small runs (120 steps, K = 60, checkpoints every 20). The lab's runs are shared with test_injections.py
 (same names and configs in the session's experiments folder)."""
@@ -63,82 +64,6 @@ def write_sections(path, sections: dict[str, dict]):
         new = f"## Run {run_id}\n- run: {run_id}\n" + "".join(f"- {k}: {v}\n" for k, v in fields.items()) + "\n"
         text = text[:block.start()] + new + text[block.end():]
     path.write_text(text)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Learner folder, names, parsing
-# ---------------------------------------------------------------------------------------------------
-
-
-def test_init_creates_the_folder_and_refuses_to_overwrite(workdir):
-    proc = run_cli("learner", "init", "ana", cwd=workdir)
-    assert proc.returncode == 0, proc.stderr
-    d = workdir / "learners" / "ana" / "phase-19"
-    assert (d / "spike-diagnoses.md").exists() and (d / "notes" / "lessons.md").exists()
-    sections = learner.parse_diagnoses((d / "spike-diagnoses.md").read_text())
-    assert [s.run for s in sections] == ["19-injection-A", "19-injection-B", "19-injection-C"]
-    assert not any(s.filled() for s in sections)
-    (d / "notes" / "lessons.md").write_text("mine\n")
-    assert_one_line_error(run_cli("learner", "init", "ana", cwd=workdir), "already exists")
-    assert (d / "notes" / "lessons.md").read_text() == "mine\n"  # nothing overwritten
-
-
-@pytest.mark.parametrize("name", ["../evil", "a/b", "..", ".hidden", "a b", "", "x" * 41, "ana/../../etc", "ana\n"])
-def test_bad_learner_names_are_refused(name):
-    with pytest.raises(UserError, match="learner name"):
-        learner.init_learner(name, "learners-never-made")
-
-
-def test_a_bad_name_is_a_one_line_error_and_makes_nothing(workdir):
-    assert_one_line_error(run_cli("learner", "init", "../evil", cwd=workdir), "learner name")
-    assert not (workdir / "learners").exists() and not (workdir.parent / "evil").exists()
-
-
-def test_diagnoses_parser_tolerates_the_learners_formatting():
-    text = """# mine
-<!-- a comment with node: §9 -->
-## Injection A
-* **Node:** §4.2 (gradient spike)
-* **Diagnosis**: the gradient was scaled
-  by a large factor at K.
-* Remediation: keep clipping.
-
-### inyección B
-- nodo: 4.3
-- causa: bad batch
-- diagnóstico: 8 copias de una frase rara
-- remediación: saltar el batch
-
-## 03
-1. run: `experiments/19-blind/03/`
-2. node: § 4.4.
-3. cause: optimizer_state_corruption
-4. diagnosis: v of the LM-head bias inflated
-5. remedy: reload the moments
-"""
-    a, b, c = learner.parse_diagnoses(text)
-    assert (a.run, learner.node_key(a.node), a.diagnosis) == (
-        "19-injection-A", "§4.2", "the gradient was scaled by a large factor at K.")
-    assert a.remediation == "keep clipping." and a.filled()
-    assert (b.run, learner.node_key(b.node), b.cause) == ("19-injection-B", "§4.3", "bad batch")
-    assert b.remediation == "saltar el batch"
-    assert (c.run, learner.node_key(c.node), c.remediation) == ("19-blind/03", "§4.4", "reload the moments")
-
-
-@pytest.mark.parametrize("text,cause", [
-    ("bad_batch", "bad_batch"),
-    ("Bad batch", "bad_batch"),
-    ("8 copies of one rare sentence concentrate the gradient on rare-token rows", "bad_batch"),
-    ("Adam's second moment of the LM-head bias was inflated", "optimizer_state_corruption"),
-    ("every gradient was scaled x50 before clipping", "gradient_explosion"),
-    ("no warmup: the LR starts at its maximum", "no_warmup"),
-    ("weights x100 at init", "bad_init"),
-    ("the attention mask lets positions see future tokens", "broken_mask"),
-    ("something odd", None),
-    ("a bad batch or a corrupted optimizer state", None),  # two causes: ambiguous
-])
-def test_cause_from_words(text, cause):
-    assert learner.cause_from_words(text)[0] == cause
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -211,10 +136,13 @@ def test_zclip_down_weights_the_scaled_step_only():
     assert rows[K + 1]["loss"] != plain[K + 1]["loss"]  # the down-weighted step changed the trajectory
 
 
-def test_remedy_none_is_byte_identical_to_the_plain_loop(small_baseline):
-    _, rows = _train_rows(small_config())
+def test_remedy_none_is_byte_identical_to_the_loop_without_the_remedy_hook(small_baseline, monkeypatch):
+    """The baseline was trained through apply_remedy with remedy none; these rows with the hook taken out
+    (every optimizer step taken, nothing measured)."""
     from minitrain.run.files import dumps_row
 
+    monkeypatch.setattr(loop, "apply_remedy", lambda step, grad_norm, ctx: True)
+    _, rows = _train_rows(small_config())
     assert b"".join(dumps_row(r).encode() for r in rows) == (small_baseline / "metrics.jsonl").read_bytes()
 
 
@@ -345,28 +273,6 @@ def test_break_it_lab_runs_one_run_at_a_time_and_does_not_leak(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# The reference solutions stay in sync with the stability tree
-# ---------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("lab_key", ["spike", "break-it"])
-def test_reference_node_ids_exist_in_the_tree_and_paths_follow_it(lab_key):
-    tree = learner.stability_tree()
-    _, refs = learner.read_reference(learner.LABS[lab_key])
-    assert sorted(refs) == sorted(learner.lab_faults(learner.LABS[lab_key]))
-    assert learner.check_reference(refs, tree) == []
-    for ref in refs.values():  # the reference's cause is the leaf's, read from the tree
-        assert tree[ref.leaf].kind == "leaf" and tree[ref.leaf].cause == ref.cause
-    # the check can fail: a renamed leaf, a wrong cause and an impossible step are all reported
-    ref = next(iter(refs.values()))
-    broken = {"x": learner.Reference("x", "§9.Z", ref.cause, ref.path[:-1] + ["§9.Z"], "", "", ""),
-              "y": learner.Reference("y", ref.leaf, "healthy", ref.path, "", "", ""),
-              "z": learner.Reference("z", ref.leaf, ref.cause, [ref.path[0], ref.leaf], "", "", "")}
-    problems = " | ".join(learner.check_reference(broken, tree))
-    assert "§9.Z does not exist" in problems and "has cause" in problems and "neither its yes nor its no" in problems
-
-
-# ---------------------------------------------------------------------------------------------------
 # The whole procedure, end to end
 # ---------------------------------------------------------------------------------------------------
 
@@ -438,7 +344,7 @@ def test_the_lab_end_to_end(lab, workdir):
                 "Corrupted Adam v: no spike, one tensor's v jumps and decays at beta2.\n")
     proc = run_cli("check", "ana", *exp, cwd=workdir)
     assert proc.returncode == 0 and proc.stdout.count("[PASS]") == 6, proc.stdout
-    assert "no-op by default" in proc.stdout
+    assert "no-op by default" in proc.stdout and "same metrics bytes with and without maybe_inject" in proc.stdout
     # an edit after the reveal is flagged; the sealed text is still what counts
     text = (d / "spike-diagnoses.md").read_text()
     (d / "spike-diagnoses.md").write_text(text.replace("§7.A (gradient_explosion)", "§4.A"))
@@ -463,46 +369,6 @@ def test_one_wrong_diagnosis_scores_two_and_is_explained(lab, workdir):
     assert miss.fault == "v_corrupt" and "§7.A" in miss.why and "§6.A" in miss.why
     report = learner.grade_report("bob", g)
     assert "2/3 correct" in report and "MISS" in report
-
-
-WORDS = "the batch repeats one rare sentence"
-FIX = "skip that batch and re-run"
-
-
-@pytest.mark.parametrize("node,cause,diagnosis,remediation,ok,why", [
-    ("§4.A", "", WORDS, FIX, True, "from leaf §4.A"),
-    ("§4", "", "8 copies of one rare sentence", FIX, True, "your diagnosis sentence"),
-    ("§4.1", "bad_batch", WORDS, FIX, True, "on the path above the leaf"),
-    ("§4.A", "", "el lote repite una frase rara", "descartar ese lote", True, "from leaf §4.A"),
-    ("§1.1", "bad_batch", WORDS, FIX, False, "passes with 'no'"),
-    ("§6.A", "", WORDS, FIX, False, "not on the documented path"),
-    ("§4.A", "gradient_explosion", WORDS, FIX, False, "cause gradient_explosion"),
-    ("§4.1", "", "something odd happened", FIX, False, "add a 'cause:' line"),
-    ("§9.9", "", WORDS, FIX, False, "does not exist"),
-    ("", "", WORDS, FIX, False, "no node given"),
-    # the right node and cause with words that name none of the leaf's key concepts lose the point
-    ("§4.A", "", "banana", FIX, False, "your diagnosis names none of the key concepts of §4.A: the batch; "
-                                       "duplicated rows or rare tokens"),
-    ("§4.A", "bad_batch", WORDS, "banana", False, "your remediation names none of the key concepts of §4.A: "
-                                                  "skip or filter the batch"),
-])
-def test_the_grading_rule(node, cause, diagnosis, remediation, ok, why):
-    tree = learner.stability_tree()
-    _, refs = learner.read_reference(learner.LABS["spike"])
-    d = learner.Diagnosis("t", "19-injection-B", node, cause, diagnosis, remediation)
-    correct, text, _, _ = learner.judge(d, refs["bad_batch"], tree)
-    assert correct == ok and why in text, text
-
-
-@pytest.mark.parametrize("lab_key", ["spike", "break-it"])
-def test_every_reference_answer_names_its_leafs_key_concepts(lab_key):
-    """The reference solutions score full marks under the words rule (the rule is not stricter than the key)."""
-    tree = learner.stability_tree()
-    _, refs = learner.read_reference(learner.LABS[lab_key])
-    for ref in refs.values():
-        d = learner.Diagnosis("t", "run", ref.leaf, "", ref.diagnosis, ref.remediation)
-        correct, text, _, _ = learner.judge(d, ref, tree)
-        assert correct, (ref.fault, text)
 
 
 def test_banana_scores_zero(lab, workdir):

@@ -1,6 +1,14 @@
-"""The `minitrain` command. Every sub-command is one `cmd_*` function plus its parser block in `build_parser`.
+"""The `minitrain` command, declared as a table of commands.
 
-Errors a user can cause end as one line on stderr and exit code 2 (see minitrain.errors.UserError).
+Each sub-command is a handler `cmd_NAME(args) -> exit code` followed at once by its spec, a `Command`: the
+name, the one-line help of `minitrain --help`, the description of `minitrain NAME --help` and its arguments.
+So what a command says about itself sits next to the code that reads those arguments, and a change to one
+is seen with the other. `COMMANDS` at the end is the table: the order `minitrain --help` lists them in.
+`build_parser` only turns the table into argparse parsers. (A decorator that registers each handler would
+hide that list and its order behind import side effects; a table at the end keeps it in one place.)
+
+Errors a user can cause end as one line on stderr and exit code 2 (see minitrain.core.errors.UserError).
+--help imports neither torch nor the training code: each handler imports what it runs.
 """
 from __future__ import annotations
 
@@ -8,6 +16,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from minitrain.core.errors import EXIT_USER_ERROR, UserError
@@ -22,6 +31,34 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         raise UserError(f"{self.prog}: {message} (see '{self.prog} --help')")
+
+
+class Arg:
+    """One argument: the names and keywords of argparse's add_argument."""
+
+    def __init__(self, *names: str, **options: object):
+        self.names, self.options = names, options
+
+
+class Command:
+    """One sub-command: what its --help says, its arguments and the handler that runs it. (Plain classes,
+    not dataclasses: `minitrain --help` imports as little as it can.)"""
+
+    def __init__(self, name: str, help: str, description: str, args: tuple[Arg, ...] = (),
+                 run: Callable[[argparse.Namespace], int] | None = None, actions: tuple[Command, ...] = ()):
+        self.name = name
+        self.help = help  # one line, in `minitrain --help`
+        self.description = description  # the paragraph at the top of `minitrain NAME --help`
+        self.args = args
+        self.run = run  # None when the command has sub-commands (actions), e.g. `minitrain learner init`
+        self.actions = actions
+
+
+# Arguments several commands share.
+NO_PROGRESS = Arg("--no-progress", action="store_true", help="no progress bar (e.g. when the output is a log file)")
+INJECTIONS_HELP = ("none (no fault), one of the lab's scale | bad_batch | v_corrupt, or another injection "
+                   "'minitrain config' lists")
+
 
 
 def _config_from_args(args) -> "TrainConfig":  # noqa: F821
@@ -39,7 +76,31 @@ def _config_from_args(args) -> "TrainConfig":  # noqa: F821
     return build_config(base, overrides)
 
 
-# --- train ---------------------------------------------------------------------------------------
+def is_main_process() -> bool:
+    """False on torchrun's ranks other than 0 (read from the environment: valid before and after init)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise UserError(f"shell variable {name}={raw!r} is not an integer; e.g. {name}={default}") from None
+
+
+def _say_if_live(run: Path) -> None:
+    """A reader of a run another process is writing says so (one line on stderr), then reads what is there."""
+    from minitrain.run.reader import live_note
+
+    note = live_note(run)
+    if note:
+        print(f"minitrain: {note}", file=sys.stderr)
+
+
+# --- training --------------------------------------------------------------------------------------
 
 
 def cmd_train(args) -> int:
@@ -64,19 +125,33 @@ def cmd_train(args) -> int:
     return exit_code(Path(args.out))
 
 
-def is_main_process() -> bool:
-    """False on torchrun's ranks other than 0 (read from the environment: valid before and after init)."""
-    return os.environ.get("RANK", "0") == "0"
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise UserError(f"shell variable {name}={raw!r} is not an integer; e.g. {name}={default}") from None
+TRAIN = Command(
+    "train", "train one run into a run folder (or resume one)",
+    "Train the mini-GPT into a run folder: manifest.json, config.yaml, metrics.jsonl (one row per step), "
+    "checkpoints/, results.json. An injection run forks from a sibling run that differs only in its injection "
+    "settings, instead of recomputing steps 0..K-1.",
+    (Arg("--out", metavar="DIR", help="run folder to create (refused if it holds a run, unless --force)"),
+     Arg("--config", metavar="FILE", help="YAML file of config fields (see 'minitrain config')"),
+     Arg("--seed", type=str, help="seed for init and batch order (default 42)"),
+     Arg("--steps", type=str, help="number of training steps (default 2000)"),
+     Arg("--injection", metavar="NAME", help=f"the fault to inject at step K: {INJECTIONS_HELP} (default none)"),
+     Arg("--injection-step", dest="injection_step", metavar="K",
+         help="step at which to inject (default 500)"),
+     Arg("--set", action="append", metavar="KEY=VALUE",
+         help="override any config field, repeatable (e.g. --set injection_factor=0.01)"),
+     Arg("--force", action="store_true", help="replace an existing run folder (only a minitrain run, never the "
+                                              "current folder or one holding a git repository; refused while "
+                                              "another process writes it)"),
+     Arg("--resume", metavar="DIR", help="continue a stopped or killed run from its last checkpoint (verified by "
+                                         "sha256); same bytes as an uninterrupted run"),
+     Arg("--no-fork", action="store_true", help="recompute steps 0..K-1 even if a baseline can be forked"),
+     NO_PROGRESS,
+     Arg("--preset", metavar="NAME", help="course | medium | gpt2-small-shaped | pretraining-like: a named set of "
+                                         "model/corpus/clipping defaults (default course); --set still overrides"),
+     Arg("--device", metavar="DEV", help="cpu (default) | cuda | auto (cuda when available); with --resume: "
+                                         "continue on this device"),
+     Arg("--precision", metavar="P", help="fp32 (default) | bf16 (autocast, GPU only)")),
+    cmd_train)
 
 
 def cmd_lab_run(args) -> int:
@@ -98,6 +173,27 @@ def cmd_lab_run(args) -> int:
     out, line = lab_run(cfg, Path(args.experiments), force=args.force, index=not args.no_index)
     print(line)
     return exit_code(out)
+
+
+LAB_RUN = Command(
+    "lab-run", "one lab run, named as the lab names it (used by 'just phase-18-train' and 'phase-19-train')",
+    "Train one run of the spike-injection lab into EXPERIMENTS/18-baseline or EXPERIMENTS/19-injection-{A,B,C}. "
+    "A finished run with the same config is left alone (up to date).",
+    (Arg("--from-env", action="store_true", help="read the lab's shell variables seed, injection, injection_step "
+                                                 "(unset ones take the defaults below)"),
+     Arg("--seed", type=int, default=LAB_DEFAULT_SEED,
+         help=f"seed for init and batch order (default {LAB_DEFAULT_SEED})"),
+     Arg("--injection", default="none", metavar="NAME",
+         help=f"the fault to inject at step K: {INJECTIONS_HELP} (default none: the baseline)"),
+     Arg("--injection-step", dest="injection_step", type=int, default=LAB_DEFAULT_STEP, metavar="K",
+         help=f"the step at which to inject (default {LAB_DEFAULT_STEP})"),
+     Arg("--experiments", default="experiments", metavar="DIR", help="where runs land (default experiments)"),
+     Arg("--set", action="append", metavar="KEY=VALUE", help="override a config field, repeatable"),
+     Arg("--force", action="store_true", help="re-run even if the run is up to date"),
+     NO_PROGRESS,
+     Arg("--no-index", action="store_true",
+         help="do not rewrite EXPERIMENTS/index.html ('minitrain lab' writes it once after all four runs)")),
+    cmd_lab_run)
 
 
 def cmd_lab(args) -> int:
@@ -126,7 +222,26 @@ def cmd_lab(args) -> int:
     return exit_code(*(Path(args.experiments) / r for r in runs))  # EXIT_NON_FINITE if one diverged
 
 
-# --- corpus --------------------------------------------------------------------------------------
+LAB = Command(
+    "lab", "the lab's four runs: baseline + injections A, B, C forked at K, in parallel",
+    "Train EXPERIMENTS/18-baseline and, from its checkpoint at K, the three injection runs "
+    "19-injection-{A,B,C}, one process per core, with one progress line per run. Up-to-date runs are left "
+    "alone. The same bytes as running 'minitrain lab-run' four times in a row. Then writes and prints the "
+    "expected-vs-observed report (lab-report.md) and writes index.html.",
+    (Arg("--seed", type=int, default=LAB_DEFAULT_SEED,
+         help=f"seed for init and batch order of all four runs (default {LAB_DEFAULT_SEED})"),
+     Arg("--injection-step", dest="injection_step", type=int, default=LAB_DEFAULT_STEP, metavar="K",
+         help=f"the step at which A, B and C inject and fork from the baseline (default {LAB_DEFAULT_STEP})"),
+     Arg("--experiments", default="experiments", metavar="DIR", help="where runs land (default experiments)"),
+     Arg("--jobs", type=int, default=None, metavar="N", help="runs at a time (default: one per core)"),
+     Arg("--set", action="append", metavar="KEY=VALUE", help="override a config field of every run, repeatable"),
+     Arg("--force", action="store_true", help="re-run even the runs that are up to date"),
+     Arg("--no-report", action="store_true",
+         help="do not write and print EXPERIMENTS/lab-report.md (as 'minitrain report' does) at the end")),
+    cmd_lab)
+
+
+# --- the corpus, the config and the lab's measurements ------------------------------------------------
 
 
 def cmd_corpus(args) -> int:
@@ -163,29 +278,17 @@ def cmd_corpus(args) -> int:
     return 0
 
 
-def cmd_signature(args) -> int:
-    from minitrain.analysis import signature
-    from minitrain.run.files import strict_json
-
-    sig = signature.write(Path(args.run), Path(args.baseline) if args.baseline else None)
-    print(strict_json(sig, indent=2))
-    return 0
-
-
-def cmd_report(args) -> int:
-    from minitrain.analysis import signature
-
-    print(signature.report(Path(args.experiments)))
-    print(f"written to {Path(args.experiments) / 'lab-report.md'}", file=sys.stderr)
-    return 0
-
-
-def cmd_explore(args) -> int:
-    from minitrain.lab import explore
-
-    explore.run_explore(Path(args.experiments) / "explore", "quick" if args.quick else "default", args.jobs,
-                        args.set or [], Path(args.doc) if args.doc else None)
-    return 0
+CORPUS = Command(
+    "corpus", "show (or write) the generated corpus, its split and its long tail",
+    "Generate the verb-grammar corpus, print its split, the n-gram baseline and each token of the lab's rare "
+    "sentence with its training-split count.",
+    (Arg("--out", metavar="DIR", help="also write train.jsonl, val.jsonl, data_manifest.json here"),
+     Arg("--sentence", action="append", help="report the tokens of this sentence (repeatable; default: the "
+                                             "config's injection_sentence)"),
+     Arg("--rare", action="store_true", help="list rare sentences usable as injection_sentence"),
+     Arg("--set", action="append", metavar="KEY=VALUE", help="override a config field (e.g. --set corpus_seed=7), "
+                                                              "repeatable")),
+    cmd_corpus)
 
 
 def cmd_config(args) -> int:
@@ -202,16 +305,79 @@ def cmd_config(args) -> int:
     return 0
 
 
-# --- dashboard and index ---------------------------------------------------------------------------
+CONFIG = Command(
+    "config", "print every config field with its default",
+    "Print the default config as YAML: every key --set accepts, then one line per injection.",
+    (Arg("--preset", metavar="NAME",
+         help="show this preset's config (course | medium | gpt2-small-shaped | pretraining-like)"),),
+    cmd_config)
 
 
-def _say_if_live(run: Path) -> None:
-    """A reader of a run another process is writing says so (one line on stderr), then reads what is there."""
-    from minitrain.run.reader import live_note
+def cmd_signature(args) -> int:
+    from minitrain.analysis import signature
+    from minitrain.run.files import strict_json
 
-    note = live_note(run)
-    if note:
-        print(f"minitrain: {note}", file=sys.stderr)
+    sig = signature.write(Path(args.run), Path(args.baseline) if args.baseline else None)
+    print(strict_json(sig, indent=2))
+    return 0
+
+
+SIGNATURE = Command(
+    "signature", "measure what an injection did, against its baseline (signature.json)",
+    "Write RUN/signature.json: loss at K, largest excess over the baseline, pre/post-clip norm ratios, recovery "
+    "time, and the lab's predictions marked holds / does not hold. The baseline is the sibling run with the same "
+    "config and no injection, unless --baseline names one.",
+    (Arg("run", metavar="RUN", help="an injection run folder, e.g. experiments/19-injection-A"),
+     Arg("--baseline", metavar="RUN", help="the run without the injection to measure against (default: found "
+                                           "beside RUN)")),
+    cmd_signature)
+
+
+def cmd_report(args) -> int:
+    from minitrain.analysis import signature
+
+    print(signature.report(Path(args.experiments)))
+    print(f"written to {Path(args.experiments) / 'lab-report.md'}", file=sys.stderr)
+    return 0
+
+
+REPORT = Command(
+    "report", "the lab report: expected vs observed for every injection run",
+    "Write EXPERIMENTS/lab-report.md (and each run's signature.json): measured values per injection next to the "
+    "lab text's predictions.",
+    (Arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
+         help="folder holding 18-baseline and 19-injection-* (default experiments)"),),
+    cmd_report)
+
+
+def cmd_explore(args) -> int:
+    from minitrain.lab import explore
+
+    explore.run_explore(Path(args.experiments) / "explore", "quick" if args.quick else "default", args.jobs,
+                        args.set or [], Path(args.doc) if args.doc else None)
+    return 0
+
+
+EXPLORE = Command(
+    "explore", "the regime map: where each of the lab's 10 predictions holds",
+    "Sweep the settings that decide whether the lab's predictions can hold (clip threshold relative to the "
+    "healthy run's own norm, injection magnitude, C's target tensor, learning rate, batch size): each cell is an "
+    "injection at K=500 forked from its trunk's baseline. Judges every prediction with the lab report's "
+    "definitions; writes EXPERIMENTS/explore/index.html (a heat map per prediction), cells.json and regimes.md. "
+    "Runs are cached by config hash: a re-run trains only new cells. Default grid: 70 cells; --quick: 16.",
+    (Arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
+         help="the map goes to EXPERIMENTS/explore/ (default: experiments)"),
+     Arg("--quick", action="store_true", help="the small grid: the lab's own injections at four clip thresholds "
+                                              "(16 cells, a few minutes)"),
+     Arg("--jobs", type=int, default=None, metavar="N", help="worker processes, one run each (default: one per "
+                                                             "CPU core)"),
+     Arg("--set", action="append", metavar="KEY=VALUE",
+         help="a config override for every run (e.g. seed=7); the grid's own fields are refused"),
+     Arg("--doc", metavar="PATH", help="also write the doc there (e.g. docs/regimes.md)")),
+    cmd_explore)
+
+
+# --- dashboard, export and index ---------------------------------------------------------------------
 
 
 def cmd_dashboard(args) -> int:
@@ -239,6 +405,24 @@ def cmd_dashboard(args) -> int:
     return 0
 
 
+DASHBOARD = Command(
+    "dashboard", "write a run's self-contained dashboard.html (no network needed)",
+    "Write RUN/dashboard.html: one static, offline page (uPlot inlined) with the panels numbered as "
+    "stability-check.md cites them, sharing the step axis (drag or wheel to zoom, shift+drag to pan), a tooltip "
+    "with the values at the cursor, legend entries that hide/show a series, a smoothing slider, PNG/CSV export per "
+    "panel, the runs on the page chosen in the page, the health summary, every question of the stability check "
+    "measured on the run (behind a reveal button while a lab run is sealed) and the manifest. An injection run is "
+    "overlaid with its baseline when one exists. Also written at the end of every run.",
+    (Arg("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-B"),
+     Arg("--baseline", metavar="RUN", help="overlay this run and plot the difference (default: the clean run "
+                                           "found beside RUN, if any)"),
+     Arg("--no-baseline", action="store_true", help="do not look for a baseline run"),
+     Arg("--compare", action="append", metavar="RUN",
+         help="also draw this run on every panel it has data for (and its difference to the baseline); repeatable"),
+     Arg("--out", metavar="FILE", help="where to write the page (default RUN/dashboard.html)")),
+    cmd_dashboard)
+
+
 def cmd_export(args) -> int:
     from minitrain.views.tensorboard import export_tensorboard
 
@@ -246,6 +430,18 @@ def cmd_export(args) -> int:
     print(f"wrote {res['dir']}: {res['steps']} steps, {res['scalar_tags']} scalar tags, {res['texts']} text events; "
           f"view it with: tensorboard --logdir {args.tensorboard}")
     return 0
+
+
+EXPORT = Command(
+    "export", "write a run as TensorBoard event files (needs minitrain[tensorboard])",
+    "Write RUN's metrics as TensorBoard event files under DIR/<run name>/: the scalars (loss, lr, pre/post-clip "
+    "gradient norm, activations, logits, batch composition), every per-tensor statistic under one tag group per "
+    "tensor, and the injection, spike-detector and diagnosis steps as text. Point 'tensorboard --logdir DIR' at "
+    "it beside your other runs.",
+    (Arg("run", metavar="RUN", help="run folder (minitrain train, a lab run or a probe run)"),
+     Arg("--tensorboard", required=True, metavar="DIR", help="TensorBoard log folder to write into"),
+     Arg("--force", action="store_true", help="replace this run's events already in DIR")),
+    cmd_export)
 
 
 def cmd_index(args) -> int:
@@ -256,13 +452,101 @@ def cmd_index(args) -> int:
     return 0
 
 
-# --- the learner's workflow (learner.py, blind.py, postmortem.py, remedy.py) ---------------------
+INDEX = Command(
+    "index", "write EXPERIMENTS/index.html linking every run with a one-line summary",
+    "Write EXPERIMENTS/index.html: one line per run folder found at any depth (status, injection, final "
+    "validation loss vs the n-gram baseline, the stability check's verdict or 'sealed' before a lab's reveal) "
+    "linking its dashboard. Every command that writes a run rebuilds it.",
+    (Arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
+         help="folder holding the run folders (default experiments)"),),
+    cmd_index)
+
+
+# --- the stability check -------------------------------------------------------------------------------
+
+
+def cmd_diagnose(args) -> int:
+    """Walk the stability check over RUN's metrics; print the path, the leaf and its evidence."""
+    from minitrain.analysis import stability
+    from minitrain.lab import spoilers
+    from minitrain.run.files import strict_json
+
+    run = Path(args.run)
+    if spoilers.is_sealed(run) and not args.spoil:
+        raise UserError(f"{run} is a run of the {spoilers.lab_of(run)} lab, which is not revealed yet: walk "
+                        "stability-check.md on its dashboard first and reveal ('minitrain reveal NAME'), or pass "
+                        "--spoil to see the walker's answer now")
+    _say_if_live(run)
+    result = stability.diagnose_run(run, Path(args.baseline) if args.baseline else None)
+    if args.write:
+        stability.write_diagnosis(run, result)
+    if args.json:
+        print(strict_json(result, indent=2, ensure_ascii=False))
+    else:
+        print(stability.format_report(result, run.name))
+        if args.write:
+            print(f"wrote {run / stability.DIAGNOSIS_NAME}")
+    return 0
+
+
+DIAGNOSE = Command(
+    "diagnose", "walk the stability check over a run's metrics and name the cause",
+    "Walk stability-check.md from §1 over RUN/metrics.jsonl alone (never the injection settings, the metrics' "
+    "'injected' field or the folder name): each node with its measured value and threshold, then the first leaf "
+    "reached, its diagnosis, remediation and evidence steps.",
+    (Arg("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-A"),
+     Arg("--baseline", metavar="RUN", help="also report difference curves against this run"),
+     Arg("--json", action="store_true", help="print one JSON object instead of the report"),
+     Arg("--write", action="store_true", help="also write RUN/diagnosis.json (the dashboard shows it)"),
+     Arg("--spoil", action="store_true",
+         help="walk a run of a learner lab that is not revealed yet (19-injection-A/B/C, 19-blind/NN, "
+              "19-break-it/NN): without it, such a run is refused so the answer is not given away")),
+    cmd_diagnose)
+
+
+def cmd_stability_md(args) -> int:
+    from minitrain.analysis import stability
+
+    path, ok = stability.write_markdown(Path(args.root), check=args.check)
+    if args.check:
+        if not ok:
+            raise UserError(f"{path} is stale (the tree in analysis/tree.py changed); regenerate it with "
+                            "'minitrain stability-md'")
+        print(f"{path} is up to date")
+    else:
+        print(f"wrote {path}")
+    return 0
+
+
+STABILITY_MD = Command(
+    "stability-md", "regenerate stability-check.md from the tree in analysis/tree.py",
+    "Write ROOT/stability-check.md from the decision tree defined in src/minitrain/analysis/tree.py (rendered by "
+    "src/minitrain/analysis/report.py); --check only tells whether it is stale.",
+    (Arg("--root", default=".", metavar="DIR", help="repository root (default: current folder)"),
+     Arg("--check", action="store_true", help="exit 2 if the file is stale, write nothing")),
+    cmd_stability_md)
+
+
+# --- the learner's workflow (lab/learner/, lab/blind.py, lab/postmortem.py, lab/remediate.py) ------------
 
 
 def _lab(args):
     from minitrain.lab.learner import LABS
 
     return LABS[args.lab]
+
+
+def _solutions(args) -> Path | None:
+    return Path(args.solutions) if args.solutions else None
+
+
+LEARNER_NAME = Arg("name", metavar="NAME", help="the learner's name, as given to 'minitrain learner init'")
+LEARNER_LAB = (  # which lab and where its files are: reveal, grade and check read the same ones
+    Arg("--lab", choices=LAB_NAMES, default="spike",
+        help="spike (19-injection-A/B/C, default), blind (19-blind/01..03) or break-it (19-break-it/01..03)"),
+    Arg("--learners", default="learners", metavar="DIR", help="where learner folders live (default learners)"),
+    Arg("--experiments", default="experiments", metavar="DIR", help="where the runs live (default experiments)"),
+    Arg("--solutions", metavar="DIR", help="reference solutions folder (default: the repository's)"))
 
 
 def cmd_learner(args) -> int:
@@ -275,37 +559,76 @@ def cmd_learner(args) -> int:
     return 0
 
 
+LEARNER = Command(
+    "learner", "create a learner's folder: learners/NAME/phase-19/",
+    "Create learners/NAME/phase-19/ with spike-diagnoses.md (one section per run: run, node, cause, diagnosis, "
+    "remediation), the same for the blind and break-it labs, and notes/lessons.md. Refuses an existing folder.",
+    actions=(Command(
+        "init", "create learners/NAME/phase-19/ with a diagnoses file per lab",
+        "Create DIR/NAME/phase-19/ (DIR: --learners) with one diagnoses file per lab (spike, blind, break-it) "
+        "and notes/lessons.md, then say what to do next. Refuses an existing folder.",
+        (Arg("name", metavar="NAME", help="letters, digits, '-' or '_' (no slashes or dots)"),
+         Arg("--learners", default="learners", metavar="DIR", help="where learner folders live (default learners)")),
+        cmd_learner),))
+
+
 def cmd_reveal(args) -> int:
     from minitrain.lab.learner import reveal
 
-    text, path = reveal(args.name, _lab(args), Path(args.learners), Path(args.experiments),
-                        Path(args.solutions) if args.solutions else None, force=args.force)
+    text, path = reveal(args.name, _lab(args), Path(args.learners), Path(args.experiments), _solutions(args),
+                        force=args.force)
     print(text, end="")
     print(f"(also written to {path}; next: 'minitrain grade {args.name}"
           + ("" if args.lab == "spike" else f" --lab {args.lab}") + "')")
     return 0
 
 
+REVEAL = Command(
+    "reveal", "seal NAME's diagnoses, then show the reference solutions",
+    "Seal learners/NAME/phase-19/<lab>-diagnoses.md (sha256 + UTC time, written to a .seal.json beside it) and "
+    "only then print the reference solutions, completed with numbers measured on NAME's own runs. Refuses to "
+    "seal a file with unfilled sections unless --force.",
+    (LEARNER_NAME, *LEARNER_LAB,
+     Arg("--force", action="store_true", help="seal and reveal even with unfilled sections")),
+    cmd_reveal)
+
+
 def cmd_grade(args) -> int:
     from minitrain.lab.learner import grade, grade_report
 
-    g = grade(args.name, _lab(args), Path(args.learners), Path(args.experiments),
-              Path(args.solutions) if args.solutions else None)
+    g = grade(args.name, _lab(args), Path(args.learners), Path(args.experiments), _solutions(args))
     print(grade_report(args.name, g))
     return 0
+
+
+GRADE = Command(
+    "grade", "score NAME's sealed diagnoses out of 3, explaining each miss",
+    "Score the sealed diagnoses: correct when the node is on the reference's documented path to the correct leaf "
+    "and the cause matches (see docs/learner.md). Flags a diagnoses file edited after the seal.",
+    (LEARNER_NAME, *LEARNER_LAB),
+    cmd_grade)
 
 
 def cmd_check(args) -> int:
     from minitrain.lab.learner import check
 
-    items = check(args.name, _lab(args), Path(args.learners), Path(args.experiments),
-                  Path(args.solutions) if args.solutions else None)
+    items = check(args.name, _lab(args), Path(args.learners), Path(args.experiments), _solutions(args))
     for ok, line in items:
         print(f"[{'PASS' if ok else 'FAIL'}] {line}")
     done = all(ok for ok, _ in items)
     print("done: the lab's Definition of Done and stop condition hold" if done else
           f"not done: {sum(not ok for ok, _ in items)} item(s) to go")
     return 0 if done else 1
+
+
+CHECK = Command(
+    "check", "the lab's Definition of Done and stop condition, one line each",
+    "Check, one line each: the maybe_inject hook is a no-op by default (a 4-step run with injection none writes "
+    "the same metrics bytes with the hook and with it taken out of the loop), the three runs exist with "
+    "manifests, diagnoses filled in and sealed before the reveal, 3/3 correct, three new lines in "
+    "notes/lessons.md. Exit 0 when all hold, 1 otherwise.",
+    (LEARNER_NAME, *LEARNER_LAB),
+    cmd_check)
 
 
 def cmd_postmortem(args) -> int:
@@ -316,6 +639,21 @@ def cmd_postmortem(args) -> int:
                            experiments=Path(args.experiments))
     print(f"wrote {out}: edit it, it is yours (re-running needs --force and overwrites it)")
     return 0
+
+
+POSTMORTEM = Command(
+    "postmortem", "fill the post-mortem template from a run's evidence",
+    "Fill theory/04-loss-spike-postmortem-template.md from RUN's metrics, manifest, results, the stability "
+    "walker and the baseline, into RUN/postmortem.md (or --out) for you to edit. Never overwrites an existing "
+    "file without --force.",
+    (Arg("run", metavar="RUN", help="the run to write up, e.g. experiments/19-injection-B"),
+     Arg("--baseline", metavar="RUN", help="the run to measure against (default: the run it forked from, or a "
+                                           "clean run with the same config beside it or in --experiments)"),
+     Arg("--out", metavar="FILE", help="where to write it (default RUN/postmortem.md)"),
+     Arg("--experiments", default="experiments", metavar="DIR",
+         help="also look for the baseline here (default experiments)"),
+     Arg("--force", action="store_true", help="overwrite an existing post-mortem (your edits in it are lost)")),
+    cmd_postmortem)
 
 
 def cmd_blind_runs(args) -> int:
@@ -340,6 +678,24 @@ def cmd_blind_runs(args) -> int:
     return exit_code(*(folder / run_id for run_id in blind.RUN_IDS))
 
 
+BLIND_RUNS = Command(
+    "blind-runs", "train a shuffled, sealed lab: spike -> 19-blind, break-it -> 19-break-it",
+    "Draw which fault each of 01, 02, 03 carries (sealed: only a salted hash is published in SEALED.json until "
+    "the reveal), then train the runs in folder order with blind=true, so names, manifests, config.yaml, metrics "
+    "and dashboards do not say which is which. An existing sealed lab is reused; --force draws a new one.",
+    (Arg("lab", choices=["spike", "break-it"], help="spike: the lab's three injections, shuffled, into "
+                                                    "EXPERIMENTS/19-blind; break-it: three config mistakes (bad init, "
+                                                    "no warmup, broken causal mask) into EXPERIMENTS/19-break-it"),
+     Arg("--run", choices=["01", "02", "03"], help="train only this run (the sealed draw is made if needed)"),
+     Arg("--random", default="0", metavar="0|1", help="1: draw K and the magnitude per run too (spike)"),
+     Arg("--experiments", default="experiments", metavar="DIR", help="where the lab's folder goes (default "
+                                                                     "experiments)"),
+     Arg("--set", action="append", metavar="KEY=VALUE", help="override a config field of every run, repeatable"),
+     Arg("--force", action="store_true", help="draw a new lab (or, with --run, re-train that run)"),
+     NO_PROGRESS),
+    cmd_blind_runs)
+
+
 def cmd_remediate(args) -> int:
     from minitrain.lab.remediate import remediate
 
@@ -352,312 +708,50 @@ def cmd_remediate(args) -> int:
     return exit_code(Path(args.run).parent / rep["remediated"])
 
 
-def cmd_diagnose(args) -> int:
-    """Walk the stability check over RUN's metrics; print the path, the leaf and its evidence."""
-    from minitrain.analysis import stability
-    from minitrain.run.files import strict_json
-
-    from minitrain.lab import spoilers
-
-    run = Path(args.run)
-    if spoilers.is_sealed(run) and not args.spoil:
-        raise UserError(f"{run} is a run of the {spoilers.lab_of(run)} lab, which is not revealed yet: walk "
-                        "stability-check.md on its dashboard first and reveal ('minitrain reveal NAME'), or pass "
-                        "--spoil to see the walker's answer now")
-    _say_if_live(run)
-    result = stability.diagnose_run(run, Path(args.baseline) if args.baseline else None)
-    if args.write:
-        stability.write_diagnosis(run, result)
-    if args.json:
-        print(strict_json(result, indent=2, ensure_ascii=False))
-    else:
-        print(stability.format_report(result, run.name))
-        if args.write:
-            print(f"wrote {run / stability.DIAGNOSIS_NAME}")
-    return 0
+REMEDIATE = Command(
+    "remediate", "re-run RUN from before its anomaly with the leaf's remedy, walk again",
+    "Walk RUN with the stability check, re-run it from the last checkpoint before the anomaly with the leaf's "
+    "registered remedy (skip_batch, restore_moments, zclip; config fixes re-run from step 0) into "
+    "RUN-remediated, walk that again, and write one dashboard of the remediated run against the original and the "
+    "baseline. Numbers go to RUN-remediated/remediation.json.",
+    (Arg("run", metavar="RUN", help="the run to remediate, e.g. experiments/19-injection-A"),
+     Arg("--remedy", metavar="NAME", help="override the leaf's remedy (skip_batch, restore_moments, zclip)"),
+     Arg("--baseline", metavar="RUN", help="the clean run to measure both against (default: found beside RUN)"),
+     Arg("--force", action="store_true", help="replace an existing RUN-remediated")),
+    cmd_remediate)
 
 
-def cmd_stability_md(args) -> int:
-    from minitrain.analysis import stability
+# --- the table and the parser --------------------------------------------------------------------------
 
-    path, ok = stability.write_markdown(Path(args.root), check=args.check)
-    if args.check:
-        if not ok:
-            raise UserError(f"{path} is stale (the tree in analysis/stability.py changed); regenerate it with "
-                            "'minitrain stability-md'")
-        print(f"{path} is up to date")
-    else:
-        print(f"wrote {path}")
-    return 0
+COMMANDS = (TRAIN, LAB_RUN, LAB, CORPUS, CONFIG, SIGNATURE, REPORT, EXPLORE, DASHBOARD, EXPORT, INDEX, DIAGNOSE,
+            STABILITY_MD, LEARNER, REVEAL, GRADE, CHECK, POSTMORTEM, BLIND_RUNS, REMEDIATE)
 
-
-def _add_learner_parsers(sub) -> None:
-    def common(q, experiments=True):
-        q.add_argument("--lab", choices=LAB_NAMES, default="spike",
-                       help="spike (19-injection-A/B/C, default), blind (19-blind/01..03) or break-it (19-break-it/01..03)")
-        q.add_argument("--learners", default="learners", metavar="DIR", help="where learner folders live")
-        if experiments:
-            q.add_argument("--experiments", default="experiments", metavar="DIR", help="where the runs live")
-        q.add_argument("--solutions", metavar="DIR", help="reference solutions folder (default: the repository's)")
-
-    le = sub.add_parser("learner", help="create a learner's folder: learners/NAME/phase-19/",
-                        description="Create learners/NAME/phase-19/ with spike-diagnoses.md (one section per run: "
-                                    "run, node, cause, diagnosis, remediation), the same for the blind and break-it "
-                                    "labs, and notes/lessons.md. Refuses an existing folder.")
-    le_sub = le.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser, required=True)
-    li = le_sub.add_parser("init", help="create the folder")
-    li.add_argument("name", metavar="NAME", help="letters, digits, '-' or '_' (no slashes or dots)")
-    li.add_argument("--learners", default="learners", metavar="DIR")
-    li.set_defaults(func=cmd_learner)
-
-    rv = sub.add_parser("reveal", help="seal NAME's diagnoses, then show the reference solutions",
-                        description="Seal learners/NAME/phase-19/<lab>-diagnoses.md (sha256 + UTC time, written "
-                                    "to a .seal.json beside it) and only then print the reference solutions, "
-                                    "completed with numbers measured on NAME's own runs. Refuses to seal a file "
-                                    "with unfilled sections unless --force.")
-    rv.add_argument("name", metavar="NAME")
-    common(rv)
-    rv.add_argument("--force", action="store_true", help="seal and reveal even with unfilled sections")
-    rv.set_defaults(func=cmd_reveal)
-
-    gr = sub.add_parser("grade", help="score NAME's sealed diagnoses out of 3, explaining each miss",
-                        description="Score the sealed diagnoses: correct when the node is on the reference's "
-                                    "documented path to the correct leaf and the cause matches (see docs/learner.md). "
-                                    "Flags a diagnoses file edited after the seal.")
-    gr.add_argument("name", metavar="NAME")
-    common(gr)
-    gr.set_defaults(func=cmd_grade)
-
-    ck = sub.add_parser("check", help="the lab's Definition of Done and stop condition, one line each",
-                        description="Check, one line each: the maybe_inject hook exists and is a no-op by default "
-                                    "(for real: a short run with and without it), the three runs exist with manifests, "
-                                    "diagnoses filled in and sealed before the reveal, 3/3 correct, three new lines "
-                                    "in notes/lessons.md. Exit 0 when all hold, 1 otherwise.")
-    ck.add_argument("name", metavar="NAME")
-    common(ck)
-    ck.set_defaults(func=cmd_check)
-
-    pm = sub.add_parser("postmortem", help="fill the post-mortem template from a run's evidence",
-                        description="Fill theory/04-loss-spike-postmortem-template.md from RUN's metrics, manifest, "
-                                    "results, the stability walker and the baseline, into RUN/postmortem.md (or --out) "
-                                    "for you to edit. Never overwrites an existing file without --force.")
-    pm.add_argument("run", metavar="RUN")
-    pm.add_argument("--baseline", metavar="RUN", help="the run to measure against (default: the run it forked "
-                                                      "from, or experiments/18-baseline)")
-    pm.add_argument("--out", metavar="FILE")
-    pm.add_argument("--experiments", default="experiments", metavar="DIR")
-    pm.add_argument("--force", action="store_true")
-    pm.set_defaults(func=cmd_postmortem)
-
-    br = sub.add_parser("blind-runs", help="train a shuffled, sealed lab: spike -> 19-blind, break-it -> 19-break-it",
-                        description="Draw which fault each of 01, 02, 03 carries (sealed: only a salted hash is "
-                                    "published in SEALED.json until the reveal), then train the runs in folder order "
-                                    "with blind=true, so names, manifests, config.yaml, metrics and dashboards do not "
-                                    "say which is which. An existing sealed lab is reused; --force draws a new one.")
-    br.add_argument("lab", choices=["spike", "break-it"])
-    br.add_argument("--run", choices=["01", "02", "03"], help="train only this run (the sealed draw is made if needed)")
-    br.add_argument("--random", default="0", metavar="0|1", help="1: draw K and the magnitude per run too (spike)")
-    br.add_argument("--experiments", default="experiments", metavar="DIR")
-    br.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field of every run")
-    br.add_argument("--force", action="store_true", help="draw a new lab (or, with --run, re-train that run)")
-    br.add_argument("--no-progress", action="store_true")
-    br.set_defaults(func=cmd_blind_runs)
-
-    rm = sub.add_parser("remediate", help="re-run RUN from before its anomaly with the leaf's remedy, walk again",
-                        description="Walk RUN with the stability check, re-run it from the last checkpoint before "
-                                    "the anomaly with the leaf's registered remedy (skip_batch, restore_moments, zclip; "
-                                    "config fixes re-run from step 0) into RUN-remediated, walk that again, and write "
-                                    "one dashboard of the remediated run against the original and the baseline. Numbers go to "
-                                    "RUN-remediated/remediation.json.")
-    rm.add_argument("run", metavar="RUN")
-    rm.add_argument("--remedy", metavar="NAME", help="override the leaf's remedy (skip_batch, restore_moments, zclip)")
-    rm.add_argument("--baseline", metavar="RUN")
-    rm.add_argument("--force", action="store_true", help="replace an existing RUN-remediated")
-    rm.set_defaults(func=cmd_remediate)
-
-
-# --- parser --------------------------------------------------------------------------------------
+DESCRIPTION = ("A small, exact laboratory for training-stability work on a mini-GPT: train it on CPU in seconds, "
+               "break it at a chosen step, and read the damage from the dashboard.")
+EPILOG = ("The lab, step by step: see README.md. Every command has --help.\n"
+          "Exit codes: 0 done; 1 'check' not done yet; 2 a user error (one line on stderr, nothing changed); 3 a "
+          "run stopped on a non-finite value (rows, results and dashboard kept); 130 interrupted. See "
+          "docs/reliability.md.")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="minitrain", description=(
-        "A small, exact laboratory for training-stability work on a mini-GPT: train it on CPU in seconds, "
-        "break it at a chosen step, and read the damage from the dashboard."),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="The lab, step by step: see README.md. Every command has --help.\n"
-               "Exit codes: 0 done; 1 'check' not done yet; 2 a user error (one line on stderr, nothing "
-               "changed); 3 a run stopped on a non-finite value (rows, results and dashboard kept); 130 "
-               "interrupted. See docs/reliability.md.")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    parser = Parser(prog="minitrain", description=DESCRIPTION, epilog=EPILOG,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_commands(parser, COMMANDS, dest="command", metavar="COMMAND")
+    return parser
 
-    t = sub.add_parser("train", help="train one run into a run folder (or resume one)",
-                       description="Train the mini-GPT into a run folder: manifest.json, config.yaml, "
-                                   "metrics.jsonl (one row per step), checkpoints/, results.json. "
-                                   "An injection run forks from a sibling run that differs only in its "
-                                   "injection settings, instead of recomputing steps 0..K-1.")
-    t.add_argument("--out", metavar="DIR", help="run folder to create (refused if it holds a run, unless --force)")
-    t.add_argument("--config", metavar="FILE", help="YAML file of config fields (see 'minitrain config')")
-    t.add_argument("--seed", type=str, help="seed for init and batch order (default 42)")
-    t.add_argument("--steps", type=str, help="number of training steps (default 2000)")
-    t.add_argument("--injection", metavar="NAME", help="none | scale | bad_batch | v_corrupt")
-    t.add_argument("--injection-step", dest="injection_step", metavar="K", help="step at which to inject")
-    t.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="override any config field, repeatable (e.g. --set injection_factor=0.01)")
-    t.add_argument("--force", action="store_true", help="replace an existing run folder (only a minitrain run, never "
-                                                       "the current folder or one holding a git repository; "
-                                                       "refused while another process writes it)")
-    t.add_argument("--resume", metavar="DIR", help="continue a stopped or killed run from its last checkpoint "
-                                                   "(verified by sha256); same bytes as an uninterrupted run")
-    t.add_argument("--no-fork", action="store_true", help="recompute steps 0..K-1 even if a baseline can be forked")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar")
-    t.add_argument("--preset", metavar="NAME", help="course (default) | medium | gpt2-small-shaped: a named set "
-                                                    "of model/corpus defaults; --set still overrides")
-    t.add_argument("--device", metavar="DEV", help="cpu (default) | cuda | auto (cuda when available); "
-                                                   "with --resume: continue on this device")
-    t.add_argument("--precision", metavar="P", help="fp32 (default) | bf16 (autocast, GPU only)")
-    t.set_defaults(func=cmd_train)
 
-    lr = sub.add_parser("lab-run", help="one lab run, named as the lab names it (used by 'just phase-19-train')",
-                        description="Train one run of the spike-injection lab into EXPERIMENTS/18-baseline or "
-                                    "EXPERIMENTS/19-injection-{A,B,C}. A finished run with the same config is "
-                                    "left alone (up to date).")
-    lr.add_argument("--from-env", action="store_true",
-                    help="read the lab's shell variables seed, injection, injection_step")
-    lr.add_argument("--seed", type=int, default=LAB_DEFAULT_SEED)
-    lr.add_argument("--injection", default="none")
-    lr.add_argument("--injection-step", dest="injection_step", type=int, default=LAB_DEFAULT_STEP)
-    lr.add_argument("--experiments", default="experiments", metavar="DIR", help="where runs land")
-    lr.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field")
-    lr.add_argument("--force", action="store_true", help="re-run even if the run is up to date")
-    lr.add_argument("--no-progress", action="store_true")
-    lr.add_argument("--no-index", action="store_true",
-                    help="do not rewrite EXPERIMENTS/index.html ('minitrain lab' writes it once after all four runs)")
-    lr.set_defaults(func=cmd_lab_run)
-
-    la = sub.add_parser("lab", help="the lab's four runs: baseline + injections A, B, C forked at K, in parallel",
-                        description="Train EXPERIMENTS/18-baseline and, from its checkpoint at K, the three "
-                                    "injection runs 19-injection-{A,B,C}, one process per core, with one progress "
-                                    "line per run. Up-to-date runs are left alone. The same bytes as running "
-                                    "'minitrain lab-run' four times in a row. Then writes and prints the "
-                                    "expected-vs-observed report (lab-report.md) and writes index.html.")
-    la.add_argument("--seed", type=int, default=LAB_DEFAULT_SEED)
-    la.add_argument("--injection-step", dest="injection_step", type=int, default=LAB_DEFAULT_STEP)
-    la.add_argument("--experiments", default="experiments", metavar="DIR", help="where runs land")
-    la.add_argument("--jobs", type=int, default=None, metavar="N", help="runs at a time (default: one per core)")
-    la.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field (every run)")
-    la.add_argument("--force", action="store_true", help="re-run even the runs that are up to date")
-    la.add_argument("--no-report", action="store_true",
-                    help="do not write and print EXPERIMENTS/lab-report.md (as 'minitrain report' does) at the end")
-    la.set_defaults(func=cmd_lab)
-
-    c = sub.add_parser("corpus", help="show (or write) the generated corpus, its split and its long tail",
-                       description="Generate the verb-grammar corpus, print its split, the n-gram baseline and "
-                                   "each token of the lab's rare sentence with its training-split count.")
-    c.add_argument("--out", metavar="DIR", help="also write train.jsonl, val.jsonl, data_manifest.json here")
-    c.add_argument("--sentence", action="append", help="report the tokens of this sentence (repeatable)")
-    c.add_argument("--rare", action="store_true", help="list rare sentences usable as injection_sentence")
-    c.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config field")
-    c.set_defaults(func=cmd_corpus)
-
-    cf = sub.add_parser("config", help="print every config field with its default",
-                        description="Print the default config as YAML: every key --set accepts.")
-    cf.add_argument("--preset", metavar="NAME", help="show this preset's config (course | medium | gpt2-small-shaped)")
-    cf.set_defaults(func=cmd_config)
-
-    sg = sub.add_parser("signature", help="measure what an injection did, against its baseline (signature.json)",
-                        description="Write RUN/signature.json: loss at K, largest excess over the baseline, "
-                                    "pre/post-clip norm ratios, recovery time, and the lab's predictions marked "
-                                    "holds / does not hold. The baseline is the sibling run with the same config "
-                                    "and no injection, unless --baseline names one.")
-    sg.add_argument("run", metavar="RUN")
-    sg.add_argument("--baseline", metavar="RUN")
-    sg.set_defaults(func=cmd_signature)
-
-    rp = sub.add_parser("report", help="the lab report: expected vs observed for every injection run",
-                        description="Write EXPERIMENTS/lab-report.md (and each run's signature.json): measured "
-                                    "values per injection next to the lab text's predictions.")
-    rp.add_argument("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS")
-    rp.set_defaults(func=cmd_report)
-
-    ex = sub.add_parser("explore", help="the regime map: where each of the lab's 10 predictions holds",
-                        description="Sweep the settings that decide whether the lab's predictions can hold (clip "
-                                    "threshold relative to the healthy run's own norm, injection magnitude, C's "
-                                    "target tensor, learning rate, batch size): each cell is an injection at K=500 "
-                                    "forked from its trunk's baseline. Judges every prediction with the lab report's "
-                                    "definitions; writes EXPERIMENTS/explore/index.html (a heat map per prediction), "
-                                    "cells.json and regimes.md. Runs are cached by config hash: a re-run trains only "
-                                    "new cells. Default grid: 70 cells; --quick: 16.")
-    ex.add_argument("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
-                    help="the map goes to EXPERIMENTS/explore/ (default: experiments)")
-    ex.add_argument("--quick", action="store_true", help="the small grid: the lab's own injections at four clip "
-                                                         "thresholds (16 cells, a few minutes)")
-    ex.add_argument("--jobs", type=int, default=None, metavar="N",
-                    help="worker processes, one run each (default: one per CPU core)")
-    ex.add_argument("--set", action="append", metavar="KEY=VALUE",
-                    help="a config override for every run (e.g. seed=7); the grid's own fields are refused")
-    ex.add_argument("--doc", metavar="PATH", help="also write the doc there (e.g. docs/regimes.md)")
-    ex.set_defaults(func=cmd_explore)
-
-    d = sub.add_parser("dashboard", help="write a run's self-contained dashboard.html (no network needed)",
-                       description="Write RUN/dashboard.html: one static, offline page (uPlot inlined) with the "
-                                   "panels numbered as stability-check.md cites them, sharing the step axis (drag or "
-                                   "wheel to zoom, shift+drag to pan), a tooltip with the values at the cursor, "
-                                   "legend entries that hide/show a series, a smoothing slider, PNG/CSV export per "
-                                   "panel, the runs on the page chosen in the page, the health summary, every "
-                                   "question of the stability check measured on the run (behind a reveal button "
-                                   "while a lab run is sealed) and the manifest. An injection run is overlaid with "
-                                   "its baseline when one exists. Also written at the end of every run.")
-    d.add_argument("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-B")
-    d.add_argument("--baseline", metavar="RUN", help="overlay this run and plot the difference (default: found)")
-    d.add_argument("--no-baseline", action="store_true", help="do not look for a baseline run")
-    d.add_argument("--compare", action="append", metavar="RUN",
-                   help="also draw this run on every panel it has data for (and its difference to the baseline); "
-                        "repeatable")
-    d.add_argument("--out", metavar="FILE", help="where to write the page (default RUN/dashboard.html)")
-    d.set_defaults(func=cmd_dashboard)
-
-    ex = sub.add_parser("export", help="write a run as TensorBoard event files (needs minitrain[tensorboard])",
-                        description="Write RUN's metrics as TensorBoard event files under DIR/<run name>/: the "
-                                    "scalars (loss, lr, pre/post-clip gradient norm, activations, logits, batch "
-                                    "composition), every per-tensor statistic under one tag group per tensor, and "
-                                    "the injection, spike-detector and diagnosis steps as text. Point "
-                                    "'tensorboard --logdir DIR' at it beside your other runs.")
-    ex.add_argument("run", metavar="RUN", help="run folder (minitrain train, a lab run or a probe run)")
-    ex.add_argument("--tensorboard", required=True, metavar="DIR", help="TensorBoard log folder to write into")
-    ex.add_argument("--force", action="store_true", help="replace this run's events already in DIR")
-    ex.set_defaults(func=cmd_export)
-
-    ix = sub.add_parser("index", help="write EXPERIMENTS/index.html linking every run with a one-line summary",
-                        description="Write EXPERIMENTS/index.html: one line per run folder found at any depth "
-                                    "(status, injection, final validation loss vs the n-gram baseline, the stability "
-                                    "check's verdict or 'sealed' before a lab's reveal) linking its dashboard. "
-                                    "Every command that writes a run rebuilds it.")
-    ix.add_argument("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
-                    help="folder holding the run folders (default experiments)")
-    ix.set_defaults(func=cmd_index)
-
-    dg = sub.add_parser("diagnose", help="walk the stability check over a run's metrics and name the cause",
-                        description="Walk stability-check.md from §1 over RUN/metrics.jsonl alone (never the "
-                                    "injection settings, the metrics' 'injected' field or the folder name): "
-                                    "each node with its measured value and threshold, then the first leaf "
-                                    "reached, its diagnosis, remediation and evidence steps.")
-    dg.add_argument("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-A")
-    dg.add_argument("--baseline", metavar="RUN", help="also report difference curves against this run")
-    dg.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
-    dg.add_argument("--write", action="store_true", help="also write RUN/diagnosis.json (the dashboard shows it)")
-    dg.add_argument("--spoil", action="store_true",
-                    help="walk a run of a learner lab that is not revealed yet (19-injection-A/B/C, 19-blind/NN, "
-                         "19-break-it/NN): without it, such a run is refused so the answer is not given away")
-    dg.set_defaults(func=cmd_diagnose)
-
-    sm = sub.add_parser("stability-md", help="regenerate stability-check.md from the tree in stability.py",
-                        description="Write ROOT/stability-check.md from the decision tree defined in "
-                                    "src/minitrain/analysis/stability.py; --check only tells whether it is stale.")
-    sm.add_argument("--root", default=".", metavar="DIR", help="repository root (default: current folder)")
-    sm.add_argument("--check", action="store_true", help="exit 2 if the file is stale, write nothing")
-    sm.set_defaults(func=cmd_stability_md)
-    _add_learner_parsers(sub)  # learner, reveal, grade, check, postmortem, blind-runs, remediate
-    return p
+def add_commands(parser: argparse.ArgumentParser, commands: tuple[Command, ...], dest: str, metavar: str,
+                 required: bool = False) -> None:
+    sub = parser.add_subparsers(dest=dest, metavar=metavar, parser_class=Parser, required=required)
+    for command in commands:
+        p = sub.add_parser(command.name, help=command.help, description=command.description)
+        for a in command.args:
+            p.add_argument(*a.names, **a.options)
+        if command.actions:  # `minitrain learner init`: the action is required
+            add_commands(p, command.actions, dest="action", metavar="ACTION", required=True)
+        if command.run is not None:
+            p.set_defaults(func=command.run)
 
 
 def main(argv: list[str] | None = None) -> int:

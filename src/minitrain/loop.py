@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -197,6 +198,24 @@ def optimizer_moments(model: GPT, opt: torch.optim.Optimizer) -> dict:
         if st:
             m[name], v[name] = st["exp_avg"], st["exp_avg_sq"]
     return {"m": m, "v": v}
+
+
+def no_hook(point: str, step: int, target, ctx):
+    """What train_step calls in place of maybe_inject inside `hook_bypassed()`: every target untouched."""
+    return target
+
+
+@contextmanager
+def hook_bypassed():
+    """Train with the injection hook taken out: train_step's INJECT points call `no_hook` instead of
+    maybe_inject. `minitrain check` compares a short run with and without the hook; with injection none
+    their metrics bytes must be the same."""
+    global maybe_inject
+    hook, maybe_inject = maybe_inject, no_hook
+    try:
+        yield
+    finally:
+        maybe_inject = hook
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -58,7 +58,7 @@ class Leaf:
     cases: dict[str, tuple[str, str]] = field(default_factory=dict)
     case_of: Callable[[Evidence], str] | None = None
     resume: str | None = None  # where the walk goes on when a rule-out holds (default: the leading node's "no")
-    concepts: Concepts = Concepts()  # the key concepts a learner's words must name (lab/learner.py grades them)
+    concepts: Concepts = Concepts()  # the key concepts a learner's words must name (lab/learner/grading.py grades them)
 
     def texts(self, ev: Evidence | None = None) -> tuple[str, str]:
         """(diagnosis, remediation) true for this run (the default texts when the leaf has no cases)."""

@@ -282,3 +282,24 @@ def find_baseline(run: Path, experiments: Path | None = None) -> Path | None:
         if size > best_size:
             best, best_size = cand, size
     return best
+
+
+# --- a live run's progress -------------------------------------------------------------------------
+
+
+def last_step(run: Path) -> int | None:
+    """The step of the last complete row of RUN/metrics.jsonl, reading only the file's tail (cheap enough
+    to ask several times a second while the run writes it)."""
+    try:
+        with open(Path(run) / METRICS, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
+            lines = f.read().split(b"\n")
+    except OSError:
+        return None
+    for line in reversed(lines[:-1]):  # the text after the last newline is a row still being written
+        if line.startswith(b'{"step":'):  # every row starts with its step (files.MetricsWriter)
+            digits = line[8:].split(b",", 1)[0].strip()
+            if digits.isdigit():
+                return int(digits)
+    return None

@@ -4,8 +4,8 @@
     write_index(experiments)    EXPERIMENTS/index.html: one row per run folder found at any depth
 
 The page is one static HTML file: uPlot (vendored unmodified in assets/vendor/, pinned and checked by
-scripts/fetch_uplot.py), the CSS and the page script (assets/dashboard.css, assets/dashboard.js) are
-inlined, and the run's data is embedded as one JSON block. The panels, their numbers, titles and y-axis units
+scripts/fetch_uplot.py), the CSS and the page script (assets/dashboard.css; PAGE_SCRIPTS, one closure) are
+inlined, and the run's data is embedded as one JSON block. The panels, their numbers, titles, units, series
 come from the panel registry (analysis/panels.py), which stability-check.md cites too. Python reads and
 judges (health summary with the tree's thresholds, the walker's verdict and every question of the tree, the
 per-tensor "movers", differences to a baseline and whether they exceed float rounding); the script only
@@ -31,6 +31,7 @@ import numpy as np
 
 from minitrain.analysis import panels, readings
 from minitrain.analysis.stability import T
+from minitrain.core.config import TrainConfig
 from minitrain.core.errors import UserError
 from minitrain.run import files, reader
 
@@ -40,9 +41,12 @@ MOVER_LOOKBACK = 50  # a tensor "moves" when it leaves the median of its own pre
 MOVER_WINDOW = 50  # with an injection, movers are ranked over steps K..K+50
 SPIKE_WINDOW, SPIKE_SIGMA = 100, 3.0  # the course's spike flag: loss > 3 sigma above its rolling 100-step mean
 SMOOTHING = 0.9  # the smoothing slider's starting value (EMA weight, debiased as TensorBoard does)
-OVERLAY_SERIES = ("loss", "val", "lr", "grad_norm", "act", "loss_regular", "loss_irregular", "logit_max")
+OVERLAY_SERIES = ("loss", "val_loss", "lr", "grad_norm", "act", "loss_regular", "loss_irregular", "logit_max")
 FLOAT_ROUNDING_REL = 32 * 2.0 ** -23  # |a - b| within 32 float32 ulps of |b|: identical up to float rounding
 UPLOT = ("vendor/uPlot.iife.min.js", "vendor/uPlot.min.css")
+PAGE_SCRIPTS = ("helpers.js", "panels.js", "chart.js", "page.js")  # assets/, each using only those before it
+PAGE_CONFIG = ("grad_clip", "vocab_size", "warmup_steps", "steps", "batch_size", "eval_every", "spectral_every",
+               "telemetry")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -97,7 +101,7 @@ def _series(rows: list[dict]) -> dict:
     cols["clipped"] = clipped
     cols["nonfinite"] = nonfinite
     cols["act"] = [list(layer) for layer in zip(*act)] if n_layers else []
-    cols["val"] = val
+    cols["val_loss"] = val  # [step, value] pairs: measured every eval_every steps
     cols["batch"] = batch
     return cols
 
@@ -378,6 +382,14 @@ def _run_payload(r: dict, role: str, with_tensors: bool = False) -> dict:
     return out
 
 
+def _page_config(cfg: dict) -> dict:
+    """The run's settings the page's panels use, resolved: a run config without vocab_size ran with the
+    default vocabulary, so the page gets that number, not a gap."""
+    out = {k: cfg.get(k) for k in PAGE_CONFIG}
+    out["vocab_size"] = out["vocab_size"] or TrainConfig.vocab_size
+    return out
+
+
 def _remedy_items(run: Path) -> list[dict]:
     """A remediated run's verdict against the baseline (remediation.json, written by `minitrain remediate`)."""
     rep, _ = reader.read_optional_json(run / "remediation.json")
@@ -429,8 +441,7 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
                       "step": cfg.get("injection_step") if inj != "none" and not blind else None,
                       "words": "withheld until the reveal (blind run)" if blind
                       else _injection_words(r["manifest"].get("injection") or {}, cfg)},
-        "config": {k: cfg.get(k) for k in ("grad_clip", "vocab_size", "warmup_steps", "steps", "batch_size",
-                                           "eval_every", "spectral_every", "telemetry")},
+        "config": _page_config(cfg),
         "ngram_val_loss": (r["results"] or {}).get("ngram_val_loss",
                                                    (r["manifest"].get("ngram_baseline") or {}).get("val_loss")),
         "panels": panels.as_json(),
@@ -476,7 +487,7 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
 # ---------------------------------------------------------------------------------------------------
 
 
-def _asset(name: str) -> str:
+def asset(name: str) -> str:
     return resources.files("minitrain.views").joinpath("assets", name).read_text(encoding="utf-8")
 
 
@@ -492,11 +503,17 @@ def fill(template: str, parts: dict[str, str]) -> str:
     return re.sub(r"\{\{([A-Z]+)\}\}", lambda m: parts[m.group(1)], template)
 
 
+def page_script() -> str:
+    """uPlot, then the page script's modules in one closure, so that none of their names is a global."""
+    modules = "\n".join(asset(name) for name in PAGE_SCRIPTS)
+    return f"{asset(UPLOT[0])}\n(function () {{\n{modules}\n}})();"
+
+
 def render_html(payload: dict) -> str:
-    css = _asset(UPLOT[1]) + "\n" + _asset("dashboard.css")
-    js = _asset(UPLOT[0]) + "\n" + _asset("dashboard.js")
+    css = asset(UPLOT[1]) + "\n" + asset("dashboard.css")
+    js = page_script()
     assert "</script" not in js.lower() and "</style" not in css.lower()
-    return fill(_asset("dashboard.html"), {"TITLE": html.escape(f"{payload['name']} - minitrain dashboard"),
+    return fill(asset("dashboard.html"), {"TITLE": html.escape(f"{payload['name']} - minitrain dashboard"),
                                            "CSS": css, "JS": js, "DATA": embed_json(payload)})
 
 
@@ -602,7 +619,7 @@ def write_index(experiments: Path, sealed: set[Path] | None = None) -> Path:
                      f'<td>{e(s["injection"])}</td><td>{e(str(s["steps"] if s["steps"] is not None else "?"))}</td>'
                      f'<td>{e(s["loss"])}</td><td{cls}>{e(s["check"])}</td></tr>')
     body = "\n".join(lines) or '<tr><td colspan="6">no run folders here yet</td></tr>'
-    page = fill(_asset("index.html"), {"TITLE": e(f"{experiments.resolve().name}: minitrain runs"),
+    page = fill(asset("index.html"), {"TITLE": e(f"{experiments.resolve().name}: minitrain runs"),
                                        "GENERATED": e(time.strftime("%Y-%m-%d %H:%M:%S")), "ROWS": body})
     out = experiments / "index.html"
     files.atomic_write_text(out, page)

@@ -1,0 +1,106 @@
+/* helpers.js: the dashboard's pure helpers (numbers in, numbers or text out) and its one DOM maker.
+ * Unit-tested in headless Chromium by tests/test_dashboard_js.py. */
+var helpers = (function () {
+  'use strict';
+
+  function isNum(v) { return typeof v === 'number' && isFinite(v); }
+
+  // a value for the tooltip and the legend: p significant digits (5 by default), exponent outside 1e-3..1e5
+  function fmt(v, p) {
+    if (v === null || v === undefined) return '\u2014';
+    if (typeof v !== 'number') return String(v);
+    if (v === 0) return '0';
+    var a = Math.abs(v);
+    if (a >= 1e5 || a < 1e-3) return v.toExponential((p || 5) - 1).replace('e+', 'e');
+    return String(+v.toPrecision(p || 5));
+  }
+
+  // an axis label: short, no trailing zeros
+  function tick(v) {
+    if (v === 0) return '0';
+    var a = Math.abs(v);
+    if (a >= 1e4 || a < 1e-3) return v.toExponential(2).replace(/\.?0+e/, 'e').replace('e+', 'e');
+    return String(+v.toPrecision(4));
+  }
+
+  // log-axis labels between min and max: 1, 2 and 5 of each decade (only 1 over more than 3 decades)
+  function logTickLabels(vals, min, max) {
+    var decades = Math.log10(max / min);
+    return vals.map(function (v) {
+      var m = Math.round(v / Math.pow(10, Math.floor(Math.log10(v) + 1e-9)));
+      return (m === 1 || (decades <= 3 && (m === 2 || m === 5))) ? tick(v) : '';
+    });
+  }
+
+  // exponential moving average with weight w, debiased as TensorBoard does; missing values stay missing
+  function ema(ys, w) {
+    var m = 0, n = 0, out = new Array(ys.length);
+    for (var i = 0; i < ys.length; i++) {
+      if (!isNum(ys[i])) { out[i] = null; continue; }
+      n += 1; m = w * m + (1 - w) * ys[i];
+      out[i] = m / (1 - Math.pow(w, n));
+    }
+    return out;
+  }
+
+  // the y range of a panel's data lo..hi. how.log: whole decades (uPlot's log ticks need them);
+  // how.fromZero: the range includes 0; how.symmetric: -m..m around 0, m never below how.bound (so float
+  // rounding noise within the bound stays small on the axis)
+  function yRange(lo, hi, how) {
+    if (how.symmetric) {
+      var m = Math.max(Math.abs(lo || 0), Math.abs(hi || 0));
+      if (isNum(how.bound)) m = Math.max(m, how.bound) * 1.15;
+      if (!(m > 0)) m = 1;
+      return [-m * 1.05, m * 1.05];
+    }
+    if (how.log) {
+      if (!(lo > 0)) return [0.1, 1];
+      return uPlot.rangeLog(lo, hi, 10, true);
+    }
+    if (lo === null || hi === null) return [0, 1];
+    if (how.fromZero) lo = Math.min(0, lo);
+    var span = hi - lo || Math.abs(hi) * 0.1 || 1;
+    return [how.fromZero && lo === 0 ? 0 : lo - span * 0.05, hi + span * 0.05];
+  }
+
+  // the index of the step in sorted xs nearest to x (the earlier one on a tie); -1 when xs is empty
+  function nearestIndex(xs, x) {
+    if (!xs.length) return -1;
+    var lo = 0, hi = xs.length - 1;
+    while (hi - lo > 1) {
+      var mid = (lo + hi) >> 1;
+      if (xs[mid] < x) lo = mid; else hi = mid;
+    }
+    return x - xs[lo] <= xs[hi] - x ? lo : hi;
+  }
+
+  // the point a series shows at index i: its own value there, or, when it is measured at some steps only
+  // (carry), its last value at or before i; null when there is none
+  function pointAt(xs, ys, i, carry) {
+    for (var j = i; j >= 0; j--) {
+      if (isNum(ys[j])) return { x: xs[j], y: ys[j] };
+      if (!carry) break;
+    }
+    return null;
+  }
+
+  // a colour at 35% on white (the raw line under a smoothed one)
+  function fade(hex) {
+    var n = parseInt(hex.slice(1), 16), r = n >> 16, g = (n >> 8) & 255, b = n & 255;
+    function f(c) { return Math.round(255 - (255 - c) * 0.35); }
+    return 'rgb(' + f(r) + ',' + f(g) + ',' + f(b) + ')';
+  }
+
+  function safeName(s) { return String(s).replace(/[^A-Za-z0-9._-]+/g, '_'); }
+
+  // the one way text reaches the screen: textContent, never HTML
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+
+  return { isNum: isNum, fmt: fmt, tick: tick, logTickLabels: logTickLabels, ema: ema, yRange: yRange,
+           nearestIndex: nearestIndex, pointAt: pointAt, fade: fade, safeName: safeName, el: el };
+})();

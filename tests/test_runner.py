@@ -1,0 +1,185 @@
+"""lab/runner.py: jobs start in order as their donors allow, results and errors come back, and no child
+outlives its parent (SIGTERM, Ctrl-C or SIGKILL to the parent), for the runner itself, the lab and explore."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, small_args
+from minitrain.core.errors import UserError
+from minitrain.lab import runner
+from minitrain.run import files, reader
+
+WAIT = 120  # seconds a test waits for something that takes well under one on an idle machine
+
+
+def wait_for(what, seconds: float = WAIT):
+    """Poll until what() is truthy; its value, or None when it never was (a loaded machine is slow)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        got = what()
+        if got:
+            return got
+        time.sleep(0.05)
+    return None
+
+
+def gone(pid: int) -> bool:
+    """The process has exited (a zombie waiting for a reaper counts: it runs no code)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    return "\nState:\tZ" in status
+
+
+# --- job functions (module level: a child process finds them by name) -------------------------------
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def refuse(what: str) -> None:
+    raise UserError(f"no {what}")
+
+
+def crash() -> None:
+    raise ValueError("broken")
+
+
+def donor(run: str, step: int, go: str) -> bool:
+    """Write the checkpoint folder at `step`, then wait (still running) for the dependent to start."""
+    files.checkpoint_dir(Path(run), step).mkdir(parents=True)
+    return wait_for(Path(go).exists) is not None
+
+
+def touch(path: str) -> None:
+    Path(path).touch()
+
+
+def sleep_forever(pidfile: str) -> None:
+    Path(pidfile).write_text(str(os.getpid()))
+    time.sleep(3600)
+
+
+# --- order, results, errors ----------------------------------------------------------------------
+
+
+def test_jobs_run_in_order_and_an_ending_job_can_add_jobs():
+    order = []
+
+    def on_end(j):
+        order.append(j.name)
+        return [runner.Job("c", call=square, args=(4,))] if j.name == "a" else None
+
+    done = runner.run_jobs([runner.Job("a", call=square, args=(2,)), runner.Job("b", call=square, args=(3,))],
+                           runner.InThisProcess(), on_end=on_end)
+    assert order == ["a", "b", "c"]
+    assert [(j.name, j.state, j.result) for j in done] == [("a", "ended", 4), ("b", "ended", 9), ("c", "ended", 16)]
+
+
+def test_a_child_returns_its_value_and_a_failure_its_last_line():
+    done = runner.run_jobs([runner.Job("ok", call=square, args=(7,)), runner.Job("user", call=refuse, args=("data",)),
+                            runner.Job("bug", call=crash)], runner.LocalProcesses(3))
+    ok, user, bug = done
+    assert (ok.returncode, ok.result, ok.failed) == (0, 49, False)
+    assert user.failed and user.returncode == 2 and user.error() == "no data"
+    assert bug.failed and bug.returncode == 1 and bug.error() == "ValueError: broken"
+
+
+def test_a_dependent_starts_once_the_donors_checkpoint_exists(tmp_path):
+    run, go = tmp_path / "donor", tmp_path / "go"
+    done = runner.run_jobs([runner.Job("donor", call=donor, args=(str(run), 40, str(go)), run=run),
+                            runner.Job("tail", call=touch, args=(str(go),), donor="donor", donor_step=40)],
+                           runner.LocalProcesses(2), tick=0.05)
+    assert [j.state for j in done] == ["ended", "ended"]
+    assert done[0].result is True  # the tail ran while its donor was still running
+
+
+def test_a_failed_donor_skips_its_dependents_and_a_failure_stops_new_starts():
+    done = runner.run_jobs([runner.Job("base", call=crash), runner.Job("tail", call=square, args=(2,), donor="base"),
+                            runner.Job("other", call=square, args=(3,))], runner.LocalProcesses(1))
+    assert [j.state for j in done] == ["ended", "skipped", "skipped"]
+
+
+def test_a_command_job_is_a_minitrain_process():
+    job, = runner.run_jobs([runner.Job("config", argv=["config"])], runner.LocalProcesses(1))
+    assert job.returncode == 0 and "grad_clip: 1.0" in job.output
+
+
+def test_a_donor_that_is_not_a_job_is_refused():
+    with pytest.raises(ValueError, match="not a job"):
+        runner.run_jobs([runner.Job("tail", call=square, args=(1,), donor="nobody")], runner.InThisProcess())
+
+
+# --- children die with their parent ---------------------------------------------------------------
+
+PARENT = """
+import sys
+from minitrain.lab import runner
+from test_runner import sleep_forever
+runner.run_jobs([runner.Job("sleeper", call=sleep_forever, args=(sys.argv[1],))], runner.LocalProcesses(1))
+"""
+
+
+def start_parent(code_or_argv, tmp_path: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
+    argv = code_or_argv if isinstance(code_or_argv, list) else ["-c", code_or_argv, str(tmp_path / "pid")]
+    return subprocess.Popen([sys.executable, *argv], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["TERM", "INT", "KILL"])
+def test_no_child_outlives_its_parent(tmp_path, sig):
+    """SIGTERM and Ctrl-C: the runner terminates its children, then exits; SIGKILL: the kernel tells each
+    child (PR_SET_PDEATHSIG)."""
+    parent = start_parent(PARENT, tmp_path)
+    try:
+        pid = wait_for(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text())
+        assert pid, "the child never started"
+        parent.send_signal(sig)
+        assert wait_for(lambda: gone(int(pid))), f"child {pid} still runs after its parent got {sig!r}"
+        code = parent.wait(timeout=WAIT)
+        # SIGTERM: exit 143 through Python; Ctrl-C: KeyboardInterrupt re-raised; SIGKILL: killed
+        assert code == (128 + sig if sig == signal.SIGTERM else -sig)
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_killing_minitrain_lab_stops_its_runs(tmp_path):
+    """`minitrain lab` killed outright (SIGKILL: no handler runs): its baseline's process dies too."""
+    parent = start_parent(["-m", "minitrain", "lab", "--experiments", str(tmp_path), "--jobs", "1",
+                           *small_args("steps=100000", "ckpt_every=100000")], tmp_path)
+    baseline = tmp_path / "18-baseline"
+    try:
+        pid = wait_for(lambda: reader.live_pid(baseline))
+        assert pid, "the baseline never started"
+        parent.kill()
+        assert wait_for(lambda: reader.live_pid(baseline) is None and gone(int(pid))), "the baseline still runs"
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_sigterm_to_minitrain_explore_stops_its_runs(tmp_path):
+    parent = start_parent(["-m", "minitrain", "explore", str(tmp_path), "--quick", "--jobs", "1"], tmp_path)
+    try:
+        lock = wait_for(lambda: next((tmp_path / "explore" / "runs").glob("*/baseline/.lock"), None)
+                        if (tmp_path / "explore" / "runs").is_dir() else None)
+        assert lock, "no run started"
+        pid = wait_for(lambda: reader.live_pid(lock.parent))
+        assert pid
+        parent.terminate()
+        assert parent.wait(timeout=WAIT) == 143
+        assert wait_for(lambda: reader.live_pid(lock.parent) is None and gone(int(pid))), "the run still trains"
+    finally:
+        parent.kill()
+        parent.wait()
