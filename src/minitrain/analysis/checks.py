@@ -58,7 +58,7 @@ def check_loss0_low(ev: Evidence) -> Finding:
 def check_loss0_band(ev: Evidence) -> Finding:
     x = ev.loss[0]
     return Finding(abs(x - ev.ln_v) > T["loss0_band"], x,
-                   f"step-0 loss {fmt(x)}, ln V = {ev.ln_v:.3f} (V = {ev.vocab_size or '512, assumed'})", 0)
+                   f"step-0 loss {fmt(x)}, ln V = {ev.ln_v:.3f} (V = {ev.vocab}{'' if ev.vocab_size else ', assumed'})", 0)
 
 
 def _gn1(ev: Evidence) -> tuple[float, int]:

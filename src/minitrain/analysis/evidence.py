@@ -18,8 +18,13 @@ from pathlib import Path
 import numpy as np
 
 from minitrain.analysis.thresholds import MIN_HISTORY, WINDOW
+from minitrain.core.config import TrainConfig
 from minitrain.core.errors import UserError
 from minitrain.run import reader
+
+
+# ln V of a run that records no vocabulary size (no tokenizer.json, no config): the course's default vocabulary
+ASSUMED_VOCAB = TrainConfig.vocab_size
 
 
 def _num(x) -> float:
@@ -132,8 +137,13 @@ class Evidence:
         return self._cube[:, self.param_names.index(name), self.param_keys.index(key)]
 
     @cached_property
+    def vocab(self) -> int:
+        """The vocabulary size ln V is taken of: the run's, else ASSUMED_VOCAB."""
+        return self.vocab_size or ASSUMED_VOCAB
+
+    @cached_property
     def ln_v(self) -> float:
-        return math.log(self.vocab_size or 512)
+        return math.log(self.vocab)
 
     def step_at(self, i: int | None) -> int | None:
         return None if i is None else int(self.steps[i])

@@ -70,11 +70,15 @@ LIMITS = {"steps": 10_000_000, "batch_size": 65_536, "threads": 256, "n_layer": 
           "val_max_rows": 1_000_000}
 MAX_PARAMS = 1_000_000_000
 
+# The lab's seed and injection step K, defined here once: they are the defaults below, so a lab run is the
+# course's run with one injection added (run/reader.py names the lab's folders off them).
+LAB_SEED, LAB_K = 42, 500
+
 
 @dataclass
 class TrainConfig:
     # reproducibility
-    seed: int = 42  # model init and batch order
+    seed: int = LAB_SEED  # model init and batch order
     corpus_seed: int = 42  # the generated corpus (kept apart so seeds share one dataset)
     # corpus and tokenizer
     val_verbs: list[str] = field(default_factory=lambda: ["walk", "talk", "want", "see"])
@@ -107,7 +111,7 @@ class TrainConfig:
     # checkpoint retention (run files): the last N while running (0 = keep every checkpoint), and for each
     # fork point F the checkpoints an injection at F forks from and `remediate` starts from (docs/reliability.md)
     ckpt_keep_last: int = 2
-    ckpt_keep_steps: list[int] = field(default_factory=lambda: [500])
+    ckpt_keep_steps: list[int] = field(default_factory=lambda: [LAB_K])
     telemetry: str = "full"  # full | basic (basic: no per-parameter stats, no spectral norms)
     spectral_every: int = 50  # largest singular value of each matrix every N steps (0 = never)
     threads: int = 1  # torch CPU threads; fixed so results do not depend on the machine
@@ -117,7 +121,7 @@ class TrainConfig:
     progress: bool = True
     # injection (the lab's maybe_inject knob)
     injection: str = "none"
-    injection_step: int = 500
+    injection_step: int = LAB_K
     injection_scale: float = 50.0
     injection_sentence: str = "She has written the letter."
     injection_param: str = "lm_head.bias"

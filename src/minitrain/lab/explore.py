@@ -25,7 +25,7 @@ from multiprocessing import get_context
 from pathlib import Path
 
 from minitrain.analysis import signature
-from minitrain.analysis.compare import SPIKE, TOL, WINDOW
+from minitrain.analysis.compare import SPIKE, TOL, WINDOW, clip_limit
 from minitrain.core.config import PRESETS, TrainConfig, build_config
 from minitrain.core.errors import UserError
 from minitrain.run import files, reader
@@ -33,7 +33,7 @@ from minitrain.views import explore as page
 
 K = 500  # the lab's injection step
 TAIL = 250  # steps after K: recovery needs full WINDOW-step windows; v of x1000 takes ~200 steps to decay
-CLIP_OFF = 1e30  # grad_clip "off": clip_grad_norm_ then multiplies every gradient by exactly 1.0
+CLIP_OFF = 0  # grad_clip "off" (compare.CLIP_OFF): the loop then never scales a gradient
 CLIPS = ("course", "median", "p99", "off")  # in threshold order
 AXES = {  # axis -> what it means (page and doc); the order breaks ties for the default heat-map axes
     "clip": "clip threshold, relative to the healthy run's pre-clip norm",
@@ -418,7 +418,7 @@ def update_gain(sig: dict) -> float | None:
     base = sig.get("baseline_grad_norm_at_k")
     if not base or sig.get("grad_norm_clipped_at_k") is None:
         return None
-    return sig["grad_norm_clipped_at_k"] / min(base, sig["grad_clip"])
+    return sig["grad_norm_clipped_at_k"] / min(base, clip_limit(sig["grad_clip"]))
 
 
 SIGNATURE_KEYS = ("excess_at_k_window", "max_excess", "max_excess_step", "grad_norm_ratio_vs_baseline_at_k",
