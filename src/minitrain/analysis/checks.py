@@ -15,6 +15,7 @@ import numpy as np
 from minitrain.analysis.evidence import Evidence, trailing_median_fast
 from minitrain.analysis.thresholds import T
 from minitrain.core.fmt import fmt
+from minitrain.run.nonfinite import non_finite_in
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,8 @@ def check_nonfinite(ev: Evidence) -> Finding:
     i = ev.nonfinite_index
     if i is None:
         return Finding(False, 0, "no non-finite loss, gradient norm or count")
-    return Finding(True, 1, f"first non-finite value at step {ev.step_at(i)}", i)
+    what = non_finite_in(ev.rows[i]) or "non-finite count"
+    return Finding(True, 1, f"first non-finite value at step {ev.step_at(i)} ({what})", i)
 
 
 def val_points(ev: Evidence) -> tuple[np.ndarray, np.ndarray]:

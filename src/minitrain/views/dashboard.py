@@ -37,6 +37,7 @@ PER_TENSOR_STATS = tuple(panels.tensor_stats())  # per-parameter telemetry the p
 MOVERS = 4  # tensors shown by default in each per-tensor panel
 MOVER_LOOKBACK = 50  # a tensor "moves" when it leaves the median of its own previous 50 steps
 MOVER_WINDOW = 50  # with an injection, movers are ranked over steps K..K+50
+MOVER_MIN_SPAN = 20  # fewer steps than this left after the lookback: rank from the run's second step instead
 SMOOTHING = 0.9  # the smoothing slider's starting value (EMA weight, debiased as TensorBoard does)
 OVERLAY_SERIES = ("loss", "val", "lr", "grad_norm", "act", "loss_regular", "loss_irregular", "logit_max")
 FLOAT_ROUNDING_REL = 32 * 2.0 ** -23  # |a - b| within 32 float32 ulps of |b|: identical up to float rounding
@@ -153,7 +154,7 @@ def _rank_window(steps: list[int], cfg: dict) -> tuple[int, int, str]:
     if k is not None and first <= k <= last:
         return k, k + MOVER_WINDOW, f"over steps {k}-{min(last, k + MOVER_WINDOW)} from K"
     lo = max(int(cfg.get("warmup_steps") or 0), first + MOVER_LOOKBACK)
-    if last - lo < 20:
+    if last - lo < MOVER_MIN_SPAN:
         lo = min(last, first + 1)
     why = ", after warmup" if lo == cfg.get("warmup_steps") else ""
     return lo, last, f"over steps {lo}-{last}{why}"
