@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from minitrain.core import distributed
 from minitrain.run import files, reader, redact
+from minitrain.run.nonfinite import non_finite_in
 from minitrain.core.config import TrainConfig
 from minitrain.core.data import RunData, prepare
 from minitrain.core.injections import InjectContext, maybe_inject, validate_injection_config
@@ -305,32 +306,6 @@ def run_steps(run: Run, start: int, on_row=None, stop_at: int | None = None) -> 
     finally:
         if bar:
             bar.close()
-
-
-# What a None in a metrics row means (each is written as null when it is not finite).
-_PARAM_STAT_WHAT = {"g": "gradient", "u": "weights (update)", "ur": "weights (update ratio)", "vm": "Adam's v",
-                    "vx": "Adam's v", "vn": "Adam's v", "r": "Adam's update statistic"}
-
-
-def non_finite_in(row: dict) -> str | None:
-    """What in this step's row is non-finite (None when everything is finite): the loss, the gradient norm,
-    the logits, an activation, a spectral norm, or a per-tensor statistic (weights, gradients, Adam's moments)."""
-    if row["loss"] is None:
-        return "loss"
-    if row["grad_norm"] is None:
-        return "gradient norm"
-    if row.get("logit_max", 0.0) is None:
-        return "logits"
-    if any(a is None for a in row.get("act") or []):
-        return "activations"
-    for name, sigma in (row.get("sigma") or {}).items():
-        if sigma is None:
-            return f"spectral norm of {name}"
-    for name, stats in (row.get("params") or {}).items():
-        for key, value in stats.items():
-            if value is None:
-                return f"{_PARAM_STAT_WHAT.get(key, key)} of {name}"
-    return None
 
 
 def non_finite_weights(model: GPT) -> str | None:
