@@ -6,6 +6,7 @@ or a fork from an existing run's checkpoint (an injection run shares steps 0..K-
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import time
@@ -336,6 +337,21 @@ def now_iso() -> str:
 
 
 def environment(device: torch.device | None = None) -> dict:
+    fixed = process_environment()
+    return {
+        "versions": dict(fixed["versions"]),
+        "hardware": {**fixed["hardware"], "torch_threads": torch.get_num_threads(),
+                     "device": str(device or "cpu"), "world_size": distributed.world_size(),
+                     **({"gpu": torch.cuda.get_device_name(device)} if device and device.type == "cuda" else {})},
+        "git_sha": fixed["git_sha"],
+    }
+
+
+@functools.cache
+def process_environment() -> dict:
+    """What stays fixed for the process, read once and before any run lock is taken: the git sha and the
+    platform (`uname -p`) come from subprocesses, and a subprocess shares the lock's descriptor until it
+    execs (files.RunLock)."""
     import platform
 
     import safetensors
@@ -347,9 +363,7 @@ def environment(device: torch.device | None = None) -> dict:
         "versions": {"minitrain": __version__, "python": platform.python_version(), "torch": torch.__version__,
                      "tokenizers": tokenizers.__version__, "safetensors": safetensors.__version__},
         "hardware": {"platform": platform.platform(), "machine": platform.machine(),
-                     "cpu_count": __import__("os").cpu_count(), "torch_threads": torch.get_num_threads(),
-                     "device": str(device or "cpu"), "world_size": distributed.world_size(),
-                     **({"gpu": torch.cuda.get_device_name(device)} if device and device.type == "cuda" else {})},
+                     "cpu_count": __import__("os").cpu_count()},
         "git_sha": _git_sha(),
     }
 
@@ -438,6 +452,7 @@ def train(cfg: TrainConfig, out: Path, force: bool = False, fork: bool = True,
         files.restore(run.model, run.opt, weights, opt_t, files.checkpoint_dir(donor_dir, step))
         run.telemetry.restore(meta.get("telemetry"))
         start, forked = step, {"run": donor_dir.name, "checkpoint_step": step}
+    process_environment()  # its subprocesses run before the lock is taken
     claimed: dict = {}
     distributed.on_main(lambda: claimed.update(lock=files.claim_run_dir(out, force)))  # DDP: rank 0 writes
     run.lock = claimed.get("lock")
@@ -497,6 +512,7 @@ def resume(out: Path, device: str | None = None) -> dict:
     if not (out / "config.yaml").exists():
         raise files.UserError(f"{out} is not a run folder (no config.yaml); train it first with --out {out}"
                                  + (" --force" if files.is_minitrain_run(out) else ""))
+    process_environment()  # its subprocesses run before the lock is taken
     claimed: dict = {}
     distributed.on_main(lambda: claimed.update(lock=files.lock_run(out)))  # refused while another process writes
     lock = claimed.get("lock")
