@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 
 from minitrain.analysis import panels, readings
-from minitrain.analysis.stability import T
 from minitrain.core.errors import UserError
 from minitrain.run import files, reader
 
