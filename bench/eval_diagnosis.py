@@ -125,7 +125,7 @@ def full_suite() -> list[Case]:
                   Case("break-no-mask", seed, ["causal_mask=false"], "broken_mask", "broken_mask", "break")]
     short = ["steps=300", "ckpt_every=100"]
     # LR 100 without clipping: NaN within ~10 steps (the LR schedule itself is normal)
-    cases.append(Case("break-nonfinite", 1, [*short, "lr_max=100", "lr_min=0", "warmup_steps=10", "grad_clip=1e9"],
+    cases.append(Case("break-nonfinite", 1, [*short, "lr_max=100", "lr_min=0", "warmup_steps=10", "grad_clip=0"],
                       "non_finite", "non_finite", "break"))
     cases += [Case("lr-constant", 1, [*short, "warmup_steps=0", "lr_min=0.0003"], "lr_schedule", "lr_schedule", "lr_bug"),
               Case("lr-zero", 1, [*short, "lr_max=0", "lr_min=0"], "lr_schedule", "lr_schedule", "lr_bug")]
@@ -272,7 +272,7 @@ def quick_suite() -> list[Case]:
                           f"{'scale' if name == 'scale' else 'factor'} x{mag:g}" if mag else "rare", param or ""))
     cases += [Case("break-init-x100", seed, ["init_scale=100"], "bad_init", "bad_init", "break"),
               Case("break-no-warmup", seed, ["warmup_steps=0"], "no_warmup", "no_warmup", "break"),
-              Case("break-nonfinite", seed, ["lr_max=100", "lr_min=0", "warmup_steps=10", "grad_clip=1e9"],
+              Case("break-nonfinite", seed, ["lr_max=100", "lr_min=0", "warmup_steps=10", "grad_clip=0"],
                    "non_finite", "non_finite", "break"),
               Case("lr-constant", seed, ["warmup_steps=0", "lr_min=0.0003"], "lr_schedule", "lr_schedule", "lr_bug"),
               Case("lr-zero", seed, ["lr_max=0", "lr_min=0"], "lr_schedule", "lr_schedule", "lr_bug")]

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -14,6 +16,8 @@ import pytest
 from minitrain.core.config import build_config
 
 ROOT = Path(__file__).resolve().parents[1]
+SMALL_K = 60  # the small lab's injection step (small_lab; test_injections.py, test_learner.py, test_faults.py)
+LAB_LETTERS = {"scale": "A", "bad_batch": "B", "v_corrupt": "C"}
 
 # A small run: same model and data, few steps. K must be < steps.
 SMALL = ["steps=120", "ckpt_every=20", "eval_every=20", "spectral_every=40", "warmup_steps=20", "progress=false",
@@ -79,13 +83,28 @@ def assert_one_line_error(proc, *needles: str):
         assert n in err, (n, err)
 
 
-@pytest.fixture(scope="session")
-def small_baseline(tmp_path_factory):
-    """A finished small baseline run folder (18-baseline layout) inside an experiments folder."""
+def fingerprint(folder: Path) -> dict[str, str]:
+    """Every file under FOLDER (hidden ones included) by relative path: the sha256 of its bytes."""
+    folder = Path(folder)
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def read_only(folder: Path):
+    """Hand FOLDER to the tests that share it, then fail if one of them wrote into it: a test that changes a
+    run copies it first (shutil.copytree into its tmp_path). The check compares bytes, not file modes: the
+    suite may run as root, which ignores a read-only mode."""
+    before = fingerprint(folder)
+    yield folder
+    after = fingerprint(folder)
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    assert not changed, f"a test wrote into the shared fixture {folder}: {changed[:10]}"
+
+
+def make_small_baseline(out: Path) -> Path:
+    """The small config's run (SMALL, 120 steps) into `out`, as `minitrain train` makes it."""
     from minitrain.lab.runs import train_run
 
-    exp = tmp_path_factory.mktemp("experiments")
-    out = exp / "18-baseline"
     train_run(small_config(), out)
     return out
 
@@ -99,3 +118,26 @@ def cli_commands() -> list[list[str]]:
         out.append([command.name])
         out += [[command.name, action.name] for action in command.actions]
     return out
+
+
+def make_small_lab(baseline: Path, exp: Path) -> Path:
+    """`exp` with a copy of `baseline` and the lab's three injections at SMALL_K forked from it."""
+    from minitrain import loop
+
+    shutil.copytree(baseline, exp / "18-baseline")
+    for name, letter in LAB_LETTERS.items():
+        loop.train(small_config(f"injection={name}", f"injection_step={SMALL_K}"), exp / f"19-injection-{letter}")
+    return exp
+
+
+@pytest.fixture(scope="session")
+def small_baseline(tmp_path_factory):
+    """A finished small baseline run folder (18-baseline layout); read-only (read_only)."""
+    yield from read_only(make_small_baseline(tmp_path_factory.mktemp("experiments") / "18-baseline"))
+
+
+@pytest.fixture(scope="session")
+def small_lab(small_baseline, tmp_path_factory):
+    """An experiments folder: a copy of the small baseline and the lab's three injections at SMALL_K forked
+    from it (19-injection-A/B/C, no pages); read-only (read_only)."""
+    yield from read_only(make_small_lab(small_baseline, tmp_path_factory.mktemp("small-lab")))

@@ -110,6 +110,106 @@ def test_the_rule_catches_an_upward_import_inside_a_function():
     assert imports_in("from minitrain.core.fmt import _private\n", "minitrain.lab.x")[0][2] == ["_private"]
 
 
+# --- views/ draw and lab/ orchestrate: a threshold comparison (a judgment) belongs to analysis/ ------------------
+
+THRESHOLD_NAMES = {"T", "THRESHOLDS", "GN1_HEALTHY"}  # analysis/thresholds.py's tables, however imported
+
+
+def _literal(node: ast.AST) -> float | None:
+    """The number a literal operand stands for (-0.5 included); None for anything else."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        inner = _literal(node.operand)
+        return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    return None
+
+
+def _analysis_constant(node: ast.AST, from_analysis: set[str]) -> bool:
+    """`SPIKE`, `compare.SPIKE`, `T["x"]`, `stability.T["x"]`: an upper-case name imported from analysis/."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Name):
+        return node.id in from_analysis and node.id.isupper()
+    if isinstance(node, ast.Attribute):
+        root = node.value
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        return isinstance(root, ast.Name) and root.id in from_analysis and node.attr.isupper()
+    return False
+
+
+def judgments_in(source: str, here: str) -> list[str]:
+    """Where a module judges by itself: it imports analysis/thresholds.py (the module or its tables), orders a
+    value against a constant of analysis/ (`x > compare.SPIKE`, `g < T["gn1_low"]`), or orders a value against
+    a numeric literal other than 0 and 1 (`ratio > 2`, `share >= 0.5`) unless that value is a count
+    (`len(rows) > 8`, a layout decision). Equality tests and comparisons with 0 or 1 (sign, emptiness, a
+    counter's first step) are layout."""
+    tree = ast.parse(source)
+    found, from_analysis = [], set()
+    for line, mod, names in imports_in(source, here):
+        if mod == "minitrain.analysis.thresholds" or (mod.startswith("minitrain.analysis") and
+                                                       THRESHOLD_NAMES & set(names)):
+            found.append(f"line {line}: imports the tree's thresholds ({mod})")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("minitrain.analysis"):
+            from_analysis |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            from_analysis |= {a.asname or a.name for a in node.names if a.name.startswith("minitrain.analysis")}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in THRESHOLD_NAMES:
+            found.append(f"line {node.lineno}: reads {ast.unparse(node)}")
+        if not isinstance(node, ast.Compare) or not any(isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE))
+                                                        for op in node.ops):
+            continue
+        sides = [node.left, *node.comparators]
+        counts = any(isinstance(s, ast.Call) and isinstance(s.func, ast.Name) and s.func.id == "len" for s in sides)
+        for side in sides:
+            value = _literal(side)
+            if _analysis_constant(side, from_analysis) or (value is not None and value not in (0, 1) and not counts):
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+                break
+    return found
+
+
+JUDGE_FREE_MODULES = [p for p in MODULES if module_name(p).split(".")[1:2] in (["views"], ["lab"])]
+
+
+@pytest.mark.parametrize("path", JUDGE_FREE_MODULES, ids=lambda p: str(p.relative_to(PKG)))
+def test_views_and_lab_judge_nothing_themselves(path):
+    bad = judgments_in(path.read_text(), module_name(path))
+    assert not bad, f"{module_name(path)} judges by itself (ask analysis/ instead): {bad}"
+
+
+def test_the_judgment_rule_catches_a_health_check_written_in_a_view():
+    """The checker itself, on the step-0 loss, first-step norm and LR checks as a view once wrote them, and on
+    layout code it must leave alone."""
+    view = '''
+from minitrain.analysis.stability import T
+from minitrain.analysis import compare, stability
+
+def health(l0, ln_v, g0, lrs, ratio, excess):
+    ok = abs(l0 - ln_v) <= T["loss0_band"]
+    bad = g0 > stability.T["gn1_high"] or ratio > 2 or excess >= compare.SPIKE
+    flat = (max(lrs) - min(lrs)) / max(lrs) < 1e-3 or l0 - ln_v > -0.5
+'''
+    found = "\n".join(judgments_in(view, "minitrain.views.x"))
+    for needle in ("line 2: imports the tree's thresholds", "line 6: abs(l0 - ln_v) <= T['loss0_band']",
+                   "line 7: reads stability.T", "line 7: g0 > stability.T['gn1_high']", "line 7: ratio > 2",
+                   "line 7: excess >= compare.SPIKE", "line 8: (max(lrs) - min(lrs)) / max(lrs) < 0.001",
+                   "line 8: l0 - ln_v > -0.5"):
+        assert needle in found, (needle, found)
+    layout = '''
+from minitrain.analysis import panels
+
+def lay_out(rows, spikes, items, x, n):
+    shown = ", ".join(spikes[:6]) + (" ..." if len(spikes) > 6 else "")
+    first = [r for r in rows if r["step"] == 0 and x > 0 and n >= 1 and len(items) < 3]
+    return panels.cite("grad"), shown, first, x < n
+'''
+    assert judgments_in(layout, "minitrain.views.y") == []
+
+
 # --- a run folder's files are read in run/ only (run/reader.py states the rule) ----------------------
 
 BENCH = PKG.parents[1] / "bench"

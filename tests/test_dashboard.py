@@ -151,6 +151,29 @@ def test_health_summary_agrees_with_the_tree(lab):
     assert b["stability check"]["verdict"] == "bad" and "§4.A" in b["stability check"]["value"]
 
 
+@pytest.mark.parametrize("grad_clip, value, detail", [
+    (6.0, "0 of 60 steps (0.0%) at 6", "against grad_clip 6"),  # the pretraining-like preset's threshold
+    (0.0, "clipping off (grad_clip=0)", "every step's full gradient"),
+])
+def test_the_clip_rate_reads_the_runs_own_config(lab, tmp_path, grad_clip, value, detail):
+    run = copy_run(lab / "18-baseline", tmp_path / "run")
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["config"]["grad_clip"] = grad_clip
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:  # as such a run logs it: no step reaches the threshold
+        r["clipped"] = False
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    clip = {h["label"]: h for h in dashboard.build_payload(run)["health"]}["clip rate"]
+    assert clip["value"] == value
+    assert detail in clip["detail"] and "1.0" not in clip["detail"]
+
+
+def test_the_page_gets_ln_v_from_the_walker(lab):
+    data = data_of(lab, "18-baseline")
+    assert data["config"]["vocab_size"] == 512  # the tokenizer's, as the walker's §1.3 reads it (assets draw ln V from it)
+
+
 def test_every_question_of_the_tree_is_measured_on_the_page(lab):
     from minitrain.analysis import stability
 

@@ -83,3 +83,15 @@ def test_zclip_is_not_blinded_by_its_own_spike():
     g[300] *= 20
     g[320] *= 3
     assert detectors.run_detectors(noisy(), g)["zclip"] == [300, 320]
+
+
+def test_the_spike_flag_waits_for_a_full_window_and_names_steps():
+    """The package's one spike flag (the course's rule): a bump with 70 steps of history is not judged, one with
+    a full 100 is; it answers in steps, so a run whose rows start later is read the same."""
+    x = noisy(300)
+    x[70] *= 3
+    x[200] *= 3
+    steps = list(range(1000, 1300))
+    assert detectors.spike_flags(steps, list(x)) == [1200]
+    gap = [None if i == 150 else v for i, v in enumerate(x)]
+    assert detectors.spike_flags(steps, gap) == []  # a missing loss at 150: no full window again before 251

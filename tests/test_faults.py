@@ -23,14 +23,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, run_cli, small_args, small_config
+from conftest import ROOT, SMALL_K, assert_one_line_error, run_cli, small_args, small_config
 from minitrain import loop
 from minitrain.core.config import build_config
 from minitrain.core.errors import EXIT_NON_FINITE
 from minitrain.lab import learner
 from minitrain.run import files, reader
 
-K = 60  # the small lab's injection step (as in test_learner.py / test_injections.py)
+K = SMALL_K  # the small lab's injection step (conftest.small_lab)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -197,6 +197,45 @@ def test_a_live_run_refuses_every_writer_and_readers_say_it_is_live(tmp_path, sm
     assert reader.live_pid(run) is None
     run_cli("train", "--resume", str(run), check=True)
     assert (run / "metrics.jsonl").read_bytes() == (small_baseline / "metrics.jsonl").read_bytes()
+
+
+def test_a_child_forked_by_the_writer_does_not_keep_its_run_live(tmp_path):
+    """A writer that forks a long-lived child while it holds the lock (the lab's forked runs, a DataLoader's
+    workers) is SIGKILLed: the lock dies with the writer, not with the child, and --resume may take it."""
+    run = tmp_path / "run"
+    run.mkdir()
+    code = ("import os, sys, time; from pathlib import Path; from minitrain.run import files; "
+            "files.lock_run(Path(sys.argv[1])); pid = os.fork()\n"
+            "if pid == 0: time.sleep(3600); os._exit(0)\n"
+            "print(pid, flush=True); time.sleep(3600)")
+    writer = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    child = int(writer.stdout.readline())
+    try:
+        assert reader.live_pid(run) == str(writer.pid)
+        writer.kill()
+        writer.wait()
+        assert reader.live_pid(run) is None  # the child lives on, without the lock
+        files.lock_run(run).release()
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def test_a_writer_starts_no_subprocess_while_it_holds_its_lock(tmp_path, monkeypatch):
+    """A child started by subprocess shares the writer's descriptors until it execs: killed in that window,
+    the writer would leave its run locked. The run's subprocess (git, for the manifest) runs before the lock."""
+    run, again, held = tmp_path / "run", tmp_path / "again", []
+    real = subprocess.run
+
+    def spy(*args, **kwargs):
+        held.extend(reader.live_pid(r) for r in (run, again))  # None: no lock file, or nobody holds it
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", spy)
+    loop.process_environment.cache_clear()  # as in a fresh process: uname and git run during this train
+    loop.train(small_config("steps=2"), run)
+    loop.resume(copy_run(run, again, status="running"))
+    assert held and held == [None] * len(held)
 
 
 def test_a_second_train_on_a_really_live_run_is_refused_and_no_step_is_duplicated(tmp_path, small_baseline):
@@ -551,14 +590,11 @@ def test_just_quotes_every_argument(tmp_path, recipe):
 # ---------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def lab(small_baseline, tmp_path_factory):
-    """A private experiments/ with 18-baseline and 19-injection-A/B/C at K (a reveal marks its lab revealed)."""
-    exp = tmp_path_factory.mktemp("faults-lab")
-    copy_run(small_baseline, exp / "18-baseline")
-    for name, letter in reader.LAB_LETTERS.items():
-        loop.train(small_config(f"injection={name}", f"injection_step={K}"), exp / f"19-injection-{letter}")
-    return exp
+@pytest.fixture()
+def lab(small_lab, tmp_path):
+    """This test's own experiments/ with 18-baseline and 19-injection-A/B/C at K (a reveal marks its lab
+    revealed): a copy of conftest.small_lab."""
+    return shutil.copytree(small_lab, tmp_path / "experiments")
 
 
 def test_reveal_history_flags_a_reseal_after_the_reveal(lab, tmp_path, monkeypatch):

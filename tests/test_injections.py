@@ -1,13 +1,14 @@
 import json
+import shutil
 
 import pytest
 import torch
 
-from conftest import assert_one_line_error, run_cli, small_args, small_config
+from conftest import LAB_LETTERS, SMALL_K, assert_one_line_error, run_cli, small_args, small_config
 from minitrain import loop
 from minitrain.core.injections import REGISTRY, maybe_inject
 
-K = 60
+K = SMALL_K
 
 
 def rows(run_dir):
@@ -15,15 +16,9 @@ def rows(run_dir):
 
 
 @pytest.fixture(scope="module")
-def lab(small_baseline):
-    """The three lab injections at K, forked from the small baseline (and one of them from scratch)."""
-    exp = small_baseline.parent
-    out = {}
-    for name, letter in (("scale", "A"), ("bad_batch", "B"), ("v_corrupt", "C")):
-        out[name] = exp / f"19-injection-{letter}"
-        if not out[name].exists():
-            loop.train(small_config(f"injection={name}", f"injection_step={K}"), out[name])
-    return out
+def lab(small_lab):
+    """The three lab injections at K, forked from the small baseline (conftest.small_lab): {injection: run}."""
+    return {name: small_lab / f"19-injection-{letter}" for name, letter in LAB_LETTERS.items()}
 
 
 def test_registry_has_the_lab_injections_and_the_faults_at_their_points():
@@ -178,9 +173,10 @@ FAULTS = {
 
 
 @pytest.fixture(scope="module")
-def faults(small_baseline):
-    """Each new fault at K, forked from the small baseline."""
-    exp = small_baseline.parent
+def faults(small_baseline, tmp_path_factory):
+    """Each new fault at K, forked from a copy of the small baseline in this module's own folder."""
+    exp = tmp_path_factory.mktemp("faults")
+    shutil.copytree(small_baseline, exp / "18-baseline")
     out = {}
     for name, sets in FAULTS.items():
         out[name] = exp / f"fault-{name}"

@@ -1,15 +1,15 @@
 """The learner's workflow end to end: seal, reveal, grade, check on the lab's runs; blind labs; remedies;
 post-mortems. The parts alone: test_learner_workspace.py, _parse.py, _grading.py, _done.py (the hook).
 
-Small runs (120 steps, K = 60, checkpoints every 20). The lab's runs are shared with test_injections.py
-(same names and configs in the session's experiments folder)."""
+Small runs (120 steps, K = 60, checkpoints every 20). The lab's runs are conftest.small_lab (shared with
+test_injections.py); each test that writes works on its own copy."""
 import json
 import re
 import shutil
 
 import pytest
 
-from conftest import assert_one_line_error, run_cli, small_args, small_config
+from conftest import assert_one_line_error, read_only, run_cli, small_args, small_config
 from minitrain import loop
 from minitrain.lab import blind
 from minitrain.run import redact
@@ -28,24 +28,23 @@ SPIKE_FAULTS = ("scale", "bad_batch", "v_corrupt")
 # ---------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def lab(small_baseline):
-    """experiments/ with 18-baseline and 19-injection-A/B/C at K (forked from the baseline)."""
-    exp = small_baseline.parent
-    for name, letter in learner.LAB_LETTERS.items():
-        out = exp / f"19-injection-{letter}"
-        if not out.exists():
-            loop.train(small_config(f"injection={name}", f"injection_step={K}"), out)
+@pytest.fixture()
+def lab(small_lab, tmp_path):
+    """This test's own experiments/ with 18-baseline and 19-injection-A/B/C at K (a copy of conftest.small_lab)."""
+    exp = tmp_path / "experiments"
+    shutil.copytree(small_lab, exp)
     return exp
 
 
 @pytest.fixture(scope="module")
-def blind_lab(small_baseline):
-    """A sealed, shuffled spike lab in experiments/19-blind/ (small runs)."""
-    exp = small_baseline.parent
+def blind_lab(small_baseline, tmp_path_factory):
+    """A sealed, shuffled spike lab in experiments/19-blind/ (small runs), beside a copy of the baseline;
+    read-only (a test that reveals it works on a copy)."""
+    exp = tmp_path_factory.mktemp("blind") / "experiments"
+    shutil.copytree(small_baseline, exp / "18-baseline")
     sets = [kv for kv in small_args() if kv != "--set"]
     blind.make_lab("spike", exp / "19-blind", sets)
-    return exp
+    yield from read_only(exp)
 
 
 @pytest.fixture()
@@ -191,7 +190,7 @@ def _check_no_leak(folder):
     assert len({json.dumps(json.loads(x)["injection"]) for x in payloads}) <= 1
 
 
-def test_blind_spike_lab_does_not_leak_the_mapping(blind_lab):
+def test_blind_spike_lab_does_not_leak_the_mapping(blind_lab, tmp_path):
     folder = blind_lab / "19-blind"
     _check_no_leak(folder)
     for run_id in blind.RUN_IDS:  # the index was rebuilt by the command that made them: one sealed row each
@@ -216,12 +215,10 @@ def test_blind_spike_lab_does_not_leak_the_mapping(blind_lab):
         assert o["seed"] != 42 and o["injection_step"] != 60
     # the sealed store is checked against the published hash
     tampered = dict(secret, mapping={**secret["mapping"], "01": secret["mapping"]["02"]})
-    (folder / ".sealed" / "mapping.json").write_text(json.dumps(tampered))
-    try:
-        with pytest.raises(UserError, match="changed after the runs"):
-            blind.open_mapping(folder)
-    finally:
-        (folder / ".sealed" / "mapping.json").write_text(json.dumps(secret))
+    copy = shutil.copytree(folder, tmp_path / "19-blind")
+    (copy / ".sealed" / "mapping.json").write_text(json.dumps(tampered))
+    with pytest.raises(UserError, match="changed after the runs"):
+        blind.open_mapping(copy)
 
 
 
@@ -396,7 +393,8 @@ def test_grade_and_reveal_need_the_right_state(workdir, lab):
 
 
 def test_blind_lab_is_graded_through_the_sealed_mapping(blind_lab, workdir):
-    folder = blind_lab / "19-blind"
+    exp = shutil.copytree(blind_lab, workdir / "experiments")
+    folder = exp / "19-blind"
     learner.init_learner("cy", workdir / "learners")
     d = workdir / "learners" / "cy" / "phase-19"
     mapping = json.loads((folder / ".sealed" / "mapping.json").read_text())["mapping"]  # the test may peek
@@ -404,11 +402,11 @@ def test_blind_lab_is_graded_through_the_sealed_mapping(blind_lab, workdir):
     runs = {entry["fault"]: f"19-blind/{run_id}" for run_id, entry in mapping.items()}
     write_sections(d / "blind-diagnoses.md", _reference_sections(refs, runs))
     assert not (folder / "REVEALED.json").exists()
-    proc = run_cli("reveal", "cy", "--lab", "blind", "--experiments", str(blind_lab), cwd=workdir)
+    proc = run_cli("reveal", "cy", "--lab", "blind", "--experiments", str(exp), cwd=workdir)
     assert proc.returncode == 0, proc.stderr
     assert json.loads((folder / "REVEALED.json").read_text())["mapping"] == mapping
     assert "sealed mapping:" in proc.stdout
-    proc = run_cli("grade", "cy", "--lab", "blind", "--experiments", str(blind_lab), cwd=workdir)
+    proc = run_cli("grade", "cy", "--lab", "blind", "--experiments", str(exp), cwd=workdir)
     assert "3/3 correct" in proc.stdout, proc.stdout + proc.stderr
 
 

@@ -405,3 +405,55 @@ def test_clipping_off_changes_the_explosion_texts(quick_suite, tmp_path):
     assert stability.diagnose_run(tmp_path / "clean")["cause"] == "healthy"
     md = stability.render_markdown()
     assert "clipping off: diagnosis:" in md and "clipping on: diagnosis:" in md
+
+
+# --- one policy for the walker and the page: a missing signal is "not measured", a bug raises -------------------
+
+
+def _copy_run(src: Path, dst: Path, edit=None) -> Path:
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("checkpoints", "dashboard.html"))
+    if edit is not None:
+        rows = [json.loads(line) for line in (dst / "metrics.jsonl").read_text().splitlines()]
+        edit(rows)
+        (dst / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return dst
+
+
+def _buggy(ev):
+    return len(ev.loss) + "steps"  # a bug in a check: TypeError, whatever the run
+
+
+@pytest.fixture
+def buggy_dup_rows_check():
+    """§4.1's check replaced by one with a bug; the one Node object the walker (ITEMS) and the page (TREE) share."""
+    node = stability.ITEMS["§4.1"]
+    original = node.check
+    object.__setattr__(node, "check", _buggy)  # Node is frozen: the tree is data, edited here for one test
+    yield node
+    object.__setattr__(node, "check", original)
+
+
+def test_a_check_that_raises_is_a_bug_in_the_walker_and_the_page(small_baseline, tmp_path, buggy_dup_rows_check):
+    from minitrain.analysis import readings
+
+    run = _copy_run(small_baseline, tmp_path / "run")
+    with pytest.raises(TypeError):
+        stability.diagnose_run(run)
+    with pytest.raises(TypeError):
+        readings.read(run)
+    with pytest.raises(TypeError):
+        readings.page(run, sealed=False)
+
+
+def test_a_missing_signal_reads_not_measured_in_the_walker_and_the_page(small_baseline, tmp_path,
+                                                                       buggy_dup_rows_check):
+    """§4.1 needs batch.dup_rows: on a run that never logged batch composition its check is not run at all
+    (the buggy one would raise), and the walker and the page say the same words."""
+    from minitrain.analysis import readings
+
+    run = _copy_run(small_baseline, tmp_path / "run", lambda rows: [r.pop("batch", None) for r in rows])
+    walked = next(p for p in stability.diagnose_run(run)["walk"] if p["node"] == "§4.1")
+    shown = next(q for q in readings.read(run)["questions"] if q["id"] == "§4.1")
+    assert walked["measured"] == shown["measured"] == "not measured (this run has no batch.dup_rows)"
+    assert walked["answer"] == shown["answer"] == "no"
+    assert walked["not_measured"] == shown["not_measured"] == ["batch.dup_rows"]

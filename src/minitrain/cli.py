@@ -20,9 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from minitrain.core.errors import EXIT_USER_ERROR, UserError
+from minitrain.core.lab_defaults import LAB_K, LAB_SEED
 
-LAB_DEFAULT_SEED, LAB_DEFAULT_STEP = 42, 500  # the lab's defaults (the same as run/reader.py's, kept here so
-                                              # --help imports nothing heavy)
 LAB_NAMES = ("spike", "blind", "break-it")  # the keys of learner.LABS (kept here so --help needs no torch)
 
 
@@ -159,9 +158,9 @@ def cmd_lab_run(args) -> int:
     from minitrain.core.config import build_config
 
     if args.from_env:
-        seed = _env_int("seed", LAB_DEFAULT_SEED)
+        seed = _env_int("seed", LAB_SEED)
         injection = os.environ.get("injection", "").strip() or "none"
-        step = _env_int("injection_step", LAB_DEFAULT_STEP)
+        step = _env_int("injection_step", LAB_K)
     else:
         seed, injection, step = args.seed, args.injection, args.injection_step
     overrides = [f"seed={seed}", f"injection={injection}", f"injection_step={step}", *(args.set or [])]
@@ -181,12 +180,12 @@ LAB_RUN = Command(
     "A finished run with the same config is left alone (up to date).",
     (Arg("--from-env", action="store_true", help="read the lab's shell variables seed, injection, injection_step "
                                                  "(unset ones take the defaults below)"),
-     Arg("--seed", type=int, default=LAB_DEFAULT_SEED,
-         help=f"seed for init and batch order (default {LAB_DEFAULT_SEED})"),
+     Arg("--seed", type=int, default=LAB_SEED,
+         help=f"seed for init and batch order (default {LAB_SEED})"),
      Arg("--injection", default="none", metavar="NAME",
          help=f"the fault to inject at step K: {INJECTIONS_HELP} (default none: the baseline)"),
-     Arg("--injection-step", dest="injection_step", type=int, default=LAB_DEFAULT_STEP, metavar="K",
-         help=f"the step at which to inject (default {LAB_DEFAULT_STEP})"),
+     Arg("--injection-step", dest="injection_step", type=int, default=LAB_K, metavar="K",
+         help=f"the step at which to inject (default {LAB_K})"),
      Arg("--experiments", default="experiments", metavar="DIR", help="where runs land (default experiments)"),
      Arg("--set", action="append", metavar="KEY=VALUE", help="override a config field, repeatable"),
      Arg("--force", action="store_true", help="re-run even if the run is up to date"),
@@ -228,10 +227,10 @@ LAB = Command(
     "19-injection-{A,B,C}, one process per core, with one progress line per run. Up-to-date runs are left "
     "alone. The same bytes as running 'minitrain lab-run' four times in a row. Then writes and prints the "
     "expected-vs-observed report (lab-report.md) and writes index.html.",
-    (Arg("--seed", type=int, default=LAB_DEFAULT_SEED,
-         help=f"seed for init and batch order of all four runs (default {LAB_DEFAULT_SEED})"),
-     Arg("--injection-step", dest="injection_step", type=int, default=LAB_DEFAULT_STEP, metavar="K",
-         help=f"the step at which A, B and C inject and fork from the baseline (default {LAB_DEFAULT_STEP})"),
+    (Arg("--seed", type=int, default=LAB_SEED,
+         help=f"seed for init and batch order of all four runs (default {LAB_SEED})"),
+     Arg("--injection-step", dest="injection_step", type=int, default=LAB_K, metavar="K",
+         help=f"the step at which A, B and C inject and fork from the baseline (default {LAB_K})"),
      Arg("--experiments", default="experiments", metavar="DIR", help="where runs land (default experiments)"),
      Arg("--jobs", type=int, default=None, metavar="N", help="runs at a time (default: one per core)"),
      Arg("--set", action="append", metavar="KEY=VALUE", help="override a config field of every run, repeatable"),

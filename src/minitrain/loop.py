@@ -6,6 +6,7 @@ or a fork from an existing run's checkpoint (an injection run shares steps 0..K-
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import time
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 
 from minitrain.core import distributed
 from minitrain.run import files, reader, redact
+from minitrain.run.nonfinite import non_finite_in
 from minitrain.core.config import TrainConfig
 from minitrain.core.data import RunData, prepare
 from minitrain.core.injections import InjectContext, maybe_inject, validate_injection_config
@@ -307,32 +309,6 @@ def run_steps(run: Run, start: int, on_row=None, stop_at: int | None = None) -> 
             bar.close()
 
 
-# What a None in a metrics row means (each is written as null when it is not finite).
-_PARAM_STAT_WHAT = {"g": "gradient", "u": "weights (update)", "ur": "weights (update ratio)", "vm": "Adam's v",
-                    "vx": "Adam's v", "vn": "Adam's v", "r": "Adam's update statistic"}
-
-
-def non_finite_in(row: dict) -> str | None:
-    """What in this step's row is non-finite (None when everything is finite): the loss, the gradient norm,
-    the logits, an activation, a spectral norm, or a per-tensor statistic (weights, gradients, Adam's moments)."""
-    if row["loss"] is None:
-        return "loss"
-    if row["grad_norm"] is None:
-        return "gradient norm"
-    if row.get("logit_max", 0.0) is None:
-        return "logits"
-    if any(a is None for a in row.get("act") or []):
-        return "activations"
-    for name, sigma in (row.get("sigma") or {}).items():
-        if sigma is None:
-            return f"spectral norm of {name}"
-    for name, stats in (row.get("params") or {}).items():
-        for key, value in stats.items():
-            if value is None:
-                return f"{_PARAM_STAT_WHAT.get(key, key)} of {name}"
-    return None
-
-
 def non_finite_weights(model: GPT) -> str | None:
     """The first weight tensor holding a non-finite value (checked before each checkpoint is written)."""
     with torch.no_grad():
@@ -361,6 +337,21 @@ def now_iso() -> str:
 
 
 def environment(device: torch.device | None = None) -> dict:
+    fixed = process_environment()
+    return {
+        "versions": dict(fixed["versions"]),
+        "hardware": {**fixed["hardware"], "torch_threads": torch.get_num_threads(),
+                     "device": str(device or "cpu"), "world_size": distributed.world_size(),
+                     **({"gpu": torch.cuda.get_device_name(device)} if device and device.type == "cuda" else {})},
+        "git_sha": fixed["git_sha"],
+    }
+
+
+@functools.cache
+def process_environment() -> dict:
+    """What stays fixed for the process, read once and before any run lock is taken: the git sha and the
+    platform (`uname -p`) come from subprocesses, and a subprocess shares the lock's descriptor until it
+    execs (files.RunLock)."""
     import platform
 
     import safetensors
@@ -372,9 +363,7 @@ def environment(device: torch.device | None = None) -> dict:
         "versions": {"minitrain": __version__, "python": platform.python_version(), "torch": torch.__version__,
                      "tokenizers": tokenizers.__version__, "safetensors": safetensors.__version__},
         "hardware": {"platform": platform.platform(), "machine": platform.machine(),
-                     "cpu_count": __import__("os").cpu_count(), "torch_threads": torch.get_num_threads(),
-                     "device": str(device or "cpu"), "world_size": distributed.world_size(),
-                     **({"gpu": torch.cuda.get_device_name(device)} if device and device.type == "cuda" else {})},
+                     "cpu_count": __import__("os").cpu_count()},
         "git_sha": _git_sha(),
     }
 
@@ -463,6 +452,7 @@ def train(cfg: TrainConfig, out: Path, force: bool = False, fork: bool = True,
         files.restore(run.model, run.opt, weights, opt_t, files.checkpoint_dir(donor_dir, step))
         run.telemetry.restore(meta.get("telemetry"))
         start, forked = step, {"run": donor_dir.name, "checkpoint_step": step}
+    process_environment()  # its subprocesses run before the lock is taken
     claimed: dict = {}
     distributed.on_main(lambda: claimed.update(lock=files.claim_run_dir(out, force)))  # DDP: rank 0 writes
     run.lock = claimed.get("lock")
@@ -519,6 +509,7 @@ def resume(out: Path, device: str | None = None) -> dict:
     if not (out / "config.yaml").exists():
         raise files.UserError(f"{out} is not a run folder (no config.yaml); train it first with --out {out}"
                                  + (" --force" if files.is_minitrain_run(out) else ""))
+    process_environment()  # its subprocesses run before the lock is taken
     claimed: dict = {}
     distributed.on_main(lambda: claimed.update(lock=files.lock_run(out)))  # refused while another process writes
     lock = claimed.get("lock")

@@ -15,6 +15,7 @@ import numpy as np
 from minitrain.analysis.evidence import Evidence, trailing_median_fast
 from minitrain.analysis.thresholds import T
 from minitrain.core.fmt import fmt
+from minitrain.run.nonfinite import non_finite_in
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ def check_loss0_low(ev: Evidence) -> Finding:
 def check_loss0_band(ev: Evidence) -> Finding:
     x = ev.loss[0]
     return Finding(abs(x - ev.ln_v) > T["loss0_band"], x,
-                   f"step-0 loss {fmt(x)}, ln V = {ev.ln_v:.3f} (V = {ev.vocab_size or '512, assumed'})", 0)
+                   f"step-0 loss {fmt(x)}, ln V = {ev.ln_v:.3f} (V = {ev.vocab}{'' if ev.vocab_size else ', assumed'})", 0)
 
 
 def _gn1(ev: Evidence) -> tuple[float, int]:
@@ -159,7 +160,8 @@ def check_nonfinite(ev: Evidence) -> Finding:
     i = ev.nonfinite_index
     if i is None:
         return Finding(False, 0, "no non-finite loss, gradient norm or count")
-    return Finding(True, 1, f"first non-finite value at step {ev.step_at(i)}", i)
+    what = non_finite_in(ev.rows[i]) or "non-finite count"
+    return Finding(True, 1, f"first non-finite value at step {ev.step_at(i)} ({what})", i)
 
 
 def val_points(ev: Evidence) -> tuple[np.ndarray, np.ndarray]:

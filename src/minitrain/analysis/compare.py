@@ -1,7 +1,12 @@
-"""A run against its baseline: ONE definition of the loss difference, recovery and spike that the lab report
-(signature.py), the learner's reveal, the post-mortem and `remediate` all use."""
+"""A run against its baseline: ONE definition of the loss difference, recovery, spike and "v back within 10%"
+that the lab report (signature.py), the learner's reveal, the post-mortem and `remediate` all use.
+
+Both step counts start at K (n = 0 is step K itself): recovery_steps is the first n from which the loss
+difference stays recovered, v_back_steps the first n at which the tensor's v is back within 10%.
+"""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from minitrain.run import reader
@@ -9,6 +14,20 @@ from minitrain.run import reader
 TOL = 0.02  # nats: "recovered" once the windowed loss difference stays this close to zero
 WINDOW = 20  # steps in the windowed mean used for recovery
 SPIKE = 0.1  # nats: a loss excess above this is a visible spike on the loss panel
+RECOVERY_RULE = f"every {WINDOW}-step mean of the loss difference stays within {TOL} nats"
+V_BACK = 0.10  # "v back": the tensor's v within this share of the baseline's
+V_JUMP = 2.0  # a tensor's v this many times the baseline's at K (or 1/this): a jump worth naming
+CLIP_OFF = 0.0  # grad_clip of a run without clipping: the config's one encoding (none / off / null read as 0)
+
+
+def clipping_off(grad_clip: float | None) -> bool:
+    """Whether a run's grad_clip means no clipping: CLIP_OFF (or None, in a record that lacks the field)."""
+    return not grad_clip
+
+
+def clip_limit(grad_clip: float | None) -> float:
+    """The pre-clip norm above which a run's gradient is cut back: its grad_clip, or infinity when it is off."""
+    return math.inf if clipping_off(grad_clip) else grad_clip
 
 
 def loss_difference(rows: dict[int, dict], base: dict[int, dict]) -> list[float | None]:
@@ -22,8 +41,9 @@ def loss_difference(rows: dict[int, dict], base: dict[int, dict]) -> list[float 
 
 
 def recovery_steps(diff: list[float | None], k: int) -> int | None:
-    """Steps after K until every forward WINDOW-mean of the loss difference stays within TOL
-    (None: never, within the run)."""
+    """The first n >= 0 such that, from step K + n on, every forward WINDOW-step mean of the loss difference is
+    within TOL (RECOVERY_RULE); None: never, within the run. A per-step difference never settles to zero once
+    two trajectories part (they drift apart chaotically by a few hundredths), but its windowed mean does."""
     vals = [d if d is not None else float("inf") for d in diff]
     last_start = max(k, len(vals) - WINDOW)  # only full windows (the run's last WINDOW steps form the last)
     last_bad = None
@@ -34,6 +54,42 @@ def recovery_steps(diff: list[float | None], k: int) -> int | None:
     if last_bad is None:
         return 0
     return None if last_bad == last_start else last_bad + 1 - k
+
+
+def _v_ratio(rows: dict[int, dict], base: dict[int, dict], step: int, name: str) -> float | None:
+    """A tensor's mean Adam v (vm) over the baseline's at one step; None where either is missing or zero."""
+    a = ((rows.get(step) or {}).get("params") or {}).get(name) or {}
+    b = ((base.get(step) or {}).get("params") or {}).get(name) or {}
+    return a["vm"] / b["vm"] if a.get("vm") and b.get("vm") else None
+
+
+def v_departure(rows: dict[int, dict], base: dict[int, dict], k: int) -> tuple[str, float] | None:
+    """The tensor whose Adam v is farthest from the baseline's at step K, and its ratio run / baseline there.
+    Farthest in |log ratio|: a x0.01 corruption departs as far as a x100 one, and the tensor is read from the
+    run, not from the injection's settings, so the same rule serves runs whose cause is unknown. None without
+    per-tensor v in both runs at K."""
+    names = ((rows.get(k) or {}).get("params") or {})
+    ratios = {n: r for n in names if (r := _v_ratio(rows, base, k, n))}
+    if not ratios:
+        return None
+    top = max(ratios, key=lambda n: abs(math.log(ratios[n])))
+    return top, ratios[top]
+
+
+def v_back_steps(rows: dict[int, dict], base: dict[int, dict], k: int, name: str) -> int | None:
+    """The first n >= 0 at which the tensor's v at step K + n is within V_BACK of the baseline's (0 when it
+    never left that band); None: not within the run. Steps where either v is missing are skipped."""
+    for s in sorted(t for t in rows if t >= k):
+        r = _v_ratio(rows, base, s, name)
+        if r is not None and abs(r - 1) <= V_BACK:
+            return s - k
+    return None
+
+
+def v_jumped(m: dict) -> bool:
+    """Whether measure()'s tensor of largest v departure at K moved by more than V_JUMP either way."""
+    r = m.get("v_jump_ratio_at_K")
+    return r is not None and abs(math.log(r)) > math.log(V_JUMP)
 
 
 AFTER_WINDOW = 50  # "after K" means steps K+1 .. K+50
@@ -68,20 +124,11 @@ def measure(run: Path, baseline: Path | None, k: int | None) -> dict:
         out["dup_rows_at_K"], out["rare_share_at_K"] = batch.get("dup_rows"), batch.get("rare_share")
         bb = b.get("batch") or {}
         out["baseline_dup_rows_at_K"], out["baseline_rare_share_at_K"] = bb.get("dup_rows"), bb.get("rare_share")
-        pr, pb = r.get("params") or {}, b.get("params") or {}
-        ratios = {n: pr[n]["vm"] / pb[n]["vm"] for n in pr
-                  if n in pb and pr[n].get("vm") and pb[n].get("vm")}
-        if ratios:
-            top = max(ratios, key=ratios.get)
-            out["v_jump_param"], out["v_jump_ratio_at_K"] = top, ratios[top]
-            later = [s for s in sorted(rows) if s > k]
-            settle = None
-            for s in later:
-                pr_s, pb_s = rows[s].get("params") or {}, base.get(s, {}).get("params") or {}
-                if top in pr_s and top in pb_s and pb_s[top].get("vm") and abs(pr_s[top]["vm"] / pb_s[top]["vm"] - 1) <= 0.1:
-                    settle = s - k
-                    break
-            out["v_steps_to_within_10pct"] = settle
+        moved = v_departure(rows, base, k)
+        if moved is not None:
+            top, out["v_jump_ratio_at_K"] = moved
+            out["v_jump_param"] = top
+            out["v_steps_to_within_10pct"] = v_back_steps(rows, base, k, top)
         diffs = [(s, rows[s]["loss"] - base[s]["loss"]) for s in range(k + 1, k + 1 + AFTER_WINDOW)
                  if s in rows and s in base and rows[s].get("loss") is not None and base[s].get("loss") is not None]
         if diffs:

@@ -16,7 +16,8 @@ it is fixed here and written next to it:
   zclip          z-score of the pre-clip norm against its EMA mean and EMA variance (alpha 0.97) > 2.5, after 25
                  warm-up steps; a flagged value enters the EMA clipped to mean + 2.5 std, as ZClip does; a
                  non-finite norm flags at any step
-  course         loss > mean + 3 std of the previous 100 losses (the course's spike flag)
+  course         loss > mean + 3 std of the previous 100 losses (the course's spike flag, the package's one
+                 spike flag: spike_flags); needs a full window
 
 OLMo 2's "spike score" is a whole-run metric (share of values >= 7 sigma off a 1000-step mean), not a per-step
 alarm, so it is not a detector here.
@@ -112,10 +113,25 @@ def zclip(gn: np.ndarray, alpha: float = 0.97, z: float = 2.5, warmup: int = 25)
     return out
 
 
-def course(loss: np.ndarray, window: int = 100, sigma: float = 3.0) -> np.ndarray:
+COURSE_WINDOW, COURSE_SIGMA = 100, 3.0
+COURSE_RULE = f"loss > mean + {COURSE_SIGMA:g} std of the previous {COURSE_WINDOW} steps"
+
+
+def course(loss: np.ndarray, window: int = COURSE_WINDOW, sigma: float = COURSE_SIGMA) -> np.ndarray:
     mean, std = _window_stats(loss, window, window)
     with np.errstate(invalid="ignore"):
         return np.isfinite(loss) & (loss > mean + sigma * std)
+
+
+def spike_flags(steps: list[int], loss: list[float | None]) -> list[int]:
+    """The course's spike flag, as the steps (not row indices) where it fires: THE spike flag of the package,
+    read by the dashboard's health line, the post-mortem and the detector table alike (`course`).
+
+    A step is judged only once it has a full window of 100 finite losses before it: that is the course's rule
+    as written ("the previous 100 steps"). A bound built from fewer steps rests on fewer batches, taken where
+    the loss is still falling from ln V, so its mean and spread are not the steady ones a 3-sigma rule assumes."""
+    x = np.array([np.nan if v is None else v for v in loss], dtype=float)
+    return [int(steps[i]) for i in np.flatnonzero(course(x))]
 
 
 DETECTORS: tuple[Detector, ...] = (
@@ -129,7 +145,7 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("foundry", "llm-foundry KillLossSpike", "loss >= 2x mean of the previous 100, > 4 steps in a row",
              "loss", foundry),
     Detector("zclip", "ZClip", "grad-norm z-score vs EMA (alpha 0.97) > 2.5", "grad_norm", zclip),
-    Detector("course", "the course's spike flag", "loss > mean + 3 std of the previous 100", "loss", course),
+    Detector("course", "the course's spike flag", COURSE_RULE, "loss", course),
 )
 
 

@@ -17,8 +17,14 @@ from pathlib import Path
 import numpy as np
 
 from minitrain.analysis.thresholds import MIN_HISTORY, WINDOW
+from minitrain.core.config import TrainConfig
 from minitrain.core.errors import UserError
 from minitrain.run import reader
+from minitrain.run.nonfinite import non_finite_in
+
+
+# ln V of a run that records no vocabulary size (no tokenizer.json, no config): the course's default vocabulary
+ASSUMED_VOCAB = TrainConfig.vocab_size
 
 
 def _num(x) -> float:
@@ -131,8 +137,13 @@ class Evidence:
         return self._cube[:, self.param_names.index(name), self.param_keys.index(key)]
 
     @cached_property
+    def vocab(self) -> int:
+        """The vocabulary size ln V is taken of: the run's, else ASSUMED_VOCAB."""
+        return self.vocab_size or ASSUMED_VOCAB
+
+    @cached_property
     def ln_v(self) -> float:
-        return math.log(self.vocab_size or 512)
+        return math.log(self.vocab)
 
     def step_at(self, i: int | None) -> int | None:
         return None if i is None else int(self.steps[i])
@@ -140,8 +151,10 @@ class Evidence:
     # --- shared statistics ---
     @cached_property
     def nonfinite_index(self) -> int | None:
-        """Index of the first row with a non-finite loss, gradient norm or non-finite count > 0."""
+        """Index of the first row holding a non-finite value (the loop's own rule, run/nonfinite.py: loss,
+        gradient norm, logits, activations, a per-tensor statistic) or a non-finite count > 0."""
         bad = ~np.isfinite(self.loss) | ~np.isfinite(self.grad_norm) | (self.nonfinite > 0)
+        bad |= np.array([non_finite_in(r) is not None for r in self.rows], dtype=bool)
         idx = np.flatnonzero(bad)
         return int(idx[0]) if len(idx) else None
 

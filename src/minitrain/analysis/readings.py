@@ -1,7 +1,9 @@
 """What the stability tree reads on one run, laid out for the page: every question of the tree with this
 run's measured value and threshold, the walker's verdict, and the per-step signals that only the tree
 computes (§6.1's factor f, §7.1/§7.2's per-tensor gradient ratios), so each of them can be read off a
-panel. The judging is stability.py's; this module only evaluates it everywhere instead of along one path.
+panel. The judging is stability.py's; this module only evaluates it everywhere instead of along one path,
+under the walker's own policy (walk.answer). `page` adds the rest the dashboard shows that is judged: the
+health line (health.py) and the course's spike flags (detectors.spike_flags).
 """
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from minitrain.analysis import stability
+from minitrain.analysis import detectors, evidence, health, stability, walk
 from minitrain.core.errors import UserError
+from minitrain.run import reader
 
 
 def _num(x: float, digits: int = 5) -> float | None:
@@ -30,13 +33,10 @@ def questions(ev: stability.Evidence) -> list[dict]:
         for it in section.items:
             if not isinstance(it, stability.Node):
                 continue
-            try:
-                f = it.check(ev)
-                measured, answer, step = f.shown, "yes" if f.matched else "no", ev.step_at(f.index)
-            except (IndexError, ValueError, ZeroDivisionError) as e:  # a metric the run lacks
-                measured, answer, step = f"cannot be measured here ({type(e).__name__})", "no", None
+            f, absent = walk.answer(it, ev)  # the walker's own policy: "not measured", or the check's finding
             out.append({"id": it.id, "question": it.question, "metric": it.metric, "panel": it.panel,
-                        "threshold": it.threshold, "measured": measured, "answer": answer, "step": step})
+                        "threshold": it.threshold, "measured": f.shown, "answer": "yes" if f.matched else "no",
+                        "step": ev.step_at(f.index), **({"not_measured": absent} if absent else {})})
     return out
 
 
@@ -60,15 +60,42 @@ def signals(ev: stability.Evidence) -> dict:
     return out
 
 
-def read(run: Path) -> dict | None:
-    """The walker's verdict, every question and the tree's signals for one run; None when the walker cannot
-    read it (no metrics, unordered steps: `minitrain diagnose RUN` says why)."""
+def _evidence(run: Path) -> stability.Evidence | None:
     try:
-        ev = stability.load_evidence(Path(run))
+        return stability.load_evidence(Path(run))
     except UserError:
         return None
+
+
+def _read(ev: stability.Evidence) -> dict:
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         verdict = stability.walk(ev)
         return {"verdict": {k: verdict[k] for k in ("leaf", "title", "cause", "anomaly_step")},
                 "questions": questions(ev), "signals": signals(ev)}
+
+
+def read(run: Path) -> dict | None:
+    """The walker's verdict, every question and the tree's signals for one run; None when the walker cannot
+    read it (no metrics, unordered steps: `minitrain diagnose RUN` says why)."""
+    ev = _evidence(run)
+    return None if ev is None else _read(ev)
+
+
+def page(run: Path, sealed: bool) -> dict:
+    """Everything judged that the dashboard shows for one run: `checks` (read(), its verdict None when
+    `sealed`), the `health` line, the course's `spikes` (steps) and `vocab_size`, the V of the page's ln V line
+    (the walker's: the run's tokenizer, else its config, else evidence.ASSUMED_VOCAB)."""
+    run = Path(run)
+    ev = _evidence(run)
+    checks = None if ev is None else _read(ev)
+    verdict = checks["verdict"] if checks else None
+    if checks and sealed:  # the verdict names the cause: not in the page before the reveal (the answers are, hidden)
+        checks["verdict"] = None
+    spikes = [] if ev is None else detectors.spike_flags(ev.steps.tolist(), ev.loss.tolist())
+    cfg, results = reader.config_of(reader.manifest_of(run)), reader.results_of(run)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        line = health.summary(ev, cfg, results, verdict, sealed, spikes)
+    return {"checks": checks, "health": line, "spikes": spikes,
+            "vocab_size": ev.vocab if ev is not None else evidence.ASSUMED_VOCAB}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from minitrain.analysis import signature
+from minitrain.analysis.compare import clip_limit
 from minitrain.core.config import TrainConfig
 from minitrain.core.errors import UserError
 from minitrain.run import reader
@@ -126,8 +127,7 @@ def update_gain(sig: dict) -> float | None:
     base = sig.get("baseline_grad_norm_at_k")
     if not base or sig.get("grad_norm_clipped_at_k") is None:
         return None
-    clip = sig["grad_clip"]
-    return sig["grad_norm_clipped_at_k"] / (min(base, clip) if clip else base)  # grad_clip 0: no clipping
+    return sig["grad_norm_clipped_at_k"] / min(base, clip_limit(sig["grad_clip"]))
 
 
 SIGNATURE_KEYS = ("excess_at_k_window", "max_excess", "max_excess_step", "grad_norm_ratio_vs_baseline_at_k",

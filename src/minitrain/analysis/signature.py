@@ -8,12 +8,11 @@ Measured for each injection run (`signature.json`):
   max_excess, max_excess_step        largest loss excess over the baseline at or after K
   grad_norm_ratio_vs_baseline_at_k   pre-clip norm at K / baseline's pre-clip norm at K
   pre_post_clip_ratio_at_k           pre-clip / post-clip norm at K
-  recovery_steps                     first n such that, from step K + n on, every WINDOW-step mean of
-                                     (loss - baseline) is within TOL: a per-step difference never settles
-                                     to zero once two trajectories part (they drift apart chaotically by
-                                     a few hundredths), but its windowed mean does
-  v_ratio_at_k, v_decay_steps        for v_corrupt: the tensor's mean v over the baseline's at K, and
-                                     steps until that ratio is within 10% of 1
+  recovery_steps                     compare.recovery_steps: first n such that, from step K + n on, every
+                                     WINDOW-step mean of (loss - baseline) is within TOL
+  v_param, v_ratio_at_k,             for v_corrupt, compare.v_departure and v_back_steps: the tensor whose
+  v_decay_steps                      mean v is farthest from the baseline's at K (in |log ratio|), that
+                                     ratio, and the first n >= 0 at which it is within 10% of 1 at K + n
 Each lab prediction (the lab text's) is then checked against these numbers and marked holds / does not hold.
 """
 from __future__ import annotations
@@ -22,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from minitrain.analysis.compare import SPIKE, TOL, WINDOW, loss_difference, recovery_steps
+from minitrain.analysis.compare import (RECOVERY_RULE, SPIKE, TOL, V_BACK, clipping_off, loss_difference,
+                                        recovery_steps, v_back_steps, v_departure)
 from minitrain.run import files, reader
 from minitrain.core.errors import UserError
 from minitrain.core.fmt import fmt
@@ -60,7 +60,7 @@ PREDICTIONS: dict[str, list[Prediction]] = {
                    lambda s, a: f"x{fmt(s['grad_norm_ratio_vs_baseline_at_k'], 3)} for an injected x{fmt(s['injection_scale'])}"),
         Prediction("clipping engages (post-clip ~1.0)", lambda s, a: s["clipped_at_k"],
                    lambda s, a: f"post-clip {fmt(s['grad_norm_clipped_at_k'], 3)}, clip "
-                                f"{fmt(s['grad_clip'], 3) if s['grad_clip'] < 1e9 else 'off'}"),  # explore's "off": 1e30
+                                f"{'off' if clipping_off(s['grad_clip']) else fmt(s['grad_clip'], 3)}"),
         Prediction("loss recovers within 20-40 steps",
                    lambda s, a: s["recovery_steps"] is not None and 20 <= s["recovery_steps"] <= 40,
                    lambda s, a: _steps(s["recovery_steps"], "recovered")),
@@ -84,7 +84,7 @@ PREDICTIONS: dict[str, list[Prediction]] = {
                    lambda s, a: s["max_excess"] > SPIKE and s["max_excess_step"] - s["injection_step"] >= 5,
                    lambda s, a: f"largest excess {fmt(s['max_excess'], 2)} at {_after_k(s)}"),
         Prediction("the corruption decays as v's EMA forgets it", lambda s, a: s["v_decay_steps"] is not None,
-                   lambda s, a: _steps(s["v_decay_steps"], "v back within 10%")),
+                   lambda s, a: _steps(s["v_decay_steps"], f"v back within {V_BACK:.0%}")),
     ],
 }
 
@@ -139,14 +139,10 @@ def lab_signature(run: Path, baseline: Path) -> dict:
         "v_ratio_at_k": None,
         "v_decay_steps": None,
     }
-    if cfg["injection"] == "v_corrupt" and "params" in rows[k]:
-        name = cfg["injection_param"].replace("lm_head.weight", "tok_emb.weight")
-        ratios = [(i, rows[i]["params"][name]["vm"] / base[i]["params"][name]["vm"])
-                  for i in range(k, n) if base[i]["params"][name]["vm"]]
-        sig["v_param"] = name
-        sig["v_ratio_at_k"] = ratios[0][1] if ratios else None
-        back = next((i for i, r in ratios if abs(r - 1) <= 0.1), None)
-        sig["v_decay_steps"] = None if back is None else back - k
+    moved = v_departure(rows, base, k) if cfg["injection"] == "v_corrupt" else None
+    if moved is not None:
+        sig["v_param"], sig["v_ratio_at_k"] = moved
+        sig["v_decay_steps"] = v_back_steps(rows, base, k, sig["v_param"])
     sig["predictions"] = judge(sig)
     return sig
 
@@ -172,8 +168,8 @@ def report(experiments: Path) -> str:
         raise UserError(f"no injection runs with a baseline in {experiments}; run `just lab` first")
     by_inj = {s["injection"]: s for s in sigs}
     lines = ["# Spike-injection lab: expected vs observed", "",
-             f"Measured against the baseline of the same seed; recovery = steps after K until every {WINDOW}-step "
-             f"mean of the loss difference stays within {TOL} nats; a spike = an excess above {SPIKE} nats.", "",
+             f"Measured against the baseline of the same seed; recovery = steps after K until {RECOVERY_RULE}; "
+             f"a spike = an excess above {SPIKE} nats.", "",
              "| run | injection | K | loss at K (baseline) | max excess (step) | pre-clip norm at K (x baseline) | "
              "pre/post clip at K | recovery steps | v ratio at K |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -76,10 +76,8 @@ THRESHOLDS: dict[str, Threshold] = {
 # The values, by name: what the checks read.
 T: dict[str, float] = {name: t.value for name, t in THRESHOLDS.items()}
 
-# The course's healthy range of the step-1 gradient norm, as one pair (the dashboard's health summary reads it
-# as T["gn1_healthy"]).
+# The course's healthy range of the step-1 gradient norm, as one pair (the dashboard's health line, health.py).
 GN1_HEALTHY = (T["gn1_healthy_low"], T["gn1_healthy_high"])
-T["gn1_healthy"] = GN1_HEALTHY
 
 WINDOW = 50        # trailing window (steps) of the robust statistics
 MIN_HISTORY = 5    # a step needs this many earlier steps before it can be called an outlier

@@ -226,8 +226,10 @@ TREE: tuple[Section, ...] = (
     Section("§3", "Is the loss healthy?",
             "Non-finite values end a run; a training loss that falls while validation does not means the "
             "model sees something at training time that it cannot see at validation time.", (
-        Node("§3.1", "Is any loss, gradient norm or non-finite count non-finite / non-zero?",
-             "loss, grad_norm, nonfinite", P_LOSS, "non-finite values > 0", C.check_nonfinite, yes="§3.A"),
+        Node("§3.1", "Is any value of a step's metrics non-finite (loss, gradient norm, logits, activations, a "
+             "per-tensor statistic), or its non-finite count non-zero?",
+             "every value of a metrics row (null = not finite), nonfinite", P_LOSS, "non-finite values > 0",
+             C.check_nonfinite, yes="§3.A"),
         Node("§3.2", "Does training loss fall below half the n-gram baseline while validation never gets 15% "
              "below it and then climbs?", "train loss (21-step median), val_loss (best, last), n-gram baseline "
              "(dashed line)", P_LOSS, f"train < {T['mask_train']:g} x baseline, best val > {T['mask_val']:g} x "

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minitrain.analysis.checks import Finding, miss, train_smooth, val_points
+from minitrain.analysis.checks import Finding, train_smooth, val_points
 from minitrain.analysis.evidence import Evidence, load_evidence, trailing_median_fast
 from minitrain.analysis.tree import ITEMS, Leaf, Node, next_node
 
@@ -46,10 +46,7 @@ def _walk(ev: Evidence) -> dict:
             node = ITEMS[current]
             assert current not in seen, f"loop in the tree at {current}"
             seen.add(current)
-            absent = [s for s in node.needs if not ev.has(s)]
-            # a run that never measured what the question reads: say so instead of answering
-            f = (Finding(False, None, f"not measured (this run has no {', '.join(absent)})") if absent
-                 else _measure(node.check, ev))
+            f, absent = answer(node, ev)
             target = node.yes if f.matched else (node.no or next_node(current))
             path.append({"node": node.id, "question": node.question, "metric": node.metric, "panel": node.panel,
                          "threshold": node.threshold, "measured": f.shown, "value": _jsonable(f.value),
@@ -86,18 +83,22 @@ def _walk(ev: Evidence) -> dict:
             "not_measured": [p["node"] for p in path if p.get("not_measured")]}
 
 
-def _measure(check, ev: Evidence, *args) -> Finding:
-    try:
-        return check(ev, *args)
-    except (IndexError, ValueError, ZeroDivisionError, KeyError, TypeError) as e:  # a metric the run lacks
-        return miss(type(e).__name__)
+def answer(node: Node, ev: Evidence) -> tuple[Finding, list[str]]:
+    """A question's finding on this run, and the signals it reads that the run lacks: the one policy the walker
+    and the page (readings.py) share. A run that never measured a signal the node declares in `needs` gets
+    "not measured", answered no; a check that raises is a bug in the check and the exception propagates
+    (a wrong "no" would send the walk to a wrong leaf without a word)."""
+    absent = [s for s in node.needs if not ev.has(s)]
+    if absent:
+        return Finding(False, None, f"not measured (this run has no {', '.join(absent)})"), absent
+    return node.check(ev), []
 
 
 def _rule_outs(leaf: Leaf, ev: Evidence, led: Finding) -> list[str]:
     """The rule-outs of `leaf` that hold on this run, each as 'what it means (what was measured)'."""
     hits = []
     for why, check in leaf.rule_out:
-        f = _measure(check, ev, led)
+        f = check(ev, led)
         if f.matched:
             hits.append(f"{why} ({f.shown})")
     return hits

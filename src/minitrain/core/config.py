@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from minitrain.core.lab_defaults import LAB_K, LAB_SEED
 from minitrain.core.errors import UserError
 
 # Fields that only describe the injection: two configs that differ only here share steps 0..K-1,
@@ -74,7 +75,7 @@ MAX_PARAMS = 1_000_000_000
 @dataclass
 class TrainConfig:
     # reproducibility
-    seed: int = 42  # model init and batch order
+    seed: int = LAB_SEED  # model init and batch order
     corpus_seed: int = 42  # the generated corpus (kept apart so seeds share one dataset)
     # corpus and tokenizer
     val_verbs: list[str] = field(default_factory=lambda: ["walk", "talk", "want", "see"])
@@ -107,7 +108,7 @@ class TrainConfig:
     # checkpoint retention (run files): the last N while running (0 = keep every checkpoint), and for each
     # fork point F the checkpoints an injection at F forks from and `remediate` starts from (docs/reliability.md)
     ckpt_keep_last: int = 2
-    ckpt_keep_steps: list[int] = field(default_factory=lambda: [500])
+    ckpt_keep_steps: list[int] = field(default_factory=lambda: [LAB_K])
     telemetry: str = "full"  # full | basic (basic: no per-parameter stats, no spectral norms)
     spectral_every: int = 50  # largest singular value of each matrix every N steps (0 = never)
     threads: int = 1  # torch CPU threads; fixed so results do not depend on the machine
@@ -117,7 +118,7 @@ class TrainConfig:
     progress: bool = True
     # injection (the lab's maybe_inject knob)
     injection: str = "none"
-    injection_step: int = 500
+    injection_step: int = LAB_K
     injection_scale: float = 50.0
     injection_sentence: str = "She has written the letter."
     injection_param: str = "lm_head.bias"

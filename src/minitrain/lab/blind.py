@@ -27,6 +27,7 @@ from pathlib import Path
 from minitrain.lab import spoilers
 from minitrain.run import files, reader
 from minitrain.core.errors import UserError
+from minitrain.core.lab_defaults import LAB_K, LAB_SEED
 
 RUN_IDS = spoilers.BLIND_RUN_IDS
 
@@ -95,12 +96,12 @@ def draw_mapping(lab: str, randomize: bool, steps: int, rng: secrets.SystemRando
     faults = list(LABS[lab]["faults"])
     rng.shuffle(faults)
     mapping = {}
-    lab_k = reader.LAB_DEFAULT_STEP if steps > reader.LAB_DEFAULT_STEP else steps // 2
+    lab_k = LAB_K if steps > LAB_K else steps // 2
     for run_id, fault in zip(RUN_IDS, faults):
         overrides = dict(LABS[lab]["faults"][fault])
         if lab == "spike":
             lo, hi = max(1, int(steps * 0.2)), max(2, int(steps * 0.7))
-            overrides["seed"] = rng.choice([s for s in range(1, 10_000) if s != reader.LAB_DEFAULT_SEED])
+            overrides["seed"] = rng.choice([s for s in range(1, 10_000) if s != LAB_SEED])
             overrides["injection_step"] = rng.choice([k for k in range(lo, hi + 1) if k != lab_k] or [lab_k])
             if randomize:
                 if fault == "scale":

@@ -25,17 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from minitrain.analysis import regimes, signature
-from minitrain.analysis.compare import SPIKE, TOL, WINDOW
+from minitrain.analysis.compare import CLIP_OFF, SPIKE, TOL, WINDOW
 from minitrain.analysis.regimes import CLIPS, axis_value, calibrate, clip_rate, fmt_lr
-from minitrain.core.config import TrainConfig, build_config
+from minitrain.core.config import LAB_K, TrainConfig, build_config
 from minitrain.core.errors import UserError
 from minitrain.lab import runner
 from minitrain.run import files, reader
 from minitrain.views import explore as page
 
-K = 500  # the lab's injection step
+K = LAB_K  # the lab's injection step
 TAIL = 250  # steps after K: recovery needs full WINDOW-step windows; v of x1000 takes ~200 steps to decay
-CLIP_OFF = 1e30  # grad_clip "off": clip_grad_norm_ then multiplies every gradient by exactly 1.0
 COST = "explore-cost.json"  # beside a run explore trained: its CPU and wall seconds (training and dashboard)
 GRID_FIELDS = ("injection", "injection_step", "injection_scale", "injection_param", "injection_factor", "steps",
                "grad_clip", "lr_max", "lr_min", "batch_size", "ckpt_every")  # the sweep sets these itself

@@ -14,7 +14,8 @@ from minitrain.run import files, reader
 from minitrain.core.errors import UserError
 from minitrain.core.fmt import fmt
 from minitrain.analysis.causes import CAUSES
-from minitrain.analysis.compare import measure
+from minitrain.analysis.compare import RECOVERY_RULE, measure, v_jumped
+from minitrain.analysis.detectors import COURSE_RULE, spike_flags
 from minitrain.lab.learner import REPO_ROOT, walk
 
 TEMPLATE = "theory/04-loss-spike-postmortem-template.md"
@@ -41,8 +42,6 @@ def evidence(run: Path, baseline: Path | None) -> dict:
     injected = cfg.get("injection") if cfg.get("injection", "none") != "none" else None
     k = cfg.get("injection_step") if injected else verdict.get("anomaly_step")
     m = measure(run, baseline, k)
-    from minitrain.views.dashboard import spike_flags
-
     rows, _ = reader.read_metrics(run / "metrics.jsonl")
     flags = spike_flags([r["step"] for r in rows], [r.get("loss") for r in rows])
     return {"manifest": manifest, "config": cfg, "verdict": verdict, "injected": injected, "K": k,
@@ -72,12 +71,12 @@ def render(run: Path, baseline: Path | None, template: str) -> str:
                          f"{fmt(m.get('baseline_grad_norm_at_K'))} in the baseline (x{fmt(m.get('grad_norm_ratio_at_K'), 3)})")
     if m.get("loss_at_K") is not None:
         detection.append(f"- loss at K: {fmt(m['loss_at_K'])} against {fmt(m.get('baseline_loss_at_K'))}")
-    if m.get("v_jump_ratio_at_K") is not None and m["v_jump_ratio_at_K"] > 2:
+    if v_jumped(m):
         detection.append(f"- Adam v of {m['v_jump_param']} x{fmt(m['v_jump_ratio_at_K'], 3)} the baseline at K")
     if m.get("dup_rows_at_K"):
         detection.append(f"- batch at K: {m['dup_rows_at_K']} duplicated rows, rare-token share {fmt(m.get('rare_share_at_K'))}")
     flags = ev["spike_flags"]
-    detection.append(f"- course spike flag (loss > 3 sigma over its rolling 100-step mean): "
+    detection.append(f"- course spike flag ({COURSE_RULE}): "
                      + (f"steps {', '.join(map(str, flags[:8]))}" + (" ..." if len(flags) > 8 else "") if flags else "never raised"))
     if v.get("path"):
         detection.append(f"- stability-check walk: {' → '.join(map(str, v['path']))}")
@@ -85,7 +84,7 @@ def render(run: Path, baseline: Path | None, template: str) -> str:
     impact = []
     for label, key in (("mean loss difference over K+1..K+50", "mean_loss_diff_after_K"),
                        ("largest loss difference after K", "max_loss_diff_after_K"),
-                       ("steps to recover (loss within 0.02 nats of the baseline from then on)", "recovery_steps"),
+                       (f"steps to recover (until {RECOVERY_RULE})", "recovery_steps"),
                        ("final validation loss difference", "final_val_loss_diff")):
         if key in m:
             impact.append(f"- {label}: {fmt(m[key])}" + (f" (step {m['max_loss_diff_step']})" if key == "max_loss_diff_after_K" else ""))

@@ -121,6 +121,9 @@ class Probe:
 
     # --- the run folder ---
     def _open_folder(self, force: bool, tokenizer, config: dict, source: str) -> None:
+        from minitrain.loop import environment, now_iso  # the loop's own manifest fields (same layer)
+
+        env = environment(self.params[0].device)  # its subprocesses run before the lock is taken (files.RunLock)
         self.lock = files.claim_run_dir(self.out, force)  # held while this process records the run
         tok = getattr(tokenizer, "backend_tokenizer", tokenizer)  # a transformers fast tokenizer wraps one
         if tok is not None and hasattr(tok, "to_str") and hasattr(tok, "get_vocab_size"):  # a tokenizers.Tokenizer
@@ -133,9 +136,7 @@ class Probe:
                        "blocks": len(self.blocks), "grads_measured_at": self.grads_at,
                        "rare_reference": "given token counts" if self.given_counts else "tokens seen so far"}
         self.metrics = files.MetricsWriter(self.out / "metrics.jsonl")
-        from minitrain.loop import environment, now_iso  # the loop's own manifest fields (same layer)
-
-        self._write_manifest(**environment(self.params[0].device), started=now_iso())
+        self._write_manifest(**env, started=now_iso())
 
     def _write_manifest(self, **extra) -> None:
         from minitrain import SCHEMA_VERSION

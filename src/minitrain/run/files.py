@@ -103,21 +103,44 @@ class RunLock:
     """An exclusive advisory lock on a run folder (`fcntl.flock` on RUN/.lock), held by the one process that
     writes the run. The OS releases it when that process ends, however it ends (SIGKILL included), so a
     lock is never stale. The file stays (deleting a lock file races with a process about to take it) and
-    names the last holder's pid; whether the run is live is the lock, never the file's text."""
+    names the last holder's pid; whether the run is live is the lock, never the file's text.
+
+    An flock belongs to the open file, not to the process: a child forked while it is held (a forked lab
+    run, a DataLoader worker) would share it and keep the run "live" after the writer is killed. So a
+    forked child closes every lock descriptor it inherited (_close_inherited_locks), and the writer starts
+    no subprocess while it holds the lock (loop.process_environment runs git and uname before)."""
 
     def __init__(self, run: Path, fd: int):
-        self.run, self.fd = Path(run), fd
+        self.run, self.fd, self.pid = Path(run), fd, os.getpid()
+        _HELD.add(fd)
 
     def release(self) -> None:
-        if self.fd is not None:
+        if self.fd is not None and self.pid == os.getpid():  # in a forked child the fd is already closed
+            _HELD.discard(self.fd)
             os.close(self.fd)  # closing the descriptor releases the flock
-            self.fd = None
+        self.fd = None
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.release()
+
+
+_HELD: set[int] = set()  # descriptors of the run locks this process holds
+
+
+def _close_inherited_locks() -> None:
+    """In a forked child: close (never unlock: that would unlock the parent's too) the inherited locks."""
+    for fd in _HELD:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited_locks)
 
 
 def _live_error(run: Path, pid: str) -> UserError:

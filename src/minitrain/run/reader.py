@@ -33,6 +33,7 @@ from typing import Any
 
 from minitrain.core.config import NON_NUMERIC_FIELDS, load_yaml
 from minitrain.core.errors import UserError
+from minitrain.core.lab_defaults import LAB_K, LAB_SEED
 from minitrain.run.redact import SECRET_FIELDS, WITHHELD
 
 MANIFEST, RESULTS, METRICS, DIAGNOSIS = "manifest.json", "results.json", "metrics.jsonl", "diagnosis.json"
@@ -40,7 +41,6 @@ CONFIG, TOKENIZER = "config.yaml", "tokenizer.json"
 
 # The lab's run folders (experiments/18-baseline, experiments/19-injection-A, ...)
 LAB_LETTERS = {"scale": "A", "bad_batch": "B", "v_corrupt": "C"}
-LAB_DEFAULT_SEED, LAB_DEFAULT_STEP = 42, 500
 BASELINE_NAME = "18-baseline"
 
 
@@ -50,9 +50,9 @@ def lab_run_name(injection: str, seed: int, step: int) -> str:
         name = BASELINE_NAME
     else:
         name = f"19-injection-{LAB_LETTERS.get(injection, injection)}"
-        if step != LAB_DEFAULT_STEP:
+        if step != LAB_K:
             name += f"-k{step}"
-    if seed != LAB_DEFAULT_SEED:
+    if seed != LAB_SEED:
         name += f"-seed{seed}"
     return name
 

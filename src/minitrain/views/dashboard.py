@@ -5,11 +5,12 @@
 
 The page is one static HTML file: uPlot (vendored unmodified in assets/vendor/, pinned and checked by
 scripts/fetch_uplot.py), the CSS and the page script (assets/dashboard.css; PAGE_SCRIPTS, one closure) are
-inlined, and the run's data is embedded as one JSON block. The panels, their numbers, titles, units, series
-come from the panel registry (analysis/panels.py), which stability-check.md cites too. Python reads and
-judges (health summary with the tree's thresholds, the walker's verdict and every question of the tree, the
-per-tensor "movers", differences to a baseline and whether they exceed float rounding); the script only
-draws. Every string reaches the page through that JSON block (with <, > and & escaped, so `</script>` in a
+inlined, and the run's data is embedded as one JSON block. The panels, their numbers, titles, units and series
+come from the panel registry (analysis/panels.py), which stability-check.md cites too. What is judged comes
+from analysis (readings.page: the health line, the walker's verdict and every question of the tree, the
+course's spike flags); this module lays it out beside the series, the per-tensor "movers" and the
+differences to a baseline (and whether they exceed float rounding); the script only draws. Every string
+reaches the page through that JSON block (with <, > and & escaped, so `</script>` in a
 run name stays text) and is put on screen with textContent, never as HTML.
 
 Sealed runs (a blind run before its lab's reveal, or a lab run the caller says is sealed): the page does
@@ -30,8 +31,6 @@ from pathlib import Path
 import numpy as np
 
 from minitrain.analysis import panels, readings
-from minitrain.analysis.stability import T
-from minitrain.core.config import TrainConfig
 from minitrain.core.errors import UserError
 from minitrain.run import files, reader
 
@@ -39,7 +38,7 @@ PER_TENSOR_STATS = tuple(panels.tensor_stats())  # per-parameter telemetry the p
 MOVERS = 4  # tensors shown by default in each per-tensor panel
 MOVER_LOOKBACK = 50  # a tensor "moves" when it leaves the median of its own previous 50 steps
 MOVER_WINDOW = 50  # with an injection, movers are ranked over steps K..K+50
-SPIKE_WINDOW, SPIKE_SIGMA = 100, 3.0  # the course's spike flag: loss > 3 sigma above its rolling 100-step mean
+MOVER_MIN_SPAN = 20  # fewer steps than this left after the lookback: rank from the run's second step instead
 SMOOTHING = 0.9  # the smoothing slider's starting value (EMA weight, debiased as TensorBoard does)
 OVERLAY_SERIES = ("loss", "val_loss", "lr", "grad_norm", "act", "loss_regular", "loss_irregular", "logit_max")
 FLOAT_ROUNDING_REL = 32 * 2.0 ** -23  # |a - b| within 32 float32 ulps of |b|: identical up to float rounding
@@ -159,7 +158,7 @@ def _rank_window(steps: list[int], cfg: dict) -> tuple[int, int, str]:
     if k is not None and first <= k <= last:
         return k, k + MOVER_WINDOW, f"over steps {k}-{min(last, k + MOVER_WINDOW)} from K"
     lo = max(int(cfg.get("warmup_steps") or 0), first + MOVER_LOOKBACK)
-    if last - lo < 20:
+    if last - lo < MOVER_MIN_SPAN:
         lo = min(last, first + 1)
     why = ", after warmup" if lo == cfg.get("warmup_steps") else ""
     return lo, last, f"over steps {lo}-{last}{why}"
@@ -178,20 +177,6 @@ def _movers(steps: list[int], per_stat: list[list], names: list[str], lo: int, h
         ranked.append({"index": i, "name": names[i], "factor": _num(10 ** float(dev[j]), 3), "step": int(s[j])})
     ranked.sort(key=lambda m: (-m["factor"], m["index"]))
     return ranked[:MOVERS]
-
-
-def spike_flags(steps: list[int], loss: list) -> list[int]:
-    """The course's spike flag: loss more than 3 sigma above the mean of the previous 100 steps."""
-    x = np.array([v if v is not None else np.nan for v in loss], dtype=float)
-    flags = []
-    for i in range(len(x)):
-        past = x[max(0, i - SPIKE_WINDOW):i]
-        past = past[np.isfinite(past)]
-        if len(past) < SPIKE_WINDOW // 2 or not np.isfinite(x[i]):
-            continue
-        if x[i] > past.mean() + SPIKE_SIGMA * past.std():
-            flags.append(int(steps[i]))
-    return flags
 
 
 def _markers(r: dict, steps: list[int], sealed: bool) -> list[dict]:
@@ -234,97 +219,6 @@ def _injection_words(inj: dict, cfg: dict) -> str:
         return (f"v_corrupt: Adam v of {rec.get('touched', cfg.get('injection_param'))} "
                 f"x{rec.get('factor', cfg.get('injection_factor'))}")
     return str(name)
-
-
-def health(r: dict, spikes: list[int], verdict: dict | None, sealed: bool) -> list[dict]:
-    """The run's health at a glance: each item has a label, a value, a verdict (ok | warn | bad | info).
-    Judged with the stability tree's thresholds (analysis), so nothing the tree calls healthy is flagged:
-    a warning here is a question of the tree that matched, or a fact the tree has no opinion on is `info`."""
-    cfg, rows, res = _config(r), r["rows"], r["results"] or {}
-    out = []
-
-    def item(label, value, verdict="info", detail=""):
-        out.append({"label": label, "value": value, "verdict": verdict, "detail": detail})
-
-    if verdict is not None or sealed:
-        if sealed:
-            item("stability check", "sealed", "info", "the tree's verdict is shown after your diagnosis (reveal)")
-        else:
-            ok = verdict["cause"] == "healthy"
-            item("stability check", f"{verdict['leaf']} {verdict['title']}" + (
-                f" at step {verdict['anomaly_step']}" if verdict.get("anomaly_step") is not None else ""),
-                "ok" if ok else "bad", "the walker's verdict (stability-check.md, first matching leaf)")
-    vocab = int(cfg.get("vocab_size") or 512)
-    ln_v = math.log(vocab)
-    first = rows[0] if rows else {}
-    if first.get("step") == 0 and first.get("loss") is not None:
-        l0 = first["loss"]
-        ok = abs(l0 - ln_v) <= T["loss0_band"]
-        why = (f"within ln V \u00b1 {T['loss0_band']}" if ok else
-               f"above {T['loss0_high']}: broken init or non-zero LM-head bias" if l0 > T["loss0_high"] else
-               f"below {T['loss0_low']}: the model is not untrained (wrong checkpoint?)" if l0 < T["loss0_low"]
-               else f"outside ln V \u00b1 {T['loss0_band']}")
-        item("step-0 loss", f"{l0:.3f} vs ln {vocab} = {ln_v:.3f}", "ok" if ok else "bad", why)
-    elif rows:
-        item("step-0 loss", "not in the data" if first.get("step") != 0 else "non-finite", "warn")
-    if first.get("step") == 0 and first.get("grad_norm") is not None:
-        g0, lo, hi = first["grad_norm"], T["gn1_healthy"][0], T["gn1_healthy"][1]
-        verdict_g = ("ok" if lo <= g0 <= hi else "bad" if g0 > T["gn1_high"] or g0 < T["gn1_low"] else "warn")
-        item("first-step grad norm", f"{g0:.4g}", verdict_g,
-             f"within the course's healthy [{lo:g}, {hi:g}]" if verdict_g == "ok" else
-             f"outside [{lo:g}, {hi:g}]" + (f" and beyond the tree's {T['gn1_low']:g}..{T['gn1_high']:g}: init or "
-                                            "loss reduction problem" if verdict_g == "bad" else ""))
-    finite = [row for row in rows if row.get("grad_norm") is not None]
-    if finite:
-        n_clip = sum(1 for row in finite if row.get("clipped"))
-        share = n_clip / len(finite)
-        if cfg.get("grad_clip", 1.0) == 0:  # grad_clip=0: clipping off
-            item("clip rate", "clipping off (grad_clip=0)", "info", "every step's full gradient reached the optimizer")
-        else:
-            item("clip rate", f"{n_clip} of {len(finite)} steps ({100 * share:.1f}%) at {cfg.get('grad_clip', '?')}",
-                 "info", "this model's pre-clip norm is 2-5 when healthy, so clipping at 1.0 engages on every step "
-                         "(stability-check.md \u00a77)")
-        top = max(finite, key=lambda row: row["grad_norm"])
-        item("max grad norm", f"{top['grad_norm']:.4g} at step {top['step']}", "info",
-             f"{panels.cite('grad')}; the tree judges spikes against the trailing median (\u00a77)")
-    n_nonfinite = sum(int(row.get("nonfinite") or 0) for row in rows)
-    bad_rows = [row["step"] for row in rows if row.get("loss") is None or row.get("grad_norm") is None]
-    item("non-finite values", f"{n_nonfinite}" + (f" (first at step {bad_rows[0]})" if bad_rows else ""),
-         "bad" if n_nonfinite or bad_rows else "ok", "loss or gradients became NaN/Inf" if bad_rows else "none")
-    ngram = res.get("ngram_val_loss", (r["manifest"].get("ngram_baseline") or {}).get("val_loss"))
-    val = res.get("final_val_loss")
-    where = "final"
-    if val is None:
-        vals = [row for row in rows if row.get("val_loss") is not None]
-        if vals:
-            val, where = vals[-1]["val_loss"], f"last (step {vals[-1]['step']})"
-    if val is not None and ngram is not None:
-        margin = ngram - val
-        item(f"{where} val loss", f"{val:.3f} (ppl {math.exp(min(val, 700)):.4g}) vs n-gram {ngram:.3f} "
-             f"(ppl {math.exp(ngram):.4g})", "ok" if margin > 0 else "bad",
-             f"{margin:.3f} below the n-gram baseline" if margin > 0 else f"{-margin:.3f} above the n-gram baseline")
-    elif ngram is not None:
-        item("val loss", f"none yet (n-gram {ngram:.3f})", "warn")
-    lrs = [row["lr"] for row in rows if row.get("lr") is not None]
-    if len(lrs) > 2:
-        if max(lrs) == 0:
-            item("learning rate", "0 at every step", "bad", "warmup multiplies a base LR of 0 (\u00a72.2)")
-        elif (max(lrs) - min(lrs)) / max(lrs) < T["lr_flat"]:
-            item("learning rate", f"constant {lrs[0]:.3g}", "bad", "the schedule never stepped (\u00a72.1)")
-        else:
-            item("learning rate", f"{min(lrs):.3g} .. {max(lrs):.3g}, warmup {cfg.get('warmup_steps', '?')} steps",
-                 "ok", "warmup + cosine")
-    item("course spike flags", (f"{len(spikes)}: step{'s' if len(spikes) > 1 else ''} " + ", ".join(map(str, spikes[:6]))
-                                + (" ..." if len(spikes) > 6 else "")) if spikes else "none",
-         "info", "loss > 3 sigma above its rolling 100-step mean: the course's raw flag, which also fires on "
-                 "clean runs; the stability check decides")
-    reg = [row["loss_regular"] for row in rows[-100:] if row.get("loss_regular") is not None]
-    irr = [row["loss_irregular"] for row in rows[-100:] if row.get("loss_irregular") is not None]
-    if reg and irr:
-        item("regular vs irregular", f"{sum(reg) / len(reg):.3f} vs {sum(irr) / len(irr):.3f}", "info",
-             "mean training loss by verb class over the last 100 steps")
-    return out
-
 
 
 def _difference(rows: list[dict], ref_rows: list[dict]) -> dict:
@@ -382,12 +276,10 @@ def _run_payload(r: dict, role: str, with_tensors: bool = False) -> dict:
     return out
 
 
-def _page_config(cfg: dict) -> dict:
-    """The run's settings the page's panels use, resolved: a run config without vocab_size ran with the
-    default vocabulary, so the page gets that number, not a gap."""
-    out = {k: cfg.get(k) for k in PAGE_CONFIG}
-    out["vocab_size"] = out["vocab_size"] or TrainConfig.vocab_size
-    return out
+def _page_config(cfg: dict, vocab_size: int) -> dict:
+    """The run's settings the page's panels use, with the vocabulary the walker's ln V is taken of (analysis
+    resolves it: the tokenizer's, else the config's, else the assumed default)."""
+    return {**{k: cfg.get(k) for k in PAGE_CONFIG}, "vocab_size": vocab_size}
 
 
 def _remedy_items(run: Path) -> list[dict]:
@@ -414,17 +306,13 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
     steps = [row["step"] for row in rows]
     me = _run_payload(r, "run", with_tensors=True)
     cols, per_tensor = me["series"], me["per_tensor"]
-    spikes = spike_flags(steps, cols["loss"])
     movers, rank_note = {}, ""
     if per_tensor:
         lo, hi, rank_note = _rank_window(steps, cfg)
         for s in PER_TENSOR_STATS:
             movers[s] = _movers(steps, per_tensor["stats"][s], per_tensor["names"], lo, hi)
     inj = _injection(r)
-    read = readings.read(Path(run))
-    verdict = (read or {}).get("verdict")
-    if read and sealed:  # the verdict names the cause: not in the page before the reveal (the answers are, hidden)
-        read["verdict"] = None
+    judged = readings.page(Path(run), sealed)
     payload = {
         "name": r["name"],
         "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -441,7 +329,7 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
                       "step": cfg.get("injection_step") if inj != "none" and not blind else None,
                       "words": "withheld until the reveal (blind run)" if blind
                       else _injection_words(r["manifest"].get("injection") or {}, cfg)},
-        "config": _page_config(cfg),
+        "config": _page_config(cfg, judged["vocab_size"]),
         "ngram_val_loss": (r["results"] or {}).get("ngram_val_loss",
                                                    (r["manifest"].get("ngram_baseline") or {}).get("val_loss")),
         "panels": panels.as_json(),
@@ -450,10 +338,10 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
         "diffs": [],
         "movers": movers,
         "movers_rule": rank_note,
-        "spikes": spikes,
+        "spikes": judged["spikes"],
         "markers": _markers(r, steps, sealed),
-        "health": health(r, spikes, verdict, sealed) + _remedy_items(Path(run)),
-        "checks": read,
+        "health": judged["health"] + _remedy_items(Path(run)),
+        "checks": judged["checks"],
         "smoothing": SMOOTHING,
     }
     b = None

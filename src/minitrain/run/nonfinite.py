@@ -1,0 +1,27 @@
+"""What a None in a metrics row means: each value is written as null when it is not finite. The loop stops a run
+on the first row holding one, and the walker's §3.1 reads the same rule, so both name the same step."""
+from __future__ import annotations
+
+PARAM_STAT_WHAT = {"g": "gradient", "u": "weights (update)", "ur": "weights (update ratio)", "vm": "Adam's v",
+                   "vx": "Adam's v", "vn": "Adam's v", "r": "Adam's update statistic"}
+
+
+def non_finite_in(row: dict) -> str | None:
+    """What in this step's row is non-finite (None when everything is finite): the loss, the gradient norm,
+    the logits, an activation, a spectral norm, or a per-tensor statistic (weights, gradients, Adam's moments)."""
+    if row["loss"] is None:
+        return "loss"
+    if row["grad_norm"] is None:
+        return "gradient norm"
+    if row.get("logit_max", 0.0) is None:
+        return "logits"
+    if any(a is None for a in row.get("act") or []):
+        return "activations"
+    for name, sigma in (row.get("sigma") or {}).items():
+        if sigma is None:
+            return f"spectral norm of {name}"
+    for name, stats in (row.get("params") or {}).items():
+        for key, value in stats.items():
+            if value is None:
+                return f"{PARAM_STAT_WHAT.get(key, key)} of {name}"
+    return None
