@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from minitrain import loop
+from minitrain.run import reader
 from minitrain.views import dashboard
 from minitrain.core.config import build_config
 
@@ -72,7 +73,7 @@ def main() -> int:
             cpu.append(time.process_time() - c0)
         renders = render_times(out, args.repeats)
         metrics_mb = (run / "metrics.jsonl").stat().st_size / 1e6
-        steps = len((run / "metrics.jsonl").read_bytes().splitlines())
+        steps = len(reader.read_metrics(run / reader.METRICS)[0])
         print(f"| run | steps | metrics.jsonl | dashboard.html | write, wall (CPU) | render to ready |")
         print("|---|---|---|---|---|---|")
         render = f"{statistics.median(renders):.2f} s" if renders else "n/a (no chromium)"

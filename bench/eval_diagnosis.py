@@ -30,6 +30,7 @@ from minitrain.analysis import detectors
 from minitrain.analysis import stability
 from minitrain.core.config import build_config
 from minitrain.lab import runner
+from minitrain.run import reader
 
 CAUSE_OF_INJECTION = {"scale": "gradient_explosion", "bad_batch": "bad_batch", "v_corrupt": "optimizer_state_corruption",
                       "lr_spike": "lr_spike", "corrupt_batch": "bad_batch", "stuck_loader": "stuck_loader",
@@ -288,10 +289,7 @@ def _config(case: Case, base: list[str]):
 
 
 def _up_to_date(out: Path, cfg) -> bool:
-    try:
-        m = json.loads((out / "manifest.json").read_text())
-    except (OSError, ValueError):
-        return False
+    m = reader.manifest_of(out)
     return (out / "results.json").exists() and m.get("config_hash") == cfg.hash() and \
         m.get("status") in ("finished", "non_finite")
 

@@ -208,3 +208,156 @@ def lay_out(rows, spikes, items, x, n):
     return panels.cite("grad"), shown, first, x < n
 '''
     assert judgments_in(layout, "minitrain.views.y") == []
+
+
+# --- a run folder's files are read in run/ only (run/reader.py states the rule) ----------------------
+
+BENCH = PKG.parents[1] / "bench"
+# Every module but run/'s, and the benches. Each scanned file is named by its path without .py, relative to
+# src/minitrain (bench files as bench/NAME).
+READ_SCANNED = sorted([*(p for p in MODULES if p.relative_to(PKG).parts[0] != "run"), *BENCH.glob("*.py")])
+
+# Reads of files that are not a run folder's, by (module or package, enclosing function).
+ALLOWED_READS = {
+    ("core/config", "load_yaml"),  # the config parser: a --config file; a run's config.yaml via reader.read_config
+    ("core/data", "cached_ngram_baseline"),  # the n-gram baseline's cache in the user's cache folder
+    ("cli", "_config_from_args"),  # the user's --config file
+    ("analysis/report", "write_markdown"),  # docs/stability-check.md, compared with its new text
+    ("lab/postmortem", "write_postmortem"),  # the post-mortem template (docs/ or --template)
+    ("lab/learner", "read_reference"),  # the reference solutions shipped with the repository
+    ("lab/learner", "read_history"),  # the learner's reveal history (learners/NAME/)
+    ("lab/learner", "log_reveal"),  # the same history, read before a line is appended
+    ("lab/learner", "reveal"),  # the learner's diagnoses file, sealed at the reveal
+    ("lab/learner", "grade"),  # the diagnoses file as it is now, against its seal
+    ("lab/learner", "check"),  # the diagnoses file and notes/lessons.md
+    ("lab/runner", "read_log"),  # a child process's log: a temporary file the runner made
+}
+# The calls that read a file: open in a reading mode (the builtin, io.open, Path.open, os.open), the methods
+# below, the loaders below (by their dotted name, or by their own name whatever module they come from).
+READ_METHODS = {"read_text", "read_bytes"}
+LOADERS = {"json.load", "torch.load", "np.load", "numpy.load"}
+LOADER_NAMES = {"load_file", "safe_open", "from_file", "load_yaml"}
+PARSERS = {"json.loads", "yaml.safe_load", "yaml.load"}  # a file read when given what a .read*() returned
+
+
+def dotted_name(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def is_package_resource(node: ast.AST) -> bool:
+    """X.read_text() where X comes from importlib.resources.files(...): a file of the installed package."""
+    while isinstance(node, (ast.Attribute, ast.Call)):
+        if isinstance(node, ast.Call) and dotted_name(node.func).endswith("resources.files"):
+            return True
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return False
+
+
+def opens_to_read(call: ast.Call, mode_at: int) -> bool:
+    """open(path, mode) or path.open(mode): a read unless the mode only writes ("w", "ab", "x")."""
+    mode = call.args[mode_at] if len(call.args) > mode_at else next((k.value for k in call.keywords if k.arg == "mode"), None)
+    return not (isinstance(mode, ast.Constant) and isinstance(mode.value, str) and not set(mode.value) & set("r+"))
+
+
+def reads_a_file(call: ast.Call) -> bool:
+    name, func = dotted_name(call.func), call.func
+    if name in LOADERS or name.rsplit(".", 1)[-1] in LOADER_NAMES:
+        return True
+    if name == "os.open":  # a read unless its flags say write-only
+        return not any(isinstance(n, ast.Attribute) and n.attr == "O_WRONLY" for a in call.args[1:2] for n in ast.walk(a))
+    if name in ("open", "io.open"):
+        if call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, int):
+            return False  # a standard stream's descriptor, not a file
+        return opens_to_read(call, 1)
+    if isinstance(func, ast.Attribute) and func.attr in READ_METHODS | {"open"}:
+        if is_package_resource(func.value):
+            return False
+        return func.attr in READ_METHODS or opens_to_read(call, 0)
+    if name in PARSERS:
+        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr.startswith("read")
+                   for arg in call.args for n in ast.walk(arg))
+    return False
+
+
+def file_reads(source: str) -> list[tuple[int, str, str]]:
+    """(line, enclosing function or "<module>", call) of every file read in a module's source."""
+    out = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function = node.name
+        if isinstance(node, ast.Call) and reads_a_file(node):
+            out.append((node.lineno, function, ast.unparse(node.func)))
+        for child in ast.iter_child_nodes(node):
+            visit(child, function)
+
+    visit(ast.parse(source), "<module>")
+    return out
+
+
+def scanned_name(path: Path) -> str:
+    base = PKG if path.is_relative_to(PKG) else BENCH.parent
+    return path.relative_to(base).with_suffix("").as_posix()
+
+
+def allowed_read(module: str, function: str) -> tuple[str, str] | None:
+    """The allow-list entry that covers a read, or None; an entry's module also covers a package of that name."""
+    for entry_module, entry_function in ALLOWED_READS:
+        if (module == entry_module or module.startswith(entry_module + "/")) and function == entry_function:
+            return entry_module, entry_function
+    return None
+
+
+def test_run_files_are_read_in_run_only():
+    used, bad = set(), []
+    for path in READ_SCANNED:
+        module = scanned_name(path)
+        for line, function, call in file_reads(path.read_text()):
+            entry = allowed_read(module, function)
+            if entry is None:
+                bad.append(f"{module}.py:{line} {call}() in {function}")
+            used.add(entry)
+    assert not bad, ("read a run folder's files through minitrain.run.reader (or, for a file that is no run's, add "
+                     f"(module, function) to ALLOWED_READS with a comment saying what it reads): {bad}")
+    stale = sorted(ALLOWED_READS - used)
+    assert not stale, f"ALLOWED_READS entries that read nothing any more; remove them: {stale}"
+
+
+def test_the_read_rule_catches_every_way_of_reading_a_file():
+    """The checker itself, on the shapes the project's leaks had and on the reads it must let pass."""
+    caught = [
+        'def f(run):\n    return json.loads((run / "remediation.json").read_text())\n',
+        'def f(out):\n    return json.loads((out / "manifest.json").read_text())\n',
+        'def f(run):\n    return len((run / "metrics.jsonl").read_bytes().splitlines())\n',
+        'def f(path):\n    with open(path, "rb") as f:\n        return f.read()\n',
+        'def f(path):\n    with open(path) as f:\n        return json.load(f)\n',
+        'def f(path):\n    with path.open() as f:\n        return f.read()\n',
+        'def f(path):\n    return load_file(path / "model.safetensors")\n',
+        'def f(path):\n    return safetensors.torch.load_file(path)\n',
+        'def f(path):\n    return Tokenizer.from_file(str(path / "tokenizer.json"))\n',
+        'def f(run):\n    return load_yaml(run / "config.yaml")\n',
+        'def f(stream):\n    return json.loads(stream.read())\n',
+        'def f(path):\n    return os.open(path, os.O_RDONLY)\n',
+    ]
+    for source in caught:
+        assert len(file_reads(source)) >= 1, source
+    passed = [
+        'def f(proc):\n    return json.loads(proc.stdout.strip())\n',
+        'def f():\n    return open(1, "w", closefd=False)\n',
+        'def f(log):\n    return os.open(log, os.O_WRONLY | os.O_APPEND)\n',
+        'def f(path):\n    with open(path, "ab") as f:\n        f.truncate(0)\n',
+        'def f(path):\n    with path.open("w") as f:\n        f.write("x")\n',
+        'def f(name):\n    return resources.files("minitrain.views").joinpath("assets", name).read_text()\n',
+        'def f(run):\n    return reader.read_optional_json(run / "remediation.json")\n',
+    ]
+    for source in passed:
+        assert file_reads(source) == [], source
+    assert file_reads("def last_step(run):\n    open(run)\n") == [(2, "last_step", "open")]
+    assert allowed_read("lab/learner/seal", "log_reveal") and allowed_read("lab/learner", "grade")
+    assert not allowed_read("lab/postmortem", "render") and not allowed_read("lab/learnerx", "grade")

@@ -1,8 +1,9 @@
 import json
+import shutil
 
 import pytest
 
-from conftest import small_config
+from conftest import assert_one_line_error, run_cli, small_config
 from minitrain import loop
 from minitrain.run import files, reader
 from minitrain.core.errors import UserError
@@ -57,3 +58,88 @@ def test_checkpoints_hold_no_pickle(small_baseline):
         if f.is_file():
             assert f.suffix in (".safetensors", ".json"), f
             assert not f.read_bytes().startswith(b"\x80")  # pickle protocol header
+
+
+# --- one rule for the steps of metrics.jsonl: strictly increasing (run/reader.py says why) ------------
+
+ROW = '{{"step":{},"loss":6.0,"lr":0.001,"grad_norm":1.0}}\n'
+
+
+@pytest.mark.parametrize("steps, line, needle", [
+    ([0, 1, 2, 2, 3], 4, "step 2 after step 2"),  # a repeated step
+    ([0, 1, 2, 1, 2], 4, "step 1 after step 2"),  # two files joined: the steps go back
+], ids=["repeated", "unordered"])
+def test_repeated_or_unordered_steps_are_refused_by_every_reader(tmp_path, steps, line, needle):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(ROW.format(s) for s in steps))
+    for read in (lambda: reader.read_metrics(run / "metrics.jsonl"), lambda: reader.load_run(run),
+                 lambda: reader.rows_by_step(run)):
+        with pytest.raises(UserError, match=f"line {line} has {needle}"):
+            read()
+    for command in ("diagnose", "dashboard"):  # the walker and the page read the same rows
+        assert_one_line_error(run_cli(command, str(run)), f"line {line} has {needle}", "repeated or unordered")
+
+
+@pytest.mark.parametrize("line", ['[1, 2]', '{"loss": 6.0}', '{"step": "3"}', '{"step": true}'])
+def test_a_row_without_an_integer_step_is_refused(tmp_path, line):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(ROW.format(0) + line + "\n" + ROW.format(2))
+    with pytest.raises(UserError, match="line 2 is not a minitrain metrics row"):
+        reader.read_metrics(path)
+
+
+def test_a_resume_rewrites_the_tail_without_repeating_a_step(tmp_path, small_baseline):
+    """Why the rule can be strict: a run killed after step 89 (rows past its checkpoint at 80 on disk,
+    the last one half written) resumes from step 80 and writes each step once."""
+    run = tmp_path / "run"
+    shutil.copytree(small_baseline, run)
+    lines = (run / "metrics.jsonl").read_bytes().splitlines(keepends=True)
+    (run / "metrics.jsonl").write_bytes(b"".join(lines[:90]) + lines[90][:20])
+    for step in files.list_checkpoints(run):
+        if step > 80:
+            shutil.rmtree(files.checkpoint_dir(run, step))
+    (run / "results.json").unlink()
+    manifest = reader.read_json(run / "manifest.json", "manifest")
+    files.atomic_write_json(run / "manifest.json", {**manifest, "status": "running"})
+    loop.resume(run)
+    rows, note = reader.read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(120)) and note is None
+    assert (run / "metrics.jsonl").read_bytes() == (small_baseline / "metrics.jsonl").read_bytes()
+
+
+# --- the run's other files, through the reader -----------------------------------------------------
+
+
+def test_config_and_tokenizer_of_a_run(tmp_path, small_baseline):
+    from minitrain.core.config import build_config
+
+    assert build_config(reader.read_config(small_baseline)).hash() == small_config().hash()
+    tok, note = reader.tokenizer_of(small_baseline)
+    assert note is None and tok["model"]["vocab"]
+    assert reader.tokenizer_of(tmp_path) == (None, None)
+    (tmp_path / "tokenizer.json").write_text('{"model": ')
+    tok, note = reader.tokenizer_of(tmp_path)
+    assert tok is None and "tokenizer.json is unreadable" in note
+    with pytest.raises(UserError, match="config file .*config.yaml not found"):
+        reader.read_config(tmp_path)
+
+
+def test_a_fork_copies_exactly_the_rows_its_checkpoint_verified(small_baseline):
+    path = files.checkpoint_dir(small_baseline, 60)
+    _, _, meta = files.load_checkpoint(path)
+    prefix = files.verify_metrics_prefix(small_baseline / "metrics.jsonl", meta, path)
+    assert prefix == (small_baseline / "metrics.jsonl").read_bytes()[:meta["metrics_bytes"]]
+    assert [json.loads(line)["step"] for line in prefix.splitlines()] == list(range(60))
+
+
+@pytest.mark.parametrize("content, says", [('{"summary": "loss back within 0.02 nats"}', "loss back within 0.02 nats"),
+                                           ('{"summary": ', "(remediation.json is unreadable")])
+def test_the_postmortem_reads_the_remediated_run_through_the_reader(tmp_path, small_baseline, content, says):
+    run = tmp_path / "18-baseline"
+    shutil.copytree(small_baseline, run, ignore=shutil.ignore_patterns("checkpoints"))
+    (tmp_path / "18-baseline-remediated").mkdir()
+    (tmp_path / "18-baseline-remediated" / "remediation.json").write_text(content)
+    proc = run_cli("postmortem", str(run), "--out", str(tmp_path / "pm.md"))
+    assert proc.returncode == 0, proc.stderr
+    assert f"Measured in `18-baseline-remediated`: {says}" in (tmp_path / "pm.md").read_text()

@@ -487,11 +487,10 @@ def load_donor(cfg: TrainConfig, donor_dir: Path, step: int,
                                  f"{meta.get('trunk_hash')} != {cfg.trunk_hash()}); fork from another run or pass --no-fork")
     metrics = Path(donor_dir) / "metrics.jsonl"
     try:
-        files.verify_metrics_prefix(metrics, meta, path)
+        rows = files.verify_metrics_prefix(metrics, meta, path)
     except files.UserError as e:
         raise files.UserError(f"cannot fork from {donor_dir}: {e}; or pass --no-fork") from None
-    with open(metrics, "rb") as f:
-        return weights, opt_t, meta, f.read(meta["metrics_bytes"])
+    return weights, opt_t, meta, rows
 
 
 def _disk_error(e: OSError, out: Path) -> files.UserError:
@@ -506,8 +505,6 @@ def resume(out: Path, device: str | None = None) -> dict:
     so the finished metrics file is byte-identical to an uninterrupted run, wherever it was killed (before
     its first checkpoint, between checkpoints, after its last one). `device` (cpu | cuda | auto) continues
     it elsewhere; checkpoints are CPU tensors, and under torchrun any number of processes works."""
-    from minitrain.core.config import build_config, load_yaml
-
     out = Path(out)
     if not (out / "config.yaml").exists():
         raise files.UserError(f"{out} is not a run folder (no config.yaml); train it first with --out {out}"
@@ -526,7 +523,7 @@ def resume(out: Path, device: str | None = None) -> dict:
 
 
 def _resume_locked(out: Path, device: str | None, lock) -> dict:
-    from minitrain.core.config import build_config, load_yaml
+    from minitrain.core.config import build_config
 
     manifest = reader.read_json(out / "manifest.json", "manifest") if (out / "manifest.json").exists() else {}
     if manifest.get("status") == "non_finite":
@@ -536,7 +533,7 @@ def _resume_locked(out: Path, device: str | None, lock) -> dict:
             "only repeat it, so it will not continue: change the config and start over with --force")
     if manifest.get("status") == "finished":
         raise files.UserError(f"{out} already ended (finished); nothing to resume")
-    cfg = build_config(load_yaml(out / "config.yaml"), [f"device={device}"] if device else [])
+    cfg = build_config(reader.read_config(out), [f"device={device}"] if device else [])
     if cfg.blind:  # BLIND: its config.yaml lacks the withheld fields, so it cannot be rebuilt from it
         raise files.UserError(f"{out} is a blind run and cannot be resumed; re-make it with --force")
     run = build_run(cfg, out)

@@ -9,7 +9,6 @@ loss or norm scale of one run.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -349,25 +348,23 @@ def load_evidence(run: Path) -> Evidence:
         if not isinstance(r, dict) or any(k not in r for k in REQUIRED):
             raise UserError(f"{run / 'metrics.jsonl'} row {i + 1} is not a minitrain metrics row "
                             f"(needs {', '.join(REQUIRED)}); re-create the run")
-    steps = [r["step"] for r in rows]
-    if not all(isinstance(s, int) for s in steps) or steps != sorted(set(steps)):
-        raise UserError(f"{run / 'metrics.jsonl'} has missing, repeated or unordered steps; re-create the run")
     # the walker must not see which injection ran: drop the field before anything reads the rows
     rows = [{k: v for k, v in r.items() if k != "injected"} for r in rows]
     return Evidence(rows, vocab_size=_vocab_size(run), ngram_val_loss=_ngram(run), note=note)
 
 
 def _vocab_size(run: Path) -> int | None:
-    path = run / "tokenizer.json"
-    if not path.exists():  # a probe run without a tokenizer records the model's output width instead
+    tok, unreadable = reader.tokenizer_of(run)
+    if unreadable:
+        return None
+    if tok is None:  # a probe run without a tokenizer records the model's output width instead
         value = reader.config_of(reader.manifest_of(run)).get("vocab_size")
         return value if isinstance(value, int) and value > 0 else None
     try:
-        tok = json.loads(path.read_text())
         vocab = tok.get("model", {}).get("vocab", {})
         ids = set(vocab.values()) | {t.get("id") for t in tok.get("added_tokens", [])}
         return len(ids) or None
-    except (OSError, ValueError, AttributeError):
+    except (AttributeError, TypeError):  # JSON, but not a tokenizers file
         return None
 
 

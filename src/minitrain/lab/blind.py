@@ -178,7 +178,7 @@ def reveal_mapping(folder: Path, by: str) -> dict:
 
 def true_config(run: Path):
     """The full config of a blind run (secret fields included), for remediation after the reveal."""
-    from minitrain.core.config import build_config, load_yaml
+    from minitrain.core.config import build_config
 
     run = Path(run)
     folder = run.parent
@@ -188,7 +188,7 @@ def true_config(run: Path):
     mapping = open_mapping(folder)
     if run.name not in mapping:
         raise UserError(f"{run} is not one of the sealed runs {', '.join(mapping)}")
-    base = load_yaml(run / "config.yaml")
+    base = reader.read_config(run)
     base.update(mapping[run.name]["overrides"])
     base["blind"] = False
     return build_config(base, [])

@@ -6,7 +6,6 @@ post-mortem unless --force. A blind run's post-mortem reads only what the blind 
 """
 from __future__ import annotations
 
-import json
 import re
 import time
 from pathlib import Path
@@ -97,9 +96,10 @@ def render(run: Path, baseline: Path | None, template: str) -> str:
     remediation = (v.get("remediation") or "") + (f"\n\nRegistered remedy: `minitrain remediate {run}` (applies `{remedy}`)."
                                                    if remedy else "")
     remediated = run.parent / f"{run.name}-remediated" / "remediation.json"
-    if remediated.exists():
-        rj = json.loads(remediated.read_text())
-        remediation += (f"\n\nMeasured in `{remediated.parent.name}`: {rj.get('summary', '')}")
+    measured, unreadable = reader.read_optional_json(remediated)
+    if measured is not None or unreadable:
+        remediation += (f"\n\nMeasured in `{remediated.parent.name}`: "
+                        + (measured.get("summary", "") if measured is not None else f"({unreadable})"))
     evidence_lines = [f"- {key}: {fmt(val)}" for key, val in m.items() if val is not None]
     return _fill(template, {
         "run": run.name, "baseline": baseline.name if baseline else "none",

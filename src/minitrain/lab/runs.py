@@ -68,14 +68,14 @@ def resume_run(out: Path, device: str | None = None, index: bool = True) -> dict
 def interrupted(out: Path, cfg: TrainConfig) -> bool:
     """Does `out` hold an unfinished run of exactly this config (killed, or interrupted with Ctrl-C)? Such a
     run resumes from its last checkpoint to the same bytes as an uninterrupted one (loop.resume)."""
-    from minitrain.core.config import build_config, load_yaml
+    from minitrain.core.config import build_config
 
     if not (Path(out) / "config.yaml").exists():
         return False
     if reader.manifest_of(out).get("status") in ("finished", "non_finite"):
         return False
     try:
-        return build_config(load_yaml(Path(out) / "config.yaml")).hash() == cfg.hash()
+        return build_config(reader.read_config(out)).hash() == cfg.hash()
     except UserError:  # an unreadable or blind (fields withheld) config.yaml: not ours to continue
         return False
 

@@ -464,9 +464,10 @@ def load_checkpoint(path: Path) -> tuple[dict, dict, dict]:
     return weights, opt, meta
 
 
-def verify_metrics_prefix(metrics: Path, meta: dict, ckpt: Path) -> None:
+def verify_metrics_prefix(metrics: Path, meta: dict, ckpt: Path) -> bytes:
     """The rows a checkpoint was written after must be the file's first `metrics_bytes` bytes, unchanged
-    (sha256 recorded at the checkpoint) and complete: one row per step before it. Else one line naming the file."""
+    (sha256 recorded at the checkpoint) and complete: one row per step before it. Returns those bytes;
+    else one line naming the file."""
     metrics, n, step = Path(metrics), int(meta.get("metrics_bytes", 0)), int(meta.get("step", 0))
     try:
         size = metrics.stat().st_size
@@ -483,7 +484,7 @@ def verify_metrics_prefix(metrics: Path, meta: dict, ckpt: Path) -> None:
         if hashlib.sha256(prefix).hexdigest() != want:
             raise UserError(f"{metrics} differs from the rows checkpoint {ckpt} was written after (sha256 mismatch "
                             "in its first {n} bytes): the file was edited; re-make the run with --force".replace("{n}", str(n)))
-        return
+        return prefix
     try:  # a checkpoint from before metrics checksums: check the rows' steps instead
         steps = [loads_json(line)["step"] for line in prefix.split(b"\n") if line.strip()]
     except (ValueError, KeyError, TypeError):
@@ -491,6 +492,7 @@ def verify_metrics_prefix(metrics: Path, meta: dict, ckpt: Path) -> None:
     if steps != list(range(step)):
         raise UserError(f"{metrics} does not hold steps 0..{step - 1} before checkpoint {ckpt}: the file was "
                         "edited or truncated; re-make the run with --force")
+    return prefix
 
 
 def restore(model: torch.nn.Module, optimizer: torch.optim.Optimizer, weights: dict, opt_tensors: dict,

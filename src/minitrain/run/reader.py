@@ -1,13 +1,27 @@
 """THE reader of a run folder: every module that looks at a finished or live run reads it through here.
 
     read_json / read_metrics   one file, strict (a clear UserError when missing or corrupt)
+    read_config / tokenizer_of a run's config.yaml and tokenizer.json
     live_pid / live_note       is a process writing the run right now (its lock is held)?
-    load_run                   manifest, results, diagnosis and de-duplicated metrics rows of a folder
+    load_run                   manifest, results, diagnosis and metrics rows of a folder
     column / param_column      metrics rows as per-step arrays
     find_baseline              the clean run an injection (or blind) run is compared with
     lab_run_name               the lab's folder names (18-baseline, 19-injection-A, ...)
 
 It imports neither torch nor numpy, so the walker, the dashboard and `--help` stay fast.
+
+What counts as a run folder's file: what a minitrain writer puts in RUN/ (the files above, remediation.json,
+the sweep's cost file, the lock). run/files.py, the writer, re-reads its own checkpoints and the metrics
+prefix they were written after (to resume or fork); every other module reads a run through here
+(tests/test_architecture.py holds the rule). Files a lab or a learner keeps beside runs (a sealed mapping,
+REVEALED.json, learners/NAME/...) belong to the module that writes them, which parses them with
+read_json / loads_json so that a damaged file reads the same way everywhere.
+
+Steps in metrics.jsonl strictly increase. Every minitrain writer keeps that: resume truncates the file to
+its checkpoint's byte offset (checked by sha256) before it appends, a fork copies its donor's rows up to
+the checkpoint, the probe numbers steps itself. So a repeated or earlier step means the file was
+concatenated, edited or damaged, and read_metrics refuses it (one line naming the line) rather than
+choosing one of the rows.
 """
 from __future__ import annotations
 
@@ -17,12 +31,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from minitrain.core.config import NON_NUMERIC_FIELDS
+from minitrain.core.config import NON_NUMERIC_FIELDS, load_yaml
 from minitrain.core.errors import UserError
 from minitrain.core.lab_defaults import LAB_K, LAB_SEED
 from minitrain.run.redact import SECRET_FIELDS, WITHHELD
 
 MANIFEST, RESULTS, METRICS, DIAGNOSIS = "manifest.json", "results.json", "metrics.jsonl", "diagnosis.json"
+CONFIG, TOKENIZER = "config.yaml", "tokenizer.json"
 
 # The lab's run folders (experiments/18-baseline, experiments/19-injection-A, ...)
 LAB_LETTERS = {"scale": "A", "bad_batch": "B", "v_corrupt": "C"}
@@ -100,7 +115,9 @@ def injection_of(manifest: dict) -> str | None:
 
 
 def read_metrics(path: Path) -> tuple[list[dict], str | None]:
-    """Rows of a metrics file and a note if it ends early (a partial last line, as a killed run leaves)."""
+    """Rows of a metrics file and a note if it ends early (a partial last line, as a killed run leaves).
+    Each row is a JSON object with an integer "step", and steps strictly increase (the module docstring
+    says why); anything else is a UserError naming the line."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path} is missing; the run has not started or the folder is not a run")
@@ -111,19 +128,37 @@ def read_metrics(path: Path) -> tuple[list[dict], str | None]:
         if not line.strip():
             continue
         try:
-            rows.append(loads_json(line))
+            row = loads_json(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
             if i == len(lines) - 1 or all(not rest.strip() for rest in lines[i + 1:]):
                 note = f"metrics end at step {rows[-1]['step'] if rows else 'none'}: the last line is incomplete"
                 break
             raise UserError(f"{path} line {i + 1} is corrupt; the file was edited or damaged, re-create the run") from None
+        step = row.get("step") if isinstance(row, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool):
+            raise UserError(f"{path} line {i + 1} is not a minitrain metrics row (a JSON object with an integer "
+                            "step); re-create the run")
+        if rows and step <= rows[-1]["step"]:
+            raise UserError(f"{path} line {i + 1} has step {step} after step {rows[-1]['step']} (repeated or "
+                            "unordered steps): the file was edited or joined from two files; re-create the run")
+        rows.append(row)
     return rows, note
 
 
 def rows_by_step(run: Path) -> dict[int, dict]:
-    """metrics.jsonl as {step: row}; a step written twice (an older resume) keeps its last row."""
+    """metrics.jsonl as {step: row}."""
     rows, _ = read_metrics(Path(run) / METRICS)
-    return {r["step"]: r for r in rows if isinstance(r, dict) and isinstance(r.get("step"), int)}
+    return {r["step"]: r for r in rows}
+
+
+def read_config(run: Path) -> dict:
+    """A run's config.yaml as a dict (the fields `build_config` takes); a UserError when missing or corrupt."""
+    return load_yaml(Path(run) / CONFIG)
+
+
+def tokenizer_of(run: Path) -> tuple[dict | None, str | None]:
+    """A run's tokenizer.json as its JSON object (None when absent), and a note when it is unreadable."""
+    return read_optional_json(Path(run) / TOKENIZER)
 
 
 # --- is the run live? -----------------------------------------------------------------------------
@@ -175,7 +210,7 @@ def live_note(run: Path) -> str | None:
 
 
 def load_run(run: Path) -> dict:
-    """Manifest, results, diagnosis and metrics rows of a run folder (rows deduplicated by step, sorted)."""
+    """Manifest, results, diagnosis and metrics rows (one per step, in step order) of a run folder."""
     run = Path(run)
     if not run.is_dir():
         raise UserError(f"{run} is not a folder; give a run folder such as experiments/18-baseline")
@@ -190,11 +225,6 @@ def load_run(run: Path) -> dict:
         notes.append(why)
     diagnosis, diagnosis_note = read_optional_json(run / DIAGNOSIS)
     rows, data_note = read_metrics(run / METRICS)
-    by_step = {}
-    for row in rows:  # a resumed run may repeat steps; the last write of a step wins
-        if isinstance(row, dict) and isinstance(row.get("step"), int):
-            by_step[row["step"]] = row
-    rows = [by_step[s] for s in sorted(by_step)]
     return {"dir": run, "name": run.resolve().name, "manifest": manifest or {}, "results": results,
             "diagnosis": diagnosis, "diagnosis_note": diagnosis_note, "rows": rows, "data_note": data_note,
             "notes": notes}

@@ -82,7 +82,7 @@ def export_tensorboard(run: Path, out_dir: Path, force: bool = False) -> dict:
     except ImportError:
         raise UserError("export --tensorboard needs the tensorboard package; install it with "
                         "pip install -e '.[tensorboard]'") from None
-    r = reader.load_run(Path(run))  # one row per step (a resumed run's last write wins)
+    r = reader.load_run(Path(run))
     rows = r["rows"]
     if not rows:
         raise UserError(f"{Path(run) / reader.METRICS} has no rows yet; nothing to export")
