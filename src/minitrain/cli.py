@@ -720,10 +720,42 @@ REMEDIATE = Command(
     cmd_remediate)
 
 
+# --- the inverse direction: explain a diagnosis by replay (lab/explain.py), reproduce a run (lab/reproduce.py) ---
+
+
+def cmd_explain(args) -> int:
+    from minitrain.lab.explain import explain, format_report
+
+    rep = explain(Path(args.run), args.step, spoil=args.spoil, jobs=args.jobs)
+    if args.json:
+        from minitrain.run.files import strict_json
+
+        print(strict_json(rep, indent=2))
+    else:
+        print(format_report(Path(args.run), rep))
+    return 0
+
+
+EXPLAIN = Command(
+    "explain", "prove a diagnosis by replay: counterfactuals from the checkpoint before the anomaly",
+    "From the last kept checkpoint at or before step S (default: the walker's anomaly step) replay RUN's "
+    "counterfactuals to S+20: the identical replay (it must give the recorded rows bit for bit), the batch at S "
+    "swapped for another of the same data order, the batches of the 3 steps before swapped, Adam's state of an "
+    "earlier checkpoint put back, the leaf's remedy, clipping off/on where the leaf involves clipping. Prints "
+    "whether the anomaly at S is still there in each and the conclusion (data-driven, state-driven, the "
+    "remedy removes it), and adds them to RUN/diagnosis.json and the page. Replays live in RUN/explain/ (cached).",
+    (Arg("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-B"),
+     Arg("--step", type=int, metavar="S", help="the step to explain (default: the walker's anomaly step)"),
+     Arg("--jobs", type=int, metavar="N", help="replays at a time (default: one per core)"),
+     Arg("--json", action="store_true", help="print the report as one JSON object"),
+     Arg("--spoil", action="store_true", help="explain a run of a learner lab that is not revealed yet")),
+    cmd_explain)
+
+
 # --- the table and the parser --------------------------------------------------------------------------
 
 COMMANDS = (TRAIN, LAB_RUN, LAB, CORPUS, CONFIG, SIGNATURE, REPORT, EXPLORE, DASHBOARD, EXPORT, INDEX, DIAGNOSE,
-            STABILITY_MD, LEARNER, REVEAL, GRADE, CHECK, POSTMORTEM, BLIND_RUNS, REMEDIATE)
+            STABILITY_MD, LEARNER, REVEAL, GRADE, CHECK, POSTMORTEM, BLIND_RUNS, REMEDIATE, EXPLAIN)
 
 DESCRIPTION = ("A small, exact laboratory for training-stability work on a mini-GPT: train it on CPU in seconds, "
                "break it at a chosen step, and read the damage from the dashboard.")
