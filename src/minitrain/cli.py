@@ -752,10 +752,43 @@ EXPLAIN = Command(
     cmd_explain)
 
 
+def cmd_reproduce(args) -> int:
+    from minitrain.lab.reproduce import BUDGET, WINDOW, format_report, reproduce
+
+    rep = reproduce(Path(args.run), Path(args.baseline), window=args.window or WINDOW, budget=args.budget or BUDGET,
+                    jobs=args.jobs, spoil=args.spoil)
+    if args.json:
+        from minitrain.run.files import strict_json
+
+        print(strict_json(rep, indent=2))
+    else:
+        print(format_report(rep))
+    return 0
+
+
+REPRODUCE = Command(
+    "reproduce", "find the registered perturbation (kind, step, magnitude) that turns BASE into RUN",
+    "Search the registered injections for the one whose metrics best match RUN's: every kind at its default "
+    "magnitude at the step where RUN first differs from BASE (and the step before), forked from BASE's "
+    "checkpoint and cut 10 steps later; then the two best kinds over their magnitude grids, cut --window steps "
+    "later. Prints the ranked hypotheses with their distance (mean |ln ratio| of the logged signals) and whether "
+    "the best reproduces RUN exactly (bit-identical metrics), within rounding or approximately. Hypotheses live "
+    "in RUN/reproduce/ (cached).",
+    (Arg("run", metavar="RUN", help="the run to reproduce, e.g. experiments/19-injection-A"),
+     Arg("--baseline", required=True, metavar="BASE", help="the clean run it is compared with, e.g. experiments/18-baseline"),
+     Arg("--window", type=int, metavar="N", help="steps compared after the first differing step (default 100)"),
+     Arg("--budget", type=int, metavar="N", help="hypotheses trained at most (default 60)"),
+     Arg("--jobs", type=int, metavar="N", help="hypotheses at a time (default: one per core)"),
+     Arg("--json", action="store_true", help="print the report as one JSON object"),
+     Arg("--spoil", action="store_true", help="reproduce a run of a learner lab that is not revealed yet")),
+    cmd_reproduce)
+
+
 # --- the table and the parser --------------------------------------------------------------------------
 
 COMMANDS = (TRAIN, LAB_RUN, LAB, CORPUS, CONFIG, SIGNATURE, REPORT, EXPLORE, DASHBOARD, EXPORT, INDEX, DIAGNOSE,
-            STABILITY_MD, LEARNER, REVEAL, GRADE, CHECK, POSTMORTEM, BLIND_RUNS, REMEDIATE, EXPLAIN)
+            STABILITY_MD, LEARNER, REVEAL, GRADE, CHECK, POSTMORTEM, BLIND_RUNS, REMEDIATE, EXPLAIN,
+            REPRODUCE)
 
 DESCRIPTION = ("A small, exact laboratory for training-stability work on a mini-GPT: train it on CPU in seconds, "
                "break it at a chosen step, and read the damage from the dashboard.")
