@@ -756,7 +756,7 @@ def cmd_reproduce(args) -> int:
     from minitrain.lab.reproduce import BUDGET, WINDOW, format_report, reproduce
 
     rep = reproduce(Path(args.run), Path(args.baseline), window=args.window or WINDOW, budget=args.budget or BUDGET,
-                    jobs=args.jobs, spoil=args.spoil)
+                    jobs=args.jobs, spoil=args.spoil, kinds=args.kinds.split(",") if args.kinds else None)
     if args.json:
         from minitrain.run.files import strict_json
 
@@ -778,6 +778,7 @@ REPRODUCE = Command(
      Arg("--baseline", required=True, metavar="BASE", help="the clean run it is compared with, e.g. experiments/18-baseline"),
      Arg("--window", type=int, metavar="N", help="steps compared after the first differing step (default 100)"),
      Arg("--budget", type=int, metavar="N", help="hypotheses trained at most (default 60)"),
+     Arg("--kinds", metavar="K1,K2", help="search only these registered injections (default: every one)"),
      Arg("--jobs", type=int, metavar="N", help="hypotheses at a time (default: one per core)"),
      Arg("--json", action="store_true", help="print the report as one JSON object"),
      Arg("--spoil", action="store_true", help="reproduce a run of a learner lab that is not revealed yet")),

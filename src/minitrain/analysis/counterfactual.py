@@ -6,7 +6,10 @@ by the same statistics the walker uses (evidence.py): the loss excess at S (nats
 median), the pre-clip norm at S over its trailing median, the largest loss excess after S in the replayed
 window, and the DECIDING signal of the leaf's cause, judged by the tree's own threshold:
 
-    bad_batch (and the other batch causes)   loss excess at S              >= outlier_loss (nats)
+    bad_batch decided by §4.1                the batch's repeated-row share >= dup_share
+                                             at S
+    bad_batch (otherwise), stuck_loader,     loss excess at S              >= outlier_loss (nats)
+    target_leak
     gradient_explosion                       every tensor's g jump at S    >= gn_all_up (x, beyond the loss)
     optimizer_state_corruption / _setting    the tensor's Adam v at the    outside [1/V_JUMP, V_JUMP]
                                              window's end over its v at S-1
@@ -63,7 +66,8 @@ def _f(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def measure(ev: Evidence, step: int, cause: str | None, tensor: str | None = None, until: int | None = None) -> dict:
+def measure(ev: Evidence, step: int, cause: str | None, tensor: str | None = None, until: int | None = None,
+            decided_by: str | None = None) -> dict:
     """The anomaly at `step` on one replay's rows (those before step `until`, default all): the walker's
     statistics at `step`, the loss excess after it (its mean over the window: a batch's own loss wanders by
     a few tenths of a nat, the mean of twenty does not) and the deciding signal."""
@@ -79,11 +83,17 @@ def measure(ev: Evidence, step: int, cause: str | None, tensor: str | None = Non
            "after_mean_loss_excess": _f(finite.mean()) if len(finite) else None,
            "after_max_loss_excess": _f(finite.max()) if len(finite) else None,
            "after_steps": int(len(after))}
-    out.update(_deciding(ev, i, end - 1, cause, tensor, out))
+    out.update(_deciding(ev, i, end - 1, cause, tensor, out, decided_by))
     return out
 
 
-def _deciding(ev: Evidence, i: int, end: int, cause: str | None, tensor: str | None, m: dict) -> dict:
+def _deciding(ev: Evidence, i: int, end: int, cause: str | None, tensor: str | None, m: dict,
+              decided_by: str | None) -> dict:
+    if cause == "bad_batch" and decided_by == "§4.1" and ev.batch_rows[i] > 1:
+        share = float(ev.batch("dup_rows")[i] / ev.batch_rows[i])
+        return {"signal": "share of the batch's rows that repeat a row of it, at S", "value": _f(share),
+                "unit": "share", "threshold": f">= {T['dup_share']:g}",
+                "present": bool(np.isfinite(share) and share >= T["dup_share"])}
     if cause in ("optimizer_state_corruption", "optimizer_setting") and tensor and tensor in ev.param_names and i > 0:
         vm = ev.param(tensor, "vm")
         ratio = vm[end] / vm[i - 1] if vm[i - 1] > 0 else math.nan
@@ -118,6 +128,8 @@ def verdict_of(m: dict, identical: dict) -> dict:
         by = "not measured"
     elif m.get("unit") == "x":
         by = f"x{b:.3g} -> x{a:.3g}"
+    elif m.get("unit") == "share":
+        by = f"{b:.0%} -> {a:.0%}"
     else:
         by = f"{b:+.3f} -> {a:+.3f} {m.get('unit', '')}".rstrip()
     return {"still_there": there, "removed": bool(identical.get("present")) and not there, "by": by}

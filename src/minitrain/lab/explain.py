@@ -140,12 +140,13 @@ def judge(run: Path, cfg, verdict: dict, s: int, replays: list[Replay], recorded
           notes: list[str]) -> dict:
     """Measure the anomaly on the record and on every replay; the table and the conclusion."""
     cause, tensor = verdict.get("cause"), (verdict.get("evidence") or {}).get("tensor")
+    how = {"cause": cause, "tensor": tensor, "decided_by": verdict.get("decided_by")}
     identical = next(r for r in replays if r.kind == "identical")
     same = reproduced(identical, recorded, cfg.blind)
-    measures = {r.name: cf.measure(load_evidence(r.folder), s, cause, tensor) for r in replays}
+    measures = {r.name: cf.measure(load_evidence(r.folder), s, **how) for r in replays}
     base = measures[identical.name]
     rows = [{"name": "recorded", "description": "the run as recorded", "kind": "record", "from": None,
-             "measure": (m := cf.measure(load_evidence(run), s, cause, tensor, until=identical.stop)), "verdict": cf.verdict_of(m, base)}]
+             "measure": (m := cf.measure(load_evidence(run), s, until=identical.stop, **how)), "verdict": cf.verdict_of(m, base)}]
     for r in replays:
         m = measures[r.name]
         rows.append({"name": r.name.split("-", 1)[1], "description": r.description, "kind": r.kind,
@@ -174,14 +175,19 @@ def format_report(run: Path, rep: dict) -> str:
              + (f", step {w['anomaly_step']})" if w.get("anomaly_step") is not None else ")"),
              f"deciding signal: {rep['signal']} (there when {rep['threshold']}); replays of steps "
              f"{rep['window'][0]}..{rep['window'][1] - 1} under {Path(run) / FOLDER}",
+             "loss@S: loss excess at S over its 50-step trailing median (nats); norm@S: pre-clip gradient norm at S "
+             "over its trailing median",
              "",
-             f"{'intervention':<46} {'from':<20} {'still there?':<13} by how much"]
+             f"{'intervention':<42} {'from':<18} {'loss@S':>7} {'norm@S':>7}  {'still there?':<13} by how much"]
     for row in rep["table"]:
         v = row["verdict"]
         there = "-" if v.get("still_there") is None else "yes" if v["still_there"] else "no"
         frm = "-" if not row["from"] else f"{row['from']['run']}@{row['from']['step']}"
         by = v["by"] if row["name"] != "recorded" else _value(row["measure"])
-        lines.append(f"{row['description']:<46} {frm:<20} {there:<13} {by}")
+        m = row["measure"]
+        loss = "-" if m.get("loss_excess") is None else f"{m['loss_excess']:+.3f}"
+        norm = "-" if m.get("grad_norm_ratio") is None else f"x{m['grad_norm_ratio']:.3g}"
+        lines.append(f"{row['description']:<42} {frm:<18} {loss:>7} {norm:>7}  {there:<13} {by}")
     same = rep["identical"]
     lines.append("")
     lines.append(f"identical replay: {'bit-identical' if same['exact'] else 'DIFFERS'} to the recorded rows over "
@@ -198,4 +204,6 @@ def _value(m: dict) -> str:
     v = m.get("value")
     if v is None:
         return "not measured"
+    if m.get("unit") == "share":
+        return f"{v:.0%}"
     return f"x{v:.3g}" if m.get("unit") == "x" else f"{v:+.3f} {m.get('unit', '')}"

@@ -97,8 +97,13 @@ def hypothesis(kind: str, step: int, magnitude: dict, tensor: str | None, base, 
 
 
 def reproduce(run: Path, baseline: Path, window: int = WINDOW, budget: int = BUDGET, jobs: int | None = None,
-              spoil: bool = False, out=None) -> dict:
+              spoil: bool = False, kinds: list[str] | None = None, out=None) -> dict:
+    """Search the registered perturbations (all, or `kinds`) for the one that turns BASE into RUN."""
     out = out or sys.stderr
+    kinds = list(kinds or INJECTIONS)
+    unknown = [k for k in kinds if k not in INJECTIONS]
+    if unknown:
+        raise UserError(f"unknown injection {unknown[0]!r} in --kinds; registered: {', '.join(INJECTIONS)}")
     cpu0 = cpu_seconds()
     run, baseline = Path(run), Path(baseline)
     for r in (run, baseline):
@@ -134,7 +139,7 @@ def reproduce(run: Path, baseline: Path, window: int = WINDOW, budget: int = BUD
         starts[s] = checkpoint_before(baseline, s)
         if starts[s] is None:
             notes.append(f"hypotheses at step {s}: " + retention_advice(baseline, s, base_cfg))
-    stage1 = [h for kind in INJECTIONS for s in steps if starts[s] is not None
+    stage1 = [h for kind in kinds for s in steps if starts[s] is not None
               if (h := hypothesis(kind, s, default_magnitude(kind), tensor, base_cfg, starts[s], stop1, 1)) is not None]
     if not stage1:
         raise UserError(retention_advice(baseline, steps[0], base_cfg))
