@@ -723,17 +723,19 @@ REMEDIATE = Command(
 # --- the inverse direction: explain a diagnosis by replay (lab/explain.py), reproduce a run (lab/reproduce.py) ---
 
 
+def _print_report(args, rep: dict, text: Callable[[], str]) -> int:
+    """A report as one JSON object (--json) or as its text."""
+    from minitrain.run.files import strict_json
+
+    print(strict_json(rep, indent=2) if args.json else text())
+    return 0
+
+
 def cmd_explain(args) -> int:
     from minitrain.lab.explain import explain, format_report
 
     rep = explain(Path(args.run), args.step, spoil=args.spoil, jobs=args.jobs)
-    if args.json:
-        from minitrain.run.files import strict_json
-
-        print(strict_json(rep, indent=2))
-    else:
-        print(format_report(Path(args.run), rep))
-    return 0
+    return _print_report(args, rep, lambda: format_report(Path(args.run), rep))
 
 
 EXPLAIN = Command(
@@ -757,13 +759,7 @@ def cmd_reproduce(args) -> int:
 
     rep = reproduce(Path(args.run), Path(args.baseline), window=args.window or WINDOW, budget=args.budget or BUDGET,
                     jobs=args.jobs, spoil=args.spoil, kinds=args.kinds.split(",") if args.kinds else None)
-    if args.json:
-        from minitrain.run.files import strict_json
-
-        print(strict_json(rep, indent=2))
-    else:
-        print(format_report(rep))
-    return 0
+    return _print_report(args, rep, lambda: format_report(rep))
 
 
 REPRODUCE = Command(

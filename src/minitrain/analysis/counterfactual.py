@@ -8,8 +8,10 @@ window, and the DECIDING signal of the leaf's cause, judged by the tree's own th
 
     bad_batch decided by §4.1                the batch's repeated-row share >= dup_share
                                              at S
-    bad_batch (otherwise), stuck_loader,     loss excess at S              >= outlier_loss (nats)
-    target_leak
+    bad_batch (otherwise), target_leak       loss excess at S              >= outlier_loss (nats)
+    stuck_loader                             the longest run of repeated   >= stuck_steps
+                                             batches from S in the window
+    lr_spike                                 the LR's one-step change at S outside [1/lr_jump, lr_jump]
     gradient_explosion                       every tensor's g jump at S    >= gn_all_up (x, beyond the loss)
     optimizer_state_corruption / _setting    the tensor's Adam v at the    outside [1/V_JUMP, V_JUMP]
                                              window's end over its v at S-1
@@ -94,6 +96,15 @@ def _deciding(ev: Evidence, i: int, end: int, cause: str | None, tensor: str | N
         return {"signal": "share of the batch's rows that repeat a row of it, at S", "value": _f(share),
                 "unit": "share", "threshold": f">= {T['dup_share']:g}",
                 "present": bool(np.isfinite(share) and share >= T["dup_share"])}
+    if cause == "lr_spike" and np.isfinite(ev.lr_step_ratio[i]):
+        r = float(ev.lr_step_ratio[i])
+        return {"signal": "the LR's one-step change at S", "value": r, "unit": "x",
+                "threshold": f"outside [1/{T['lr_jump']:g}, {T['lr_jump']:g}]",
+                "present": abs(math.log(r)) >= math.log(T["lr_jump"])}
+    if cause == "stuck_loader":
+        run = int(ev.repeat_run[i:end + 1].max()) if end >= i else 0
+        return {"signal": "the longest run of repeated batches from S", "value": float(run), "unit": "steps",
+                "threshold": f">= {T['stuck_steps']:g}", "present": run >= T["stuck_steps"]}
     if cause in ("optimizer_state_corruption", "optimizer_setting") and tensor and tensor in ev.param_names and i > 0:
         vm = ev.param(tensor, "vm")
         ratio = vm[end] / vm[i - 1] if vm[i - 1] > 0 else math.nan
@@ -106,7 +117,7 @@ def _deciding(ev: Evidence, i: int, end: int, cause: str | None, tensor: str | N
         return {"signal": "every tensor's gradient jump at S (beyond the loss's)", "value": up, "unit": "x",
                 "threshold": f">= {T['gn_all_up']:g}", "present": up >= T["gn_all_up"]}
     loss, gn = m["loss_excess"], m["grad_norm_ratio"]
-    if cause in ("bad_batch", "stuck_loader", "target_leak") or gn is None:
+    if cause in ("bad_batch", "target_leak") or gn is None:
         return {"signal": "loss excess at S", "value": loss, "unit": "nats",
                 "threshold": f">= {T['outlier_loss']:g} nats",
                 "present": loss is not None and loss >= T["outlier_loss"]}
@@ -130,6 +141,8 @@ def verdict_of(m: dict, identical: dict) -> dict:
         by = f"x{b:.3g} -> x{a:.3g}"
     elif m.get("unit") == "share":
         by = f"{b:.0%} -> {a:.0%}"
+    elif m.get("unit") == "steps":
+        by = f"{b:g} -> {a:g} steps"
     else:
         by = f"{b:+.3f} -> {a:+.3f} {m.get('unit', '')}".rstrip()
     return {"still_there": there, "removed": bool(identical.get("present")) and not there, "by": by}

@@ -74,7 +74,11 @@ def plan(run: Path, cfg, verdict: dict, s: int, stop: int) -> tuple[list[Replay]
     else:
         out.append(Replay(prefix + "batches_before", f"batches {first}..{s - 1} swapped", "data",
                           {"swap_steps": list(range(first, s)), "swap_offset": cfg.steps}, early, stop))
-        boundary = (first - 1) // cfg.ckpt_every * cfg.ckpt_every
+    if early is not None and cfg.remedy != "none":  # the state replay is a remedy: it would replace the run's own
+        notes.append(f"the run applies the remedy {cfg.remedy}; Adam's earlier state is not replayed (that replay "
+                     "is itself a remedy and would take the run's away)")
+    elif early is not None:
+        boundary = (first - 1) // cfg.ckpt_every * cfg.ckpt_every  # restore_moments' last snapshot before `first`
         out.append(Replay(prefix + "state_before", f"Adam state of step {boundary} put back at {first}", "state",
                           {"remedy": "restore_moments", "remedy_step": first, "remedy_param": ""}, early, stop))
     name = fix_for(verdict.get("cause"))
@@ -206,4 +210,6 @@ def _value(m: dict) -> str:
         return "not measured"
     if m.get("unit") == "share":
         return f"{v:.0%}"
+    if m.get("unit") == "steps":
+        return f"{v:g} steps"
     return f"x{v:.3g}" if m.get("unit") == "x" else f"{v:+.3f} {m.get('unit', '')}"
