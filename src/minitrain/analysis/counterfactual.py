@@ -25,6 +25,7 @@ Each counterfactual has a kind: data (a batch replaced or skipped), state (Adam'
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -73,6 +74,14 @@ def measure(ev: Evidence, step: int, cause: str | None, tensor: str | None = Non
     """The anomaly at `step` on one replay's rows (those before step `until`, default all): the walker's
     statistics at `step`, the loss excess after it (its mean over the window: a batch's own loss wanders by
     a few tenths of a nat, the mean of twenty does not) and the deciding signal."""
+    # all-NaN windows are expected in a broken replay: they read as "not there", not as warnings (as in walk)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _measure(ev, step, cause, tensor, until, decided_by)
+
+
+def _measure(ev: Evidence, step: int, cause: str | None, tensor: str | None, until: int | None,
+             decided_by: str | None) -> dict:
     where = np.flatnonzero(ev.steps == step)
     if not len(where):
         return {"step": step, "missing": True, "present": None}
