@@ -53,10 +53,22 @@ def retention_advice(run: Path, limit: int, cfg) -> str:
             f"checkpoint, {cfg.steps // cfg.ckpt_every} of them)")
 
 
+def kept_state(run: Path, cfg, limit: int) -> tuple[Path, int] | None:
+    """The latest kept checkpoint holding RUN's state at or before step `limit`: the run's own or its donor's
+    (remediate.checkpoint_before), else, for a run whose fork point is withheld (a blind run), its baseline's at
+    or before the fault's step when both were made with the same config but the fault."""
+    found = checkpoint_before(run, limit)
+    if found is None and cfg.injection != "none":
+        base = reader.find_baseline(run)
+        if base is not None and reader.manifest_of(base).get("trunk_hash") == cfg.trunk_hash():
+            found = checkpoint_before(base, min(limit, cfg.injection_step))
+    return found
+
+
 def plan(run: Path, cfg, verdict: dict, s: int, stop: int) -> tuple[list[Replay], list[str]]:
     """The counterfactual replays of RUN at step s, and a note for each one that cannot be made."""
     notes: list[str] = []
-    c0 = checkpoint_before(run, s)
+    c0 = kept_state(run, cfg, s)
     if c0 is None:
         raise UserError(retention_advice(run, s, cfg))
     if s - c0[1] > 2 * cfg.ckpt_every:
@@ -67,7 +79,7 @@ def plan(run: Path, cfg, verdict: dict, s: int, stop: int) -> tuple[list[Replay]
     out.append(Replay(prefix + "batch_at_S", f"batch at {s} swapped", "data",
                       {"swap_steps": [s], "swap_offset": cfg.steps}, c0, stop))
     first = s - cf.FEW
-    early = checkpoint_before(run, first - 1) if first >= 1 else None
+    early = kept_state(run, cfg, first - 1) if first >= 1 else None
     if early is None:
         notes.append(f"no checkpoint before step {first}: the batches before {s} and the earlier optimizer state "
                      "are not replayed; " + retention_advice(run, first - 1, cfg).split("; ", 1)[1])
@@ -85,7 +97,7 @@ def plan(run: Path, cfg, verdict: dict, s: int, stop: int) -> tuple[list[Replay]
     if name in REMEDIES:
         step = s + 1 if name == "restore_moments" else s
         limit = s - cfg.remedy_zclip_warmup if name == "zclip" else s
-        start = checkpoint_before(run, max(0, limit))
+        start = kept_state(run, cfg, max(0, limit))
         tensor = (verdict.get("evidence") or {}).get("tensor") if name == "restore_moments" else None
         if start is None:
             notes.append(f"the leaf's remedy {name} needs a checkpoint at or before {limit}; "
@@ -131,7 +143,7 @@ def explain(run: Path, step: int | None = None, spoil: bool = False, jobs: int |
     replays, notes = plan(run, cfg, verdict, s, stop)
     with files.lock_run(run):  # nothing else writes the run while its diagnosis and page are rewritten
         cost = run_replays(replays, run / FOLDER, cfg.to_dict(), jobs, out, label="explain")
-        report = judge(run, cfg, verdict, s, replays, recorded, notes)
+        report = judge(run, cfg, verdict, s, replays, recorded, notes, bool(reader.config_of(manifest).get("blind")))
         report["cost"] = {**cost, "cpu_seconds_total": round(cpu_seconds() - cpu0, 2)}
         write_diagnosis(run, {**verdict, "counterfactuals": report})
         sealed = spoilers.is_sealed(run)
@@ -141,12 +153,12 @@ def explain(run: Path, step: int | None = None, spoil: bool = False, jobs: int |
 
 
 def judge(run: Path, cfg, verdict: dict, s: int, replays: list[Replay], recorded: dict[int, dict],
-          notes: list[str]) -> dict:
+          notes: list[str], blind_run: bool) -> dict:
     """Measure the anomaly on the record and on every replay; the table and the conclusion."""
     cause, tensor = verdict.get("cause"), (verdict.get("evidence") or {}).get("tensor")
     how = {"cause": cause, "tensor": tensor, "decided_by": verdict.get("decided_by")}
     identical = next(r for r in replays if r.kind == "identical")
-    same = reproduced(identical, recorded, cfg.blind)
+    same = reproduced(identical, recorded, blind_run)
     measures = {r.name: cf.measure(load_evidence(r.folder), s, **how) for r in replays}
     base = measures[identical.name]
     rows = [{"name": "recorded", "description": "the run as recorded", "kind": "record", "from": None,
