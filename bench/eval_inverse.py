@@ -35,6 +35,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_diagnosis import CAUSE_OF_INJECTION  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+# Why explain's conclusion can miss a fault's kind: the mechanism, per fault kind (printed for the kinds that miss)
+WHY = {
+    "stuck_loader": "a stuck loader serves step K's batch again for injection_span steps: swapping the one batch at "
+                    "S, or the three before it, leaves every repeat after S in place, so no replay removes the "
+                    "anomaly and explain answers 'made at the step'. Its counterfactual set has no 'the data "
+                    "pipeline from S on' intervention; the walker's §4.B names it from the repeats themselves.",
+    "adam_setting": "a changed optimizer setting (β2 0.95 -> 0.999 from K on) changes no tensor's v by a jump at one "
+                    "step: the walker names it from the v recurrence splitting into two β2 (§6.C), a fit over the "
+                    "whole run, which a 20-step replay window cannot repeat, and the leaf names no tensor, so explain "
+                    "falls back to the loss and norm jump at S, which a setting change does not make: 'not there'.",
+}
 BEGIN, END = "<!-- eval_inverse: begin (bench/eval_inverse.py writes this section) -->", "<!-- eval_inverse: end -->"
 BASE = ["seed=42", "ckpt_keep_last=0", "progress=false"]
 FIELD = {"lr_spike": {"injection_mult": 10.0, "injection_span": 20}, "stuck_loader": {"injection_span": 20},
@@ -166,9 +177,11 @@ def section(results: list[dict], draw_seed: int) -> str:
         words = ", ".join(f"{k.removeprefix('injection_')}={v}" for k, v in t.items() if k not in ("injection", "injection_step"))
         b = r["reproduce"]["best"]
         ok = "/".join("yes" if r[k] else "NO" for k in ("kind_ok", "step_ok", "magnitude_ok"))
+        grid = ", ".join(f"{k.removeprefix('injection_')}={v:g}" if isinstance(v, float) else
+                         f"{k.removeprefix('injection_')}={v}" for k, v in r["grid_point"].items()) or "-"
         lines.append(f"| {r['group']} {r['case']} | {t['injection']} at {t['injection_step']}"
                      + (f" ({words})" if words else "") + f" | {b['description']} ({b['distance']:.3g}, {b['level']}) | "
-                     f"{ok} (grid point {r['grid_point'] or '-'}) | {r['explain']['conclusion']} | "
+                     f"{ok} (grid: {grid}) | {r['explain']['conclusion']} | "
                      f"{r['expected_kind'] or '-'}-driven{'' if r['explain_ok'] else ' (DISAGREES)'} |")
     misses = [r for r in results if not (r["explain_ok"] and r["kind_ok"] and r["step_ok"] and r["magnitude_ok"])]
     lines += ["", "Where they miss, and why:", ""]
@@ -178,7 +191,16 @@ def section(results: list[dict], draw_seed: int) -> str:
         lines.append(f"- {r['group']} {r['case']} ({r['truth']['injection']}): explain says "
                      f"\"{'; '.join(r['explain']['lines'])}\"; the walker said {r['walker']['leaf']} "
                      f"({r['walker']['cause']}); reproduce's best {r['reproduce']['best']['description']}, second "
-                     f"{r['reproduce']['second']} ({r['reproduce']['second_distance']:.3g}).")
+                     f"{r['reproduce']['second']} ({r['reproduce']['second_distance']:.3g})."
+                     + (f" Why: {WHY[r['truth']['injection']]}" if not r["explain_ok"] and r["truth"]["injection"] in WHY
+                        else ""))
+    inexact = [r for r in results if r["reproduce"]["best"]["level"] != "exact"]
+    if inexact:
+        lines += ["", "Not bit-identical: " + "; ".join(
+            f"{r['group']} {r['case']} ({r['reproduce']['best']['level']}, distance "
+            f"{r['reproduce']['best']['distance']:.3g})" for r in inexact)
+            + ". The drawn magnitude lies between grid points (the best is the nearest one); a hypothesis "
+              "reproduces a run exactly only with its exact magnitude."]
     lines += ["", END]
     return "\n".join(lines)
 
