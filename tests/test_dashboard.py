@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from minitrain import loop
-from minitrain.analysis import panels
+from minitrain.analysis import compare, movers, panels
 from minitrain.cli import main
 from minitrain.core.config import build_config
 from minitrain.core.errors import UserError
@@ -91,7 +91,7 @@ def test_difference_below_float_rounding_is_called_so(lab):
     assert a["loss"]["within"] and 0 < a["loss"]["max_abs"] <= a["loss"]["bound"]
     assert not a["grad_norm"]["within"]  # ... while the pre-clip norm at K is x50: a real difference
     assert not b["loss"]["within"] and b["loss"]["max_abs"] > 0.1  # the bad batch's own loss at K
-    assert dashboard.FLOAT_ROUNDING_REL == 32 * 2.0 ** -23
+    assert compare.FLOAT_ROUNDING_REL == 32 * 2.0 ** -23
 
 
 def test_panels_and_tensor_statistics_come_from_the_registry(lab):
@@ -126,13 +126,13 @@ def test_movers_find_the_corrupted_second_moment(lab):
     data = data_of(lab, "19-injection-C")
     top = data["movers"]["vm"][0]
     assert top["name"] == "lm_head.bias" and top["step"] == K and top["factor"] > 30, data["movers"]["vm"]
-    assert len(data["movers"]["ur"]) <= dashboard.MOVERS
+    assert len(data["movers"]["ur"]) <= movers.MOVERS
 
 
 def test_movers_of_a_run_without_k_are_ranked_after_their_lookback(lab):
     data = data_of(lab, "19-blind/01")  # K withheld: ranked over the steps that have 50 steps of past
     lo = int(re.search(r"over steps (\d+)-", data["movers_rule"]).group(1))
-    assert lo >= dashboard.MOVER_LOOKBACK or lo == 1
+    assert lo >= movers.MOVER_LOOKBACK or lo == 1
     assert all(m["step"] >= lo for ms in data["movers"].values() for m in ms)
 
 
