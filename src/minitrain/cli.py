@@ -752,8 +752,28 @@ IMPORT = Command(
     cmd_import)
 
 
+def cmd_serve(args) -> int:
+    from minitrain.lab import spoilers
+    from minitrain.views.serve import serve
+
+    return serve(Path(args.experiments), port=args.port, host=args.host, is_sealed=spoilers.is_sealed)
+
+
+SERVE = Command(
+    "serve", "serve the runs table and every run's dashboard live on a local port (Ctrl-C stops it)",
+    "Serve EXPERIMENTS on http://127.0.0.1:PORT/: the runs table (sortable, filterable; tick runs to compare them "
+    "on one dashboard) with live step counts, and each run's dashboard, whose curves follow a run still training "
+    "within a second or two of each new row. Sealed lab runs stay sealed. Only pages and images under EXPERIMENTS "
+    "are served.",
+    (Arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
+         help="folder holding the run folders (default experiments)"),
+     Arg("--port", type=int, default=8000, help="port to listen on (default 8000; 0 = any free port)"),
+     Arg("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")),
+    cmd_serve)
+
+
 COMMANDS = (TRAIN, LAB_RUN, LAB, CORPUS, CONFIG, SIGNATURE, REPORT, EXPLORE, DASHBOARD, EXPORT, INDEX, DIAGNOSE,
-            STABILITY_MD, LEARNER, REVEAL, GRADE, CHECK, POSTMORTEM, BLIND_RUNS, REMEDIATE, IMPORT)
+            STABILITY_MD, LEARNER, REVEAL, GRADE, CHECK, POSTMORTEM, BLIND_RUNS, REMEDIATE, IMPORT, SERVE)
 
 DESCRIPTION = ("A small, exact laboratory for training-stability work on a mini-GPT: train it on CPU in seconds, "
                "break it at a chosen step, and read the damage from the dashboard.")
