@@ -174,7 +174,7 @@ class Handler(BaseHTTPRequestHandler):
                 ctype = SERVED_FILES.get(path.suffix.lower())
                 if ctype is None or not path.is_file():
                     raise UserError(f"{url.path[6:]!r} is not a page or image of a run")
-                self.send(200, path.read_bytes(), ctype)
+                self.send(200, reader.file_bytes(path), ctype)
             else:
                 raise UserError(f"no page {url.path!r} here; the runs table is at /")
         except (UserError, OSError, ValueError) as e:  # a missing, deleted or damaged run: one line
