@@ -1,7 +1,8 @@
 """dashboard.html: one self-contained page per run, opened by double-click with no network.
 
     write_dashboard(run)        RUN/dashboard.html (written after every run, and by `minitrain dashboard`)
-    write_index(experiments)    EXPERIMENTS/index.html: one row per run folder found at any depth
+
+(EXPERIMENTS/index.html, the runs table, is views/index.py.)
 
 The page is one static HTML file: uPlot (vendored unmodified in assets/vendor/, pinned and checked by
 scripts/fetch_uplot.py), the CSS and the page script (assets/dashboard.css; PAGE_SCRIPTS, one closure) are
@@ -16,7 +17,7 @@ run name stays text) and is put on screen with textContent, never as HTML.
 
 Sealed runs (a blind run before its lab's reveal, or a lab run the caller says is sealed): the page does
 not show the walker's verdict, the tree's answers or diagnosis.json until the learner presses "reveal"
-in the page, and the index says "sealed".
+in the page, and the runs table says "sealed".
 """
 from __future__ import annotations
 
@@ -320,89 +321,5 @@ def write_dashboard(run: Path, baseline: Path | None = None, out: Path | None = 
     if out.is_dir():
         raise UserError(f"{out} is a folder; give --out a file name such as {out / 'dashboard.html'}")
     page = render_html(build_payload(run, baseline, compare, sealed))
-    files.atomic_write_text(out, page)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------------
-# experiments/index.html
-# ---------------------------------------------------------------------------------------------------
-
-
-SWEEP_MARK = "cells.json"  # a regime-map sweep (minitrain explore): it has its own page, one index row
-
-
-def find_runs(experiments: Path) -> list[Path]:
-    """Every run folder under `experiments`, at any depth (blind labs, break-it, remediations), sorted by path;
-    a regime-map sweep's folder stands for its runs. A run folder's own subfolders are not searched."""
-    out: list[Path] = []
-    for d in sorted(p for p in Path(experiments).rglob("*") if p.is_dir()):
-        if any(parent in out for parent in d.parents):
-            continue
-        if files.is_run_dir(d) or (d / SWEEP_MARK).exists():
-            out.append(d)
-    return out
-
-
-def run_summary(run: Path, sealed: bool | None = None) -> dict:
-    """One line about a run folder for the index: status, injection, final val loss vs n-gram, and the
-    stability check's verdict (or "sealed" while the run's diagnosis is sealed)."""
-    run = Path(run)
-    manifest, _ = reader.read_optional_json(run / "manifest.json")
-    results, _ = reader.read_optional_json(run / "results.json")
-    manifest, results = manifest or {}, results or {}
-    cfg = manifest.get("config") or {}
-    blind = bool(cfg.get("blind"))
-    if sealed is None:
-        sealed = blind
-    inj = cfg.get("injection", "none")
-    injection = ("withheld (blind run)" if blind else "none" if inj == "none"
-                 else f"{inj} at K={cfg.get('injection_step')}")
-    status = results.get("status") or manifest.get("status") or "unknown"
-    val, ngram = results.get("final_val_loss"), results.get("ngram_val_loss")
-    if val is not None and ngram is not None:
-        loss = f"val {val:.3f} vs n-gram {ngram:.3f} ({'below' if val < ngram else 'ABOVE'} by {abs(ngram - val):.3f})"
-    elif status == "non_finite":
-        loss = f"non-finite at step {results.get('stopped_at_step')}"
-    else:
-        loss = "no final validation"
-    if sealed:
-        check = "sealed (shown after your diagnosis)"
-    else:
-        v = (readings.read(run) or {}).get("verdict")
-        check = ("the walker cannot read this run" if v is None else f"{v['leaf']} {v['title']}" + (
-            f" at step {v['anomaly_step']}" if v.get("anomaly_step") is not None else ""))
-    return {"name": run.name, "status": status, "injection": injection, "steps": results.get("steps_done"),
-            "loss": loss, "check": check, "sealed": sealed, "dashboard": (run / "dashboard.html").exists()}
-
-
-def write_index(experiments: Path, sealed: set[Path] | None = None) -> Path:
-    """EXPERIMENTS/index.html: one row per run folder found at any depth, linking its dashboard; no script.
-    `sealed`: run folders whose diagnosis is sealed (the lab layer knows; default: unrevealed blind runs)."""
-    experiments = Path(experiments)
-    if not experiments.is_dir():
-        raise UserError(f"{experiments} is not a folder; give the folder that holds your run folders")
-    sealed_set = {Path(p).resolve() for p in sealed} if sealed is not None else None
-    e = html.escape
-    lines = []
-    for run in find_runs(experiments):
-        rel = run.relative_to(experiments).as_posix()
-        if (run / SWEEP_MARK).exists():
-            n = sum(1 for _ in (run / "runs").rglob(reader.METRICS))
-            lines.append(f'<tr><td><a href="{e(rel)}/index.html">{e(rel)}</a></td><td>regime map</td>'
-                         f'<td colspan="4">{n} runs of the minitrain explore sweep (their dashboards are linked '
-                         'from the map)</td></tr>')
-            continue
-        s = run_summary(run, None if sealed_set is None else run.resolve() in sealed_set)
-        link = (f'<a href="{e(rel)}/dashboard.html">{e(rel)}</a>' if s["dashboard"]
-                else f'{e(rel)} <span class="hint">(no dashboard: minitrain dashboard {e(str(run))})</span>')
-        cls = ' class="sealed"' if s["sealed"] else ""
-        lines.append(f'<tr class="{e(s["status"])}"><td>{link}</td><td>{e(s["status"])}</td>'
-                     f'<td>{e(s["injection"])}</td><td>{e(str(s["steps"] if s["steps"] is not None else "?"))}</td>'
-                     f'<td>{e(s["loss"])}</td><td{cls}>{e(s["check"])}</td></tr>')
-    body = "\n".join(lines) or '<tr><td colspan="6">no run folders here yet</td></tr>'
-    page = fill(asset("index.html"), {"TITLE": e(f"{experiments.resolve().name}: minitrain runs"),
-                                       "GENERATED": e(time.strftime("%Y-%m-%d %H:%M:%S")), "ROWS": body})
-    out = experiments / "index.html"
     files.atomic_write_text(out, page)
     return out
