@@ -446,7 +446,7 @@ def train(cfg: TrainConfig, out: Path, force: bool = False, fork: bool = True,
     run = build_run(cfg, out)  # validates everything before the folder is touched
     found = find_donor(cfg, out) if fork and not donor else None  # before the folder is touched: ranks agree
     donor = donor or found
-    start, forked = 0, NOT_FORKED
+    start, forked = 0, dict(NOT_FORKED)
     if donor:  # load and verify the donor's checkpoint and rows before the folder is touched
         donor_dir, step = donor
         weights, opt_t, meta, prefix = load_donor(cfg, donor_dir, step, same_trunk=found is not None)
@@ -497,12 +497,12 @@ def check_donor_unchanged(out: Path, recorded: dict, meta: dict, path: Path) -> 
     """A fork killed before its first own checkpoint is resumed by forking again: its donor checkpoint
     must be the one it forked from, or the resumed rows would come from another run than its config says.
     Refused in one line when the donor was re-made or edited since (or records no checksums to compare)."""
-    now = {"model.safetensors": (meta.get("sha256") or {}).get("model.safetensors"),
-           "optimizer.safetensors": (meta.get("sha256") or {}).get("optimizer.safetensors"),
-           "rows before it": meta.get("metrics_sha256"), "trunk hash": meta.get("trunk_hash")}
-    then = {"model.safetensors": (recorded.get("sha256") or {}).get("model.safetensors"),
-            "optimizer.safetensors": (recorded.get("sha256") or {}).get("optimizer.safetensors"),
-            "rows before it": recorded.get("metrics_sha256"), "trunk hash": recorded.get("trunk_hash")}
+    def identity(rec: dict) -> dict:  # a checkpoint manifest and the record share these keys
+        sums = rec.get("sha256") or {}
+        return {"model.safetensors": sums.get("model.safetensors"), "rows before it": rec.get("metrics_sha256"),
+                "optimizer.safetensors": sums.get("optimizer.safetensors"), "trunk hash": rec.get("trunk_hash")}
+
+    now, then = identity(meta), identity(recorded)
     remake = f"re-make it with 'minitrain train --out {out} --config {out / reader.CONFIG} --force'"
     if any(v is None for v in then.values()):
         raise files.UserError(f"cannot resume {out}: its manifest records no checksums of its donor checkpoint "
@@ -593,7 +593,7 @@ def _resume_locked(out: Path, device: str | None, lock) -> dict:
                                      "or start over with --force")
         files.verify_metrics_prefix(metrics_path, meta, path)
     else:  # killed before its first own checkpoint: fork from the same donor again (else from step 0: same bytes)
-        donor, same_trunk, forked = None, False, NOT_FORKED
+        donor, same_trunk, forked = None, False, dict(NOT_FORKED)
         recorded = manifest.get("forked_from") or {}
         if recorded.get("run"):  # the same donor again, checked against the checksums recorded at the fork
             donor = (out.parent / recorded["run"], int(recorded["checkpoint_step"]))

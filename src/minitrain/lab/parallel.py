@@ -63,8 +63,7 @@ def run_lab(experiments: Path, seed: int, k: int, jobs: int | None = None, sets:
     names = [reader.lab_run_name(inj, seed, k) for inj in ("none", *LAB_INJECTIONS)]
     if force:  # --force replaces only what minitrain wrote: refused before any run starts (files.RUN_FILES)
         for name in names:
-            if files.is_minitrain_run(experiments / name):
-                files.refuse_foreign_files(experiments / name)
+            files.refuse_foreign_files(experiments / name)
 
     def job(injection: str) -> runner.Job:
         name = reader.lab_run_name(injection, seed, k)

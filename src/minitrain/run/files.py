@@ -264,6 +264,8 @@ def foreign_files(run: Path) -> list[str]:
     """The entries of a run folder minitrain did not write (relative paths, sorted): everything but
     RUN_FILES, temp files, and step folders under checkpoints/."""
     run, found = Path(run), []
+    if not run.is_dir():
+        return found
     for child in run.iterdir():
         if child.name not in RUN_FILES and not _is_temporary(child.name):
             found.append(child.name)
