@@ -140,7 +140,8 @@ TRAIN = Command(
          help="override any config field, repeatable (e.g. --set injection_factor=0.01)"),
      Arg("--force", action="store_true", help="replace an existing run folder (only a minitrain run, never the "
                                               "current folder or one holding a git repository; refused while "
-                                              "another process writes it)"),
+                                              "another process writes it, or while it holds files minitrain "
+                                              "did not write)"),
      Arg("--resume", metavar="DIR", help="continue a stopped or killed run from its last checkpoint (verified by "
                                          "sha256); same bytes as an uninterrupted run"),
      Arg("--no-fork", action="store_true", help="recompute steps 0..K-1 even if a baseline can be forked"),
@@ -712,7 +713,8 @@ REMEDIATE = Command(
     "Walk RUN with the stability check, re-run it from the last checkpoint before the anomaly with the leaf's "
     "registered remedy (skip_batch, restore_moments, zclip; config fixes re-run from step 0) into "
     "RUN-remediated, walk that again, and write one dashboard of the remediated run against the original and the "
-    "baseline. Numbers go to RUN-remediated/remediation.json.",
+    "baseline. Numbers go to RUN-remediated/remediation.json. The same command again continues an interrupted "
+    "remediation from its last checkpoint (or reuses one that has ended).",
     (Arg("run", metavar="RUN", help="the run to remediate, e.g. experiments/19-injection-A"),
      Arg("--remedy", metavar="NAME", help="override the leaf's remedy (skip_batch, restore_moments, zclip)"),
      Arg("--baseline", metavar="RUN", help="the clean run to measure both against (default: found beside RUN)"),
@@ -818,11 +820,11 @@ def main(argv: list[str] | None = None) -> int:
         if is_main_process():  # under torchrun every rank raises it; one line is enough
             print(f"minitrain: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         lab = (argv or sys.argv[1:])[:1] in (["lab"], ["lab-run"])
-        print("minitrain: interrupted; " + ("run the same command again: finished runs are kept, the others continue "
-                                            "from their last checkpoint" if lab else
-                                            "resume with 'minitrain train --resume DIR'"), file=sys.stderr)
+        print("minitrain: interrupted; " + (getattr(e, "hint", None) or (
+            "run the same command again: finished runs are kept, the others continue from their last checkpoint"
+            if lab else "resume with 'minitrain train --resume DIR'")), file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0

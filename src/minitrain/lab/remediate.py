@@ -6,13 +6,14 @@ from pathlib import Path
 
 from minitrain import loop
 from minitrain.core.config import build_config
-from minitrain.core.errors import UserError
+from minitrain.core.errors import Interrupted, UserError
 from minitrain.core.fmt import fmt
 from minitrain.core.remedy import REGISTRY
 from minitrain.lab import blind
 from minitrain.analysis.causes import CAUSES
 from minitrain.analysis.compare import measure, remedy_verdict
 from minitrain.lab import spoilers
+from minitrain.lab.runs import REMEDIATED, interrupted
 from minitrain.lab.learner import walk
 from minitrain.run import files, reader
 from minitrain.views import dashboard
@@ -50,7 +51,7 @@ def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None =
     run = Path(run)
     if not (run / "manifest.json").exists():
         raise UserError(f"{run} is not a run folder (no manifest.json); give e.g. experiments/19-injection-B")
-    if run.name.endswith("-remediated"):
+    if run.name.endswith(REMEDIATED):
         raise UserError(f"{run} is already a remediation; remediate the original run")
     files.refuse_if_live(run)  # its metrics are still being written: the walk would judge half a run
     manifest = reader.read_json(run / "manifest.json", "manifest")
@@ -82,11 +83,20 @@ def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None =
     else:
         raise UserError(f"unknown remedy '{name}'; valid: {', '.join([*REGISTRY, *(c.config_fix for c in CAUSES.values() if c.config_fix)])}")
     new_cfg = build_config(cfg.to_dict(), overrides)
-    out = run.parent / f"{run.name}-remediated"
-    res = loop.train(new_cfg, out, force=force, fork=False, donor=donor)
+    out = run.parent / f"{run.name}{REMEDIATED}"
+    try:
+        return _train_and_report(run, out, new_cfg, donor, force, name, verdict, baseline)
+    except KeyboardInterrupt:  # the same command again continues (train_or_continue): say so, not --resume
+        raise Interrupted(f"run 'minitrain remediate {run}' again: it continues {out} from its last "
+                          "checkpoint (or reuses it, once ended) and writes remediation.json") from None
+
+
+def _train_and_report(run: Path, out: Path, new_cfg, donor, force: bool, name: str, verdict: dict,
+                      baseline: Path | None) -> dict:
+    res = train_or_continue(new_cfg, out, donor, force)
     after = walk(out) or {}
     baseline = Path(baseline) if baseline else reader.find_baseline(run)
-    k = anomaly
+    k = verdict.get("anomaly_step")
     before_m, after_m = measure(run, baseline, k), measure(out, baseline, k)
     summary = _summary(name, before_m, after_m, verdict, after)
     page = out / "dashboard.html"
@@ -103,6 +113,22 @@ def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None =
     dashboard.write_dashboard(out, baseline=baseline, compare=[run])
     spoilers.refresh(spoilers.experiments_of(out))
     return report
+
+
+def train_or_continue(cfg, out: Path, donor: tuple[Path, int] | None, force: bool) -> dict:
+    """The remediation run: trained (replacing RUN-remediated with --force), or, when RUN-remediated holds
+    this very config (a remediate killed or interrupted, the same command again), continued from its last
+    checkpoint, or taken as it is when it has ended. Another config there is refused without --force."""
+    if not force:
+        if interrupted(out, cfg):
+            return loop.resume(out)
+        manifest = reader.manifest_of(out)
+        if manifest.get("config_hash") == cfg.hash() and manifest.get("status") in ("finished", "non_finite"):
+            return reader.results_of(out) or {"status": manifest["status"]}
+        if manifest and files.is_minitrain_run(out):
+            raise UserError(f"{out} holds a remediation of another config (another remedy or settings); pass "
+                            "--force to replace it")
+    return loop.train(cfg, out, force=force, fork=False, donor=donor)
 
 
 def _summary(name: str, before: dict, after: dict, walk_before: dict, walk_after: dict) -> str:
