@@ -635,7 +635,7 @@ def test_every_tooltip_stays_inside_its_panel(lab, browser, tmp_path):
     for select in page.locator(".panel .ctl select").all():
         select.select_option("*")  # every tensor: the tallest tooltips
     tallest = 0
-    for key in ("ur", "act", "vm", "loss", "g-all"):
+    for key in ("ur", "act", "g-all"):  # a per-tensor panel, a left and a right one further down
         for frac in (0.02, 0.5, 0.98):
             view.hover(key, frac=frac)
             tip = page.locator(f"#panel-{key} .tooltip")
@@ -652,7 +652,7 @@ def test_every_tooltip_stays_inside_its_panel(lab, browser, tmp_path):
     view.check_clean()
 
 
-def long_copy(lab: Path, dst: Path, steps: int = 1500, spike: int = 500) -> Path:
+def long_copy(lab: Path, dst: Path, steps: int = 1000, spike: int = 500) -> Path:
     """The baseline stretched to `steps` steps (its rows 10..59 repeated, renumbered) with one loss spike:
     more steps than the plot has pixels, so a pixel column holds several steps."""
     run = copy_run(lab / "18-baseline", dst)
@@ -670,11 +670,11 @@ def long_copy(lab: Path, dst: Path, steps: int = 1500, spike: int = 500) -> Path
 def test_the_cursor_never_skips_a_spike_inside_its_pixel_column(lab, browser, tmp_path):
     run = long_copy(lab, tmp_path / "long")
     spike = json.loads((run / "metrics.jsonl").read_text().splitlines()[500])["grad_norm"]
-    view = Opened(browser, dashboard.write_dashboard(run), width=700)  # ~570 px of plot for 1500 steps
+    view = Opened(browser, dashboard.write_dashboard(run), width=700)  # ~570 px of plot for 1000 steps
     page = view.page
     per_px = page.evaluate("""() => { const u = window.__dashboard.plots.find(p => p.spec.key === 'grad').u;
                                       return u.posToVal(1, 'x') - u.posToVal(0, 'x'); }""")
-    assert per_px > 2  # full zoom: several steps per pixel column
+    assert per_px > 1.5  # full zoom: more than one step per pixel column
     tip = page.locator("#panel-grad .tooltip")
     for offset in (-0.4, 0, 0.4):  # wherever the mouse lands on the spike's pixel, whichever step is nearest it
         view.hover("grad", step=500 + offset * per_px)
@@ -698,11 +698,9 @@ NO_CUT_TEXT = """() => Array.from(document.querySelectorAll('#health *, header.t
 }).map(e => e.className + ': ' + e.textContent)"""
 
 
-@pytest.mark.parametrize("width", [1400, 760])
-def test_the_health_line_is_never_cut(lab, browser, width):
+def test_the_health_line_is_never_cut(lab, browser):
     for name in ("19-injection-B", "19-blind/01"):
-        view = Opened(browser, lab / name / "dashboard.html")
-        view.page.set_viewport_size({"width": width, "height": 900})
+        view = Opened(browser, lab / name / "dashboard.html", width=760)  # narrow: the longest lines wrap
         assert view.page.evaluate(NO_CUT_TEXT) == [], name
         health = view.page.locator("#health").inner_text()
         for item in data_of(lab, name)["health"]:  # every word of every item is on the screen

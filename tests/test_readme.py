@@ -150,7 +150,7 @@ def test_reveal_prints_the_pages_and_opens_them_only_where_a_browser_can(tmp_pat
         page.parent.mkdir(parents=True, exist_ok=True)
         page.write_text("<html></html>")
     opened = []
-    monkeypatch.setattr(browser.webbrowser, "open", opened.append)
+    monkeypatch.setattr(browser.webbrowser, "open_new_tab", opened.append)
     lines = browser.show_pages(pages)  # under pytest: printed, never opened
     assert opened == [] and "open them in a browser" in lines[0] and len(lines) == 3
     assert str(pages[0].resolve()) in lines[1] and pages[1].resolve().as_uri() in lines[2]

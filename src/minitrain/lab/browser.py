@@ -33,7 +33,7 @@ def show_pages(pages: list[Path], open_them: bool | None = None) -> list[str]:
     for page in found:
         lines.append(f"  {page}  {page.as_uri()}")
         if opening:
-            webbrowser.open(page.as_uri())
+            webbrowser.open_new_tab(page.as_uri())
     return lines
 
 
