@@ -1,4 +1,4 @@
-"""dashboard.html and experiments/index.html: content, escaping, damaged data, and a real headless browser.
+"""dashboard.html (experiments/index.html: test_index.py): content, escaping, damaged data, and a real headless browser.
 
 One tiny lab is trained once for the module: a 60-step baseline (checkpoints every 20), three injection runs
 at K=30 (scale, bad_batch, v_corrupt) and one blind run. The browser tests drive Debian's chromium through
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from minitrain import loop
-from minitrain.analysis import panels
+from minitrain.analysis import compare, movers, panels
 from minitrain.cli import main
 from minitrain.core.config import build_config
 from minitrain.core.errors import UserError
@@ -91,7 +91,7 @@ def test_difference_below_float_rounding_is_called_so(lab):
     assert a["loss"]["within"] and 0 < a["loss"]["max_abs"] <= a["loss"]["bound"]
     assert not a["grad_norm"]["within"]  # ... while the pre-clip norm at K is x50: a real difference
     assert not b["loss"]["within"] and b["loss"]["max_abs"] > 0.1  # the bad batch's own loss at K
-    assert dashboard.FLOAT_ROUNDING_REL == 32 * 2.0 ** -23
+    assert compare.FLOAT_ROUNDING_REL == 32 * 2.0 ** -23
 
 
 def test_panels_and_tensor_statistics_come_from_the_registry(lab):
@@ -126,13 +126,13 @@ def test_movers_find_the_corrupted_second_moment(lab):
     data = data_of(lab, "19-injection-C")
     top = data["movers"]["vm"][0]
     assert top["name"] == "lm_head.bias" and top["step"] == K and top["factor"] > 30, data["movers"]["vm"]
-    assert len(data["movers"]["ur"]) <= dashboard.MOVERS
+    assert len(data["movers"]["ur"]) <= movers.MOVERS
 
 
 def test_movers_of_a_run_without_k_are_ranked_after_their_lookback(lab):
     data = data_of(lab, "19-blind/01")  # K withheld: ranked over the steps that have 50 steps of past
     lo = int(re.search(r"over steps (\d+)-", data["movers_rule"]).group(1))
-    assert lo >= dashboard.MOVER_LOOKBACK or lo == 1
+    assert lo >= movers.MOVER_LOOKBACK or lo == 1
     assert all(m["step"] >= lo for ms in data["movers"].values() for m in ms)
 
 
@@ -278,21 +278,6 @@ def test_nonfinite_run_renders(lab, tmp_path):
     health = {h["label"]: h for h in data["health"]}
     assert health["non-finite values"]["verdict"] == "bad" and "step 40" in health["non-finite values"]["value"]
     assert any(m["kind"] == "nonfinite" and m["step"] == 40 for m in data["markers"])
-
-
-def test_index_has_one_row_per_run_at_any_depth(lab):
-    page = dashboard.write_index(lab).read_text()
-    for name in ("18-baseline", "19-injection-A", "19-injection-B", "19-injection-C", "19-blind/01"):
-        assert f'href="{name}/dashboard.html"' in page, name
-    assert page.count("<tr class=") == 5 and "<script" not in page
-    assert "bad_batch at K=30" in page and "withheld (blind run)" in page and "vs n-gram" in page
-    rows = {m.group(1): m.group(2) for m in re.finditer(r'href="([^"]+)/dashboard.html".*?<td[^>]*>([^<]*)</td></tr>', page)}
-    assert rows["18-baseline"] == "§8.A healthy"  # the walker's verdict, not the course's raw spike flags
-    assert rows["19-injection-B"].startswith("§4.A") and "at step 30" in rows["19-injection-B"]
-    assert rows["19-blind/01"].startswith("sealed")
-    sealed = dashboard.write_index(lab, sealed={lab / "19-injection-B"}).read_text()  # the lab layer says which
-    rows = {m.group(1): m.group(2) for m in re.finditer(r'href="([^"]+)/dashboard.html".*?<td[^>]*>([^<]*)</td></tr>', sealed)}
-    assert rows["19-injection-B"].startswith("sealed") and rows["19-blind/01"].startswith("§4.A")
 
 
 def test_cli_dashboard_and_index(lab, tmp_path, capsys):
@@ -595,20 +580,6 @@ def test_a_compared_run_is_drawn_and_can_be_hidden(lab, browser, tmp_path):
     page.wait_for_function("() => window.__dashboard.state.extra.length === 1")
     assert "19-injection-A: before clipping" in view.plot("grad")["labels"]
     view.check_clean()
-
-
-def test_a_regime_map_sweep_is_one_index_row(tmp_path, small_baseline):
-    exp = tmp_path / "experiments"
-    shutil.copytree(small_baseline, exp / "18-baseline")
-    sweep = exp / "explore"
-    for name in ("lr3e-4-clip1/base", "lr3e-4-clip1/scale-x50"):
-        (sweep / "runs" / name).mkdir(parents=True)
-        (sweep / "runs" / name / "metrics.jsonl").write_text("")
-    (sweep / "cells.json").write_text("{}")
-    page = dashboard.write_index(exp).read_text()
-    assert page.count("<tr") - page.count("<thead") >= 2  # the baseline's row and the sweep's row
-    assert 'href="explore/index.html"' in page and "2 runs of the minitrain explore sweep" in page
-    assert "scale-x50" not in page
 
 
 # ---------------------------------------------------------------------------------------------------

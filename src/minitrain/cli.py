@@ -732,8 +732,58 @@ REMEDIATE = Command(
 
 # --- the table and the parser --------------------------------------------------------------------------
 
+def cmd_import(args) -> int:
+    from minitrain.lab import spoilers
+    from minitrain.run.importer import import_run
+
+    res = import_run(Path(args.source), Path(args.out), args.map or [], force=args.force, vocab_size=args.vocab_size)
+    mapped = ", ".join(f"{tag} -> {signal}" for signal, tag in res["signals"].items())
+    print(f"wrote {res['out']}: {res['steps']} steps from a {res['kind']} history ({mapped})"
+          + (f"; not imported: {', '.join(res['unmapped'])} (map with --map TAG=SIGNAL)" if res["unmapped"] else ""))
+    print(f"next: minitrain diagnose {args.out}   (what the source lacks reads 'not measured')")
+    spoilers.refresh(Path(args.out).parent)
+    return 0
+
+
+IMPORT = Command(
+    "import", "make a run folder from another trainer's TensorBoard events or CSV / JSONL history",
+    "Write RUN from a run made elsewhere: a TensorBoard log folder or events file (read with tensorboard's own "
+    "event reader), a CSV history (W&B's export, Lightning's CSVLogger) or a JSONL history (nanoGPT's wandb.log "
+    "dicts). The usual tag names of the training loss, learning rate, gradient norm and validation loss are "
+    "recognised; --map TAG=SIGNAL maps any other. Then 'minitrain diagnose RUN' walks the stability check on it, "
+    "answering 'not measured' where a question reads what the source does not hold (docs/probe.md).",
+    (Arg("source", metavar="SOURCE", help="TensorBoard log folder or events file, .csv or .jsonl history"),
+     Arg("--out", required=True, metavar="RUN", help="run folder to write"),
+     Arg("--map", action="append", metavar="TAG=SIGNAL",
+         help="map a source tag to loss | lr | grad_norm | val_loss | grad_norm_clipped | logit_max; repeatable"),
+     Arg("--vocab-size", type=int, metavar="V", help="the model's vocabulary size (the walker's ln V at step 0; "
+                                                     "default: assumed as for minitrain's model)"),
+     Arg("--force", action="store_true", help="replace RUN when it already holds a run")),
+    cmd_import)
+
+
+def cmd_serve(args) -> int:
+    from minitrain.lab import spoilers
+    from minitrain.views.serve import serve
+
+    return serve(Path(args.experiments), port=args.port, host=args.host, is_sealed=spoilers.is_sealed)
+
+
+SERVE = Command(
+    "serve", "serve the runs table and every run's dashboard live on a local port (Ctrl-C stops it)",
+    "Serve EXPERIMENTS on http://127.0.0.1:PORT/: the runs table (sortable, filterable; tick runs to compare them "
+    "on one dashboard) with live step counts, and each run's dashboard, whose curves follow a run still training "
+    "within a second or two of each new row. Sealed lab runs stay sealed. Only pages and images under EXPERIMENTS "
+    "are served.",
+    (Arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
+         help="folder holding the run folders (default experiments)"),
+     Arg("--port", type=int, default=8000, help="port to listen on (default 8000; 0 = any free port)"),
+     Arg("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")),
+    cmd_serve)
+
+
 COMMANDS = (TRAIN, LAB_RUN, LAB, CORPUS, CONFIG, SIGNATURE, REPORT, EXPLORE, DASHBOARD, EXPORT, INDEX, DIAGNOSE,
-            STABILITY_MD, LEARNER, REVEAL, GRADE, CHECK, POSTMORTEM, BLIND_RUNS, REMEDIATE)
+            STABILITY_MD, LEARNER, REVEAL, GRADE, CHECK, POSTMORTEM, BLIND_RUNS, REMEDIATE, IMPORT, SERVE)
 
 DESCRIPTION = ("A small, exact laboratory for training-stability work on a mini-GPT: train it on CPU in seconds, "
                "break it at a chosen step, and read the damage from the dashboard.")

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from minitrain.core import distributed
-from minitrain.run import files, reader, redact
+from minitrain.run import files, reader, redact, sinks
 from minitrain.run.nonfinite import non_finite_in
 from minitrain.core.config import TrainConfig
 from minitrain.core.data import RunData, prepare
@@ -110,6 +110,7 @@ class Run:
     forward: torch.nn.Module | None = None  # what the training forward calls: DDP(model) under torchrun, else model
     non_finite: dict | None = None  # {"step", "what"} once a non-finite value stopped the run
     lock: files.RunLock | None = None  # the run folder's lock, held while this process writes it
+    sinks: sinks.Sinks | None = None  # where rows go besides metrics.jsonl (cfg.log; run/sinks.py)
 
     def __post_init__(self):
         self.params = dict(self.model.named_parameters())  # by stable name (see model.py)
@@ -237,6 +238,7 @@ def build_run(cfg: TrainConfig, out: Path | None = None) -> Run:
     if cfg.injection_param in PARAM_ALIASES:  # lm_head.weight is tok_emb.weight (tied)
         cfg = cfg.replace(injection_param=PARAM_ALIASES[cfg.injection_param])
     validate_injection_config(cfg, [n for n, _ in model.named_parameters()])
+    sinks.check_installed(sinks.parse_log(cfg.log))  # a missing tensorboard / mlflow fails before any write
     opt = make_optimizer(model, cfg)
     ctx = None
     if cfg.injection != "none":
@@ -288,6 +290,8 @@ def run_steps(run: Run, start: int, on_row=None, stop_at: int | None = None) -> 
             row = train_step(run, step)
             if run.metrics:
                 run.metrics.write(row)
+            if run.sinks:
+                run.sinks.write(row)
             if on_row:
                 on_row(row)
             if bar:
@@ -608,10 +612,14 @@ def _drive(run: Run, start: int, extra: dict, stop_at: int | None = None, last: 
             recorded = True
 
     try:
+        if run.out:  # mirrors of metrics.jsonl, rebuilt from the rows it holds already (run/sinks.py)
+            run.sinks = sinks.open_sinks(run.cfg.log, run.out, redact.public_config(run.cfg))
         status = run_steps(run, start, on_row, stop_at)
     finally:
         if run.metrics:
             run.metrics.close()
+        if run.sinks:
+            run.sinks.close()
     seconds = time.perf_counter() - t0
     if distributed.world_size() > 1:  # every rank takes part; rank 0 records it
         extra = {**extra, "distributed": _check_ranks(run)}

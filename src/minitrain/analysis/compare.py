@@ -1,5 +1,6 @@
 """A run against its baseline: ONE definition of the loss difference, recovery, spike and "v back within 10%"
-that the lab report (signature.py), the learner's reveal, the post-mortem and `remediate` all use.
+that the lab report (signature.py), the learner's reveal, the post-mortem and `remediate` all use; and the
+step-by-step difference the page draws, with whether it exceeds float rounding.
 
 Both step counts start at K (n = 0 is step K itself): recovery_steps is the first n from which the loss
 difference stays recovered, v_back_steps the first n at which the tensor's v is back within 10%.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from minitrain.core.fmt import page_number
 from minitrain.run import reader
 
 TOL = 0.02  # nats: "recovered" once the windowed loss difference stays this close to zero
@@ -182,3 +184,47 @@ def remedy_verdict(before: dict, after: dict) -> dict:
                  f"(noise {REMEDY_NOISE[okey]:.2g})")
     return {"verdict": verdict, "measure": label, "before": b, "after": a, "by": by, "noise": noise, "line": line}
 
+
+FLOAT_ROUNDING_REL = 32 * 2.0 ** -23  # |a - b| within 32 float32 ulps of |b|: identical up to float rounding
+
+
+def step_differences(rows: list[dict], ref_rows: list[dict]) -> dict:
+    """The exact difference rows minus ref_rows at every shared step (loss, pre-clip grad norm, validation), and
+    whether every difference is below what float32 rounding of the reference's values explains."""
+    by_step = {row["step"]: row for row in ref_rows}
+    diff: dict = {"steps": [], "loss": [], "grad_norm": [], "val_steps": [], "val_loss": []}
+    first_diff = None
+    worst = {"loss": (0.0, 0.0), "grad_norm": (0.0, 0.0), "val_loss": (0.0, 0.0)}  # (|diff|, its bound)
+
+    beyond = {k: False for k in worst}
+
+    def note(key, a, c):
+        d = a - c
+        bound = FLOAT_ROUNDING_REL * abs(c)
+        if abs(d) > worst[key][0]:
+            worst[key] = (abs(d), bound)
+        beyond[key] = beyond[key] or abs(d) > bound
+        return d
+
+    for row in rows:
+        other = by_step.get(row["step"])
+        if other is None:
+            continue
+        diff["steps"].append(row["step"])
+        for key in ("loss", "grad_norm"):
+            a, c = row.get(key), other.get(key)
+            d = note(key, a, c) if a is not None and c is not None else None
+            beyond[key] = beyond[key] or d is None
+            diff[key].append(page_number(d, 5))
+            if first_diff is None and (d is None or d != 0):
+                first_diff = row["step"]
+        if row.get("val_loss") is not None and other.get("val_loss") is not None:
+            d = note("val_loss", row["val_loss"], other["val_loss"])
+            diff["val_steps"].append(row["step"])
+            diff["val_loss"].append(page_number(d, 5))
+    diff["first_difference"] = first_diff
+    # per signal: does it differ at all, and is every difference below float32 rounding of the reference?
+    diff["rounding"] = {k: {"within": not beyond[k] and worst[k][0] > 0, "max_abs": page_number(worst[k][0], 3),
+                            "bound": page_number(worst[k][1], 3)} for k in worst}
+    diff["rounding_rel"] = FLOAT_ROUNDING_REL
+    return diff

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from minitrain.run import files, reader
-from minitrain.views import dashboard
+from minitrain.views import dashboard, index
 
 SEALED = "SEALED.json"  # a blind lab's folder: the published hash of its sealed mapping
 REVEALED = "REVEALED.json"  # a lab's folder, once revealed
@@ -62,5 +62,5 @@ def refresh(experiments: Path, pages: list[Path] = ()) -> Path:
     for run in pages:
         if (Path(run) / reader.METRICS).exists():
             dashboard.write_dashboard(run, sealed=is_sealed(run))
-    runs = dashboard.find_runs(experiments) if Path(experiments).is_dir() else []
-    return dashboard.write_index(experiments, sealed={run for run in runs if is_sealed(run)})
+    runs = index.find_runs(experiments) if Path(experiments).is_dir() else []
+    return index.write_index(experiments, sealed={run for run in runs if is_sealed(run)})

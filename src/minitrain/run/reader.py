@@ -151,6 +151,11 @@ def rows_by_step(run: Path) -> dict[int, dict]:
     return {r["step"]: r for r in rows}
 
 
+def file_bytes(path: Path) -> bytes:
+    """A file a run folder holds, as bytes (a page or image `minitrain serve` hands to the browser)."""
+    return Path(path).read_bytes()
+
+
 def read_config(run: Path) -> dict:
     """A run's config.yaml as a dict (the fields `build_config` takes); a UserError when missing or corrupt."""
     return load_yaml(Path(run) / CONFIG)
