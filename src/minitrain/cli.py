@@ -578,9 +578,18 @@ def cmd_reveal(args) -> int:
     text, path = reveal(args.name, _lab(args), Path(args.learners), Path(args.experiments), _solutions(args),
                         force=args.force)
     print(text, end="")
+    print_revealed_pages(args)
     print(f"(also written to {path}; next: 'minitrain grade {args.name}"
           + ("" if args.lab == "spike" else f" --lab {args.lab}") + "')")
     return 0
+
+
+def print_revealed_pages(args) -> None:
+    """The end of `reveal`: the paths of the pages it made visible, opened only where a browser can open."""
+    from minitrain.lab.browser import revealed_pages, show_pages
+
+    for line in show_pages(revealed_pages(Path(args.experiments), _lab(args).runs)):
+        print(line)
 
 
 REVEAL = Command(
@@ -702,6 +711,7 @@ def cmd_remediate(args) -> int:
     rep = remediate(Path(args.run), args.remedy, Path(args.baseline) if args.baseline else None, force=args.force)
     print(f"{rep['remediated']}: {rep['summary']}")
     print(f"verdict against {rep['baseline'] or 'no baseline'}: {rep['verdict']['line']}")
+    print(f"re-walk after the fix: {rep['fix']['line']}")
     print("dashboards: " + ", ".join(rep["dashboards"]))
     from minitrain.lab.runs import exit_code
 

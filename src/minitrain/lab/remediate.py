@@ -12,6 +12,7 @@ from minitrain.core.remedy import REGISTRY
 from minitrain.lab import blind
 from minitrain.analysis.causes import CAUSES
 from minitrain.analysis.compare import measure, remedy_verdict
+from minitrain.analysis.fixcheck import fix_outcome, walk_after_fix
 from minitrain.lab import spoilers
 from minitrain.lab.runs import REMEDIATED, interrupted
 from minitrain.lab.learner import walk
@@ -65,7 +66,7 @@ def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None =
     if name is None:
         raise UserError(f"the walker stops at {verdict.get('leaf')} ({cause}), which has no registered remedy; "
                         f"apply its remediation by hand, or pick one with --remedy ({', '.join(REGISTRY)})")
-    donor, overrides = None, ["progress=false", "blind=false"]
+    donor, overrides, fix_step = None, ["progress=false", "blind=false"], 0  # a config fix: from step 0
     if name in REGISTRY:
         if anomaly is None:
             raise UserError(f"the walker names no anomaly step for {run}, so {name} has no step to act at")
@@ -75,6 +76,7 @@ def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None =
         start_limit = anomaly - cfg.remedy_zclip_warmup if name == "zclip" else anomaly
         donor = checkpoint_before(run, max(0, start_limit))
         overrides += [f"remedy={name}", f"remedy_step={remedy_step}"]
+        fix_step = remedy_step
         tensor = (verdict.get("evidence") or {}).get("tensor")
         if name == "restore_moments" and tensor:  # the walker names the tensor whose v moved: restore only it
             overrides.append(f"remedy_param={tensor}")
@@ -85,27 +87,30 @@ def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None =
     new_cfg = build_config(cfg.to_dict(), overrides)
     out = run.parent / f"{run.name}{REMEDIATED}"
     try:
-        return _train_and_report(run, out, new_cfg, donor, force, name, verdict, baseline)
+        return _train_and_report(run, out, new_cfg, donor, force, name, verdict, baseline, fix_step, anomaly)
     except KeyboardInterrupt:  # the same command again continues (train_or_continue): say so, not --resume
         raise Interrupted(f"run 'minitrain remediate {run}' again: it continues {out} from its last "
                           "checkpoint (or reuses it, once ended) and writes remediation.json") from None
 
 
 def _train_and_report(run: Path, out: Path, new_cfg, donor, force: bool, name: str, verdict: dict,
-                      baseline: Path | None) -> dict:
+                      baseline: Path | None, fix_step: int, anomaly: int | None) -> dict:
     res = train_or_continue(new_cfg, out, donor, force)
-    after = walk(out) or {}
     baseline = Path(baseline) if baseline else reader.find_baseline(run)
-    k = verdict.get("anomaly_step")
+    after = walk(out) or {}  # the whole re-run, as `diagnose` walks it
+    judged = walk_after_fix(out, baseline, fix_step, anomaly)  # the steps after the fix point
+    k = anomaly
     before_m, after_m = measure(run, baseline, k), measure(out, baseline, k)
-    summary = _summary(name, before_m, after_m, verdict, after)
+    summary = _summary(name, before_m, after_m, verdict, judged)
+    against = remedy_verdict(before_m, after_m)
     page = out / "dashboard.html"
     done = reader.manifest_of(out).get("remedy") or {}  # what the remedy did, as the run recorded it
     report = {"run": run.name, "remediated": out.name, "baseline": baseline.name if baseline else None,
               "walker_before": verdict, "walker_after": after, "remedy": name,
               "from_checkpoint": {"run": donor[0].name, "step": donor[1]} if donor else None,
               "status": res.get("status"), "measured_before": before_m, "measured_after": after_m,
-              "verdict": remedy_verdict(before_m, after_m),
+              "walker_after_fix": judged, "fix_step": fix_step, "fix": fix_outcome(verdict, judged),
+              "verdict": against,
               "actions": done.get("actions"), "action_count": done.get("action_count"),
               "dashboards": [str(page)], "summary": summary}
     files.atomic_write_json(out / "remediation.json", report)
@@ -139,6 +144,6 @@ def _summary(name: str, before: dict, after: dict, walk_before: dict, walk_after
                        ("recovery steps", "recovery_steps"), ("final val loss diff", "final_val_loss_diff")):
         if key in before or key in after:
             parts.append(f"{label} {fmt(before.get(key))} -> {fmt(after.get(key))}")
-    parts.append(f"walker {walk_before.get('leaf')} ({walk_before.get('cause')}) -> "
+    parts.append(f"walker {walk_before.get('leaf')} ({walk_before.get('cause')}) -> re-walk "
                  f"{walk_after.get('leaf')} ({walk_after.get('cause')})")
     return "; ".join(parts)
