@@ -305,13 +305,15 @@ def test_the_lab_end_to_end(lab, workdir):
     write_sections(d / "spike-diagnoses.md", _reference_sections(refs, runs, {
         # B stops at the question that turns to the leaf, so its cause comes from the cause field
         "bad_batch": {"node": "4.1", "cause": "bad batch"}}))
-    # before the reveal the lab's answers are sealed: diagnose asks for --spoil, pages and index say "sealed"
+    # before the reveal the lab's answers are sealed: diagnose asks for --spoil, pages and index say "sealed",
+    # and the page carries none of the tree's answers (tests/test_no_spoilers.py looks at everything else)
     assert not (lab / "REVEALED.json").exists()
     b_run = str(lab / "19-injection-B")
     assert_one_line_error(run_cli("diagnose", b_run, cwd=workdir), "not revealed yet", "--spoil")
-    assert "§4.A" in run_cli("diagnose", b_run, "--spoil", cwd=workdir).stdout
     assert run_cli("dashboard", b_run, cwd=workdir).returncode == 0
-    assert _page(lab / "19-injection-B")["sealed"] and _index_row(lab, "19-injection-B").startswith("sealed")
+    page = _page(lab / "19-injection-B")
+    assert page["sealed"] and page["checks"] is None and _index_row(lab, "19-injection-B").startswith("sealed")
+    assert not (lab / "19-injection-B" / "signature.json").exists() and not (lab / "lab-report.md").exists()
     proc = run_cli("reveal", "ana", *exp, cwd=workdir)
     assert proc.returncode == 0, proc.stderr
     # the reveal opens the lab: its pages and index are rewritten with the walker's verdict
@@ -330,6 +332,10 @@ def test_the_lab_end_to_end(lab, workdir):
     assert f"pre-clip grad norm at K: {a_gn:.4g} (baseline {base_gn:.4g})" in proc.stdout
     assert "duplicated rows in the batch at K: 7 (baseline 0)" in proc.stdout
     assert "<!-- measured:" not in proc.stdout and (d / "reveal-spike.md").exists()
+    # the reveal writes what was withheld (the signatures and the lab report) and names what it opened
+    assert (lab / "19-injection-B" / "signature.json").exists() and (lab / "lab-report.md").exists()
+    assert "expected vs observed" in proc.stdout and str(lab / "19-injection-B" / "dashboard.html") in proc.stdout
+    assert f"(seed 42, K = {K})" in proc.stdout and "at K = 500 the loss" not in proc.stdout
     proc = run_cli("grade", "ana", *exp, cwd=workdir)
     assert proc.returncode == 0 and "3/3 correct" in proc.stdout, proc.stdout + proc.stderr
     # check: everything but the stop condition holds until lessons.md has three new lines
@@ -379,7 +385,7 @@ def test_banana_scores_zero(lab, workdir):
     write_sections(d / "spike-diagnoses.md", sections)
     learner.reveal("eve", learner.LABS["spike"], workdir / "learners", lab)
     g = learner.grade("eve", learner.LABS["spike"], workdir / "learners", lab)
-    assert g.score == 0 and all("names none of the key concepts" in v.why for v in g.verdicts)
+    assert g.score == 0 and all("names no failure mode" in v.why for v in g.verdicts)
 
 
 def test_grade_and_reveal_need_the_right_state(workdir, lab):
@@ -406,6 +412,10 @@ def test_blind_lab_is_graded_through_the_sealed_mapping(blind_lab, workdir):
     assert proc.returncode == 0, proc.stderr
     assert json.loads((folder / "REVEALED.json").read_text())["mapping"] == mapping
     assert "sealed mapping:" in proc.stdout
+    for run_id, entry in mapping.items():  # each run's own seed and K, not the named lab's
+        seed, k = entry["overrides"]["seed"], entry["overrides"]["injection_step"]
+        assert f"`19-blind/{run_id}` (sealed mapping: {run_id} carried {entry['fault']})**" in proc.stdout
+        assert f"(seed {seed}, K = {k})" in proc.stdout
     proc = run_cli("grade", "cy", "--lab", "blind", "--experiments", str(exp), cwd=workdir)
     assert "3/3 correct" in proc.stdout, proc.stdout + proc.stderr
 
@@ -419,8 +429,14 @@ def test_postmortem_fills_the_template_and_never_overwrites(lab):
     run = lab / "19-injection-B"
     out = run / "postmortem.md"
     out.unlink(missing_ok=True)
-    proc = run_cli("postmortem", str(run))
+    # it names the walker's leaf: refused on a sealed run, as diagnose is; --spoil is logged in the lab folder
+    assert_one_line_error(run_cli("postmortem", str(run)), "not revealed yet", "--spoil")
+    assert not out.exists() and not (lab / "SPOILED.jsonl").exists()
+    proc = run_cli("postmortem", str(run), "--spoil")
     assert proc.returncode == 0, proc.stderr
+    spoiled = [json.loads(x) for x in (lab / "SPOILED.jsonl").read_text().splitlines()]
+    assert [(x["run"], x["command"]) for x in spoiled] == [("19-injection-B", "postmortem")]
+    (lab / "REVEALED.json").write_text('{"revealed_at": "2000-01-01T00:00:00.000000Z", "revealed_by": "t"}')
     text = out.read_text()
     assert "{{" not in text and "## 5. Impact, measured against the baseline" in text
     assert "`18-baseline`" in text and f"at step {K}" in text and "7 duplicated rows" in text
