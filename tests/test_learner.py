@@ -36,15 +36,10 @@ def lab(small_lab, tmp_path):
     return exp
 
 
-@pytest.fixture(scope="module")
-def blind_lab(small_baseline, tmp_path_factory):
-    """A sealed, shuffled spike lab in experiments/19-blind/ (small runs), beside a copy of the baseline;
-    read-only (a test that reveals it works on a copy)."""
-    exp = tmp_path_factory.mktemp("blind") / "experiments"
-    shutil.copytree(small_baseline, exp / "18-baseline")
-    sets = [kv for kv in small_args() if kv != "--set"]
-    blind.make_lab("spike", exp / "19-blind", sets)
-    yield from read_only(exp)
+@pytest.fixture()
+def blind_lab(small_blind_lab):
+    """conftest.small_blind_lab: a sealed, shuffled spike lab in 19-blind/ beside the baseline (read-only)."""
+    return small_blind_lab
 
 
 @pytest.fixture()
@@ -477,3 +472,56 @@ def test_remediate_reruns_from_before_the_anomaly(lab, fault, remedy):
     for m in (rep["measured_before"], rep["measured_after"]):
         assert m["baseline"] == "18-baseline" and isinstance(m["mean_loss_diff_after_K"], float)
     assert "mean loss diff" in rep["summary"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Traces: an interrupted reveal, a reveal or a spoil before the seal
+# ---------------------------------------------------------------------------------------------------
+
+
+def _fill_with_the_reference(workdir, name):
+    learner.init_learner(name, workdir / "learners")
+    d = workdir / "learners" / name / "phase-19"
+    _, refs = learner.read_reference(learner.LABS["spike"])
+    runs = {f: f"19-injection-{letter}" for f, letter in learner.LAB_LETTERS.items()}
+    write_sections(d / "spike-diagnoses.md", _reference_sections(refs, runs))
+    return d
+
+
+def test_an_interrupted_reveal_has_logged_itself_before_it_unsealed_anything(lab, workdir, monkeypatch):
+    from minitrain.lab.learner import revealing
+
+    d = _fill_with_the_reference(workdir, "ana")
+    exp = ["--experiments", str(lab)]
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(revealing, "open_lab", interrupted)  # Ctrl-C at the first step that unseals
+    proc = run_cli("reveal", "ana", *exp, cwd=workdir)
+    assert proc.returncode == 130 and "run the same command again" in proc.stderr and "--resume" not in proc.stderr
+    assert len(learner.read_history(d)[0]) == 1 and not (lab / "REVEALED.json").exists()
+    monkeypatch.undo()
+    # deleting the seal and re-sealing edited diagnoses is seen: the history was written first
+    (d / "spike-diagnoses.seal.json").unlink()
+    (d / "spike-diagnoses.md").write_text((d / "spike-diagnoses.md").read_text().replace("§7.A", "§7.A "))
+    assert run_cli("reveal", "ana", *exp, cwd=workdir).returncode == 0
+    assert "RE-SEALED AFTER A REVEAL" in run_cli("grade", "ana", *exp, cwd=workdir).stdout
+
+
+def test_the_lab_folder_keeps_the_traces_a_learner_cannot_delete(lab, workdir):
+    d = _fill_with_the_reference(workdir, "bo")
+    exp = ["--experiments", str(lab)]
+    assert run_cli("diagnose", str(lab / "19-injection-A"), "--spoil", cwd=workdir).returncode == 0
+    assert run_cli("reveal", "bo", *exp, cwd=workdir).returncode == 0
+    proc = run_cli("grade", "bo", *exp, cwd=workdir)
+    assert "SPOILED BEFORE THE SEAL: 'diagnose' showed the answer for 19-injection-A" in proc.stdout
+    # the learner deletes their seal, history and reveal, edits, and reveals again: REVEALED.json remains
+    (lab / "SPOILED.jsonl").unlink()
+    for name in ("spike-diagnoses.seal.json", "reveal-history.jsonl", "reveal-spike.md"):
+        (d / name).unlink()
+    assert run_cli("reveal", "bo", *exp, cwd=workdir).returncode == 0
+    proc = run_cli("grade", "bo", *exp, cwd=workdir)
+    assert "3/3 correct" in proc.stdout and "REVEALED BEFORE THE SEAL" in proc.stdout and "by bo" in proc.stdout
+    proc = run_cli("check", "bo", *exp, cwd=workdir)
+    assert "[FAIL] spike-diagnoses.md sealed before the reveal" in proc.stdout and "REVEALED BEFORE" in proc.stdout
