@@ -426,10 +426,10 @@ def test_postmortem_fills_the_template_and_never_overwrites(lab):
     out.unlink(missing_ok=True)
     # it names the walker's leaf: refused on a sealed run, as diagnose is; --spoil is logged in the lab folder
     assert_one_line_error(run_cli("postmortem", str(run)), "not revealed yet", "--spoil")
-    assert not out.exists() and not (lab / "SPOILED.jsonl").exists()
+    assert not out.exists() and not (lab / "SPOILED.json").exists()
     proc = run_cli("postmortem", str(run), "--spoil")
     assert proc.returncode == 0, proc.stderr
-    spoiled = [json.loads(x) for x in (lab / "SPOILED.jsonl").read_text().splitlines()]
+    spoiled = json.loads((lab / "SPOILED.json").read_text())["spoils"]
     assert [(x["run"], x["command"]) for x in spoiled] == [("19-injection-B", "postmortem")]
     (lab / "REVEALED.json").write_text('{"revealed_at": "2000-01-01T00:00:00.000000Z", "revealed_by": "t"}')
     text = out.read_text()
@@ -517,7 +517,7 @@ def test_the_lab_folder_keeps_the_traces_a_learner_cannot_delete(lab, workdir):
     proc = run_cli("grade", "bo", *exp, cwd=workdir)
     assert "SPOILED BEFORE THE SEAL: 'diagnose' showed the answer for 19-injection-A" in proc.stdout
     # the learner deletes their seal, history and reveal, edits, and reveals again: REVEALED.json remains
-    (lab / "SPOILED.jsonl").unlink()
+    (lab / "SPOILED.json").unlink()
     for name in ("spike-diagnoses.seal.json", "reveal-history.jsonl", "reveal-spike.md"):
         (d / name).unlink()
     assert run_cli("reveal", "bo", *exp, cwd=workdir).returncode == 0

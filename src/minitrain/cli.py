@@ -57,7 +57,7 @@ class Command:
 SPOIL = Arg("--spoil", action="store_true",
             help="run it on a run of a learner lab that is not revealed yet (19-injection-A/B/C, 19-blind/NN, "
                  "19-break-it/NN): without it such a run is refused so the answer is not given away; with it the "
-                 "spoil is logged in the lab folder's SPOILED.jsonl and grade and check show it")
+                 "spoil is logged in the lab folder's SPOILED.json and grade and check show it")
 NO_PROGRESS = Arg("--no-progress", action="store_true", help="no progress bar (e.g. when the output is a log file)")
 INJECTIONS_HELP = ("none (no fault), one of the lab's scale | bad_batch | v_corrupt, or another injection "
                    "'minitrain config' lists")
@@ -432,7 +432,7 @@ DASHBOARD = Command(
     "stability-check.md cites them, sharing the step axis (drag or wheel to zoom, shift+drag to pan), a tooltip "
     "with the values at the cursor, legend entries that hide/show a series, a smoothing slider, PNG/CSV export per "
     "panel, the runs on the page chosen in the page, the health summary, every question of the stability check "
-    "measured on the run (behind a reveal button while a lab run is sealed) and the manifest. An injection run is "
+    "measured on the run (none of it while a lab run is sealed: the reveal writes it in) and the manifest. An injection run is "
     "overlaid with its baseline when one exists. Also written at the end of every run.",
     (Arg("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-B"),
      Arg("--baseline", metavar="RUN", help="overlay this run and plot the difference (default: the clean run "
@@ -621,9 +621,11 @@ def cmd_grade(args) -> int:
 
 
 GRADE = Command(
-    "grade", "score NAME's sealed diagnoses out of 3, explaining each miss",
-    "Score the sealed diagnoses: correct when the node is on the reference's documented path to the correct leaf "
-    "and the cause matches (see docs/learner.md). Flags a diagnoses file edited after the seal.",
+    "grade", "score NAME's sealed diagnoses out of 3, explaining each point",
+    "Score the sealed diagnoses: correct when the node is on the reference's documented path to the correct leaf, "
+    "the diagnosis names the run's failure mode and no other cause, and the remediation a fix registered for it "
+    "and nothing harmful (see docs/learner.md); ambiguous answers are counted apart for a teacher's review. Flags "
+    "a diagnoses file edited after the seal, a seal made after a reveal, and answers seen with --spoil before it.",
     (LEARNER_NAME, *LEARNER_LAB),
     cmd_grade)
 

@@ -9,7 +9,7 @@ reveal NAME [--lab blind|break-it]` writes it. Until then the lab's runs are sea
 verdict and none of the stability check's answers (they are written into the pages by the reveal), no
 signature.json or lab-report.md is written, the index says "sealed", and every command that could name a
 leaf, a cause, a path or a signature of them (diagnose, postmortem, signature, report, export's diagnosis
-text) refuses unless --spoil, which is logged in the lab folder's SPOILED.jsonl (grade and check show it).
+text) refuses unless --spoil, which is logged in the lab folder's SPOILED.json (grade and check show it).
 Every other run (a baseline, a remediation, your own runs) is open.
 
 `refresh` rewrites the index (and given pages): every command that writes a run calls it at its end.
@@ -17,7 +17,6 @@ Every other run (a baseline, a remediation, your own runs) is open.
 from __future__ import annotations
 
 import datetime
-import json
 import re
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from minitrain.views import dashboard
 
 SEALED = "SEALED.json"  # a blind lab's folder: the published hash of its sealed mapping
 REVEALED = "REVEALED.json"  # a lab's folder, once revealed
-SPOILED = "SPOILED.jsonl"  # a lab's folder: one line per answer shown with --spoil before the reveal
+SPOILED = "SPOILED.json"  # a lab's folder: every answer shown with --spoil before the reveal
 BLIND_RUN_IDS = ("01", "02", "03")  # a blind lab's run folders
 SPIKE_RUN = re.compile(r"^19-injection-[ABC](?:-k\d+)?(?:-seed\d+)?$")
 
@@ -56,7 +55,7 @@ def is_sealed(run: Path) -> bool:
 
 def gate(run: Path, command: str, spoil: bool) -> None:
     """The one rule for a command that could name a sealed run's leaf, cause, path or signature: refuse it, or
-    with --spoil log it (SPOILED.jsonl in the lab folder, read by grade and check) and let it go on."""
+    with --spoil log it (SPOILED.json in the lab folder, read by grade and check) and let it go on."""
     run = Path(run)
     if not is_sealed(run):
         return
@@ -69,27 +68,20 @@ def gate(run: Path, command: str, spoil: bool) -> None:
 
 
 def log_spoil(run: Path, command: str) -> None:
-    """Add one line to the lab folder's SPOILED.jsonl (the file rewritten whole, atomically)."""
+    """Add one entry to the lab folder's SPOILED.json (rewritten whole, atomically)."""
     path = lab_folder(run) / SPOILED
-    old = path.read_text() if path.exists() else ""
-    line = json.dumps({"run": Path(run).name, "command": command, "at": utc_now()}, sort_keys=True)
-    files.atomic_write_text(path, old + ("" if not old or old.endswith("\n") else "\n") + line + "\n")
+    entries = spoils(lab_folder(run))
+    entries.append({"run": Path(run).name, "command": command, "at": utc_now()})
+    files.atomic_write_json(path, {"spoils": entries})
 
 
 def spoils(folder: Path) -> list[dict]:
-    """The answers shown with --spoil in a lab folder before its reveal (damaged lines are reported as such)."""
-    path = Path(folder) / SPOILED
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_bytes().splitlines():
-        try:
-            entry = reader.loads_json(line) if line.strip() else None
-        except (ValueError, UnicodeDecodeError):
-            entry = {"run": "?", "command": "a damaged line", "at": ""}
-        if isinstance(entry, dict):
-            out.append(entry)
-    return out
+    """The answers shown with --spoil in a lab folder before its reveal (a damaged file reads as one entry)."""
+    data, unreadable = reader.read_optional_json(Path(folder) / SPOILED)
+    if unreadable:
+        return [{"run": "?", "command": f"a damaged {SPOILED} ({unreadable})", "at": ""}]
+    entries = (data or {}).get("spoils")
+    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
 
 def revealed(folder: Path) -> dict | None:

@@ -9,7 +9,7 @@ solutions against. Each line carries the sha256 of the line before it, so an edi
 middle breaks the chain. Grade and check report the history and flag a seal made after a reveal (delete the
 seal, edit the diagnoses, reveal again). The honest limit (docs/reliability.md): these are local files; a
 learner who deletes or rewrites the whole history (and reveal-LAB.md, which each reveal writes) still leaves the
-lab folder's REVEALED.json and SPOILED.jsonl, which grade and check read too (lab_traces); deleting those as
+lab folder's REVEALED.json and SPOILED.json, which grade and check read too (lab_traces); deleting those as
 well leaves no trace minitrain can see. Only a copy kept elsewhere (an instructor's) can stop that.
 """
 from __future__ import annotations
@@ -119,7 +119,7 @@ def log_reveal(d: Path, lab: Lab, seal: dict, new_seal: bool) -> None:
 
 def lab_traces(lab: Lab, experiments: Path, name: str, seal: dict, mine: list[dict]) -> list[str]:
     """What the lab folder itself says happened before this seal: its reveal (REVEALED.json, whoever made it)
-    and every answer shown with --spoil (SPOILED.jsonl). A learner who deletes their own seal and history
+    and every answer shown with --spoil (SPOILED.json). A learner who deletes their own seal and history
     leaves these behind."""
     folder = Path(experiments) if lab.key == "spike" else Path(experiments) / lab.runs[0].split("/")[0]
     flags = []
