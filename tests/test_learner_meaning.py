@@ -37,28 +37,26 @@ def test_the_grader_agrees_with_the_teacher(split):
     assert agree >= 0.95 and not false_credit, (agree, false_credit)
 
 
-@pytest.mark.parametrize("text,cause,verdict,why", [
-    ("It was not the learning rate: the gradients were multiplied by 50.", "gradient_explosion", "credit", "and no other cause"),
-    ("no es un lote malo sino una explosión del gradiente", "gradient_explosion", "credit", "an exploding gradient"),
-    ("It was not a gradient explosion.", "gradient_explosion", "no", "rules out an exploding gradient"),
-    ("a bad batch or a corrupted optimizer state", "bad_batch", "no", "hedges between"),
-    ("The gradients were multiplied by 50, which inflated Adam's v.", "gradient_explosion", "review", "a teacher decides"),
-    ("gradient, explosion", "gradient_explosion", "no", "a list of words"),
-    ("the gradient norm spiked at step 500", "gradient_explosion", "review", "names only a symptom"),
+@pytest.mark.parametrize("part,text,cause,verdict,why", [
+    ("diagnosis", "It was not the learning rate: the gradients were multiplied by 50.", "gradient_explosion", "credit",
+     "and no other cause"),
+    ("diagnosis", "no es un lote malo sino una explosión del gradiente", "gradient_explosion", "credit",
+     "an exploding gradient"),
+    ("diagnosis", "It was not a gradient explosion.", "gradient_explosion", "no", "rules out an exploding gradient"),
+    ("diagnosis", "a bad batch or a corrupted optimizer state", "bad_batch", "no", "hedges between"),
+    ("diagnosis", "The gradients were multiplied by 50, which inflated Adam's v.", "gradient_explosion", "review",
+     "a teacher decides"),
+    ("diagnosis", "gradient, explosion", "gradient_explosion", "no", "a list of words"),
+    ("diagnosis", "the gradient norm spiked at step 500", "gradient_explosion", "review", "names only a symptom"),
+    ("remediation", "Keep clipping on and never turn it off.", "gradient_explosion", "credit",
+     "a fix registered for gradient_explosion"),
+    ("remediation", "Do not turn clipping off.", "gradient_explosion", "credit", "keeping (adaptive) gradient clipping"),
+    ("remediation", "Turn clipping off.", "gradient_explosion", "no", "turning gradient clipping off"),
+    ("remediation", "Skip the batch and raise the learning rate.", "bad_batch", "no", "raising the learning rate"),
+    ("remediation", "Skip that batch.", "optimizer_state_corruption", "no", "a fix for another cause"),
+    ("remediation", "Maybe reload the checkpoint.", "optimizer_state_corruption", "review", "with a hedge"),
 ])
-def test_a_diagnosis_is_read_for_what_it_says(text, cause, verdict, why):
-    got = learner.judge_diagnosis(text, cause)
-    assert got.verdict == verdict and why in got.why, got
-
-
-@pytest.mark.parametrize("text,cause,verdict,why", [
-    ("Keep clipping on and never turn it off.", "gradient_explosion", "credit", "a fix registered for gradient_explosion"),
-    ("Do not turn clipping off.", "gradient_explosion", "credit", "keeping (adaptive) gradient clipping"),
-    ("Turn clipping off.", "gradient_explosion", "no", "turning gradient clipping off"),
-    ("Skip the batch and raise the learning rate.", "bad_batch", "no", "raising the learning rate"),
-    ("Skip that batch.", "optimizer_state_corruption", "no", "a fix for another cause"),
-    ("Maybe reload the checkpoint.", "optimizer_state_corruption", "review", "with a hedge"),
-])
-def test_a_remediation_is_read_for_what_it_proposes(text, cause, verdict, why):
-    got = learner.judge_remediation(text, cause)
+def test_each_part_is_read_for_what_it_says(part, text, cause, verdict, why):
+    judge = learner.judge_diagnosis if part == "diagnosis" else learner.judge_remediation
+    got = judge(text, cause)
     assert got.verdict == verdict and why in got.why, got
