@@ -54,6 +54,10 @@ class Command:
 
 
 # Arguments several commands share.
+SPOIL = Arg("--spoil", action="store_true",
+            help="run it on a run of a learner lab that is not revealed yet (19-injection-A/B/C, 19-blind/NN, "
+                 "19-break-it/NN): without it such a run is refused so the answer is not given away; with it the "
+                 "spoil is logged in the lab folder's SPOILED.json and grade and check show it")
 NO_PROGRESS = Arg("--no-progress", action="store_true", help="no progress bar (e.g. when the output is a log file)")
 INJECTIONS_HELP = ("none (no fault), one of the lab's scale | bad_batch | v_corrupt, or another injection "
                    "'minitrain config' lists")
@@ -211,14 +215,22 @@ def cmd_lab(args) -> int:
     for line in run_lab(experiments, args.seed, args.injection_step, jobs=args.jobs, sets=args.set,
                         force=args.force, main=main):  # each run forked from this process (lab/parallel.py)
         print(line)
-    if not args.no_report:
+    runs = [reader.lab_run_name(i, args.seed, args.injection_step) for i in ("none", *LAB_INJECTIONS)]
+    sealed = [r for r in runs if spoilers.is_sealed(experiments / r)]
+    if not args.no_report and not sealed:  # expected vs observed names the signatures: only once revealed
         try:
             print(signature.report(experiments))
             print(f"written to {experiments / 'lab-report.md'}", file=sys.stderr)
         except UserError as e:  # e.g. a run that diverged before K: the runs and their exit code stand
             print(f"minitrain: no lab report: {e}", file=sys.stderr)
-    print(f"wrote {spoilers.refresh(experiments)}", file=sys.stderr)  # the index once every run is in
-    runs = [reader.lab_run_name(i, args.seed, args.injection_step) for i in ("none", *LAB_INJECTIONS)]
+    index = spoilers.refresh(experiments)  # the index once every run is in
+    print(f"\nthe runs: {', '.join(str(experiments / r) for r in runs)}; their pages: RUN/dashboard.html; "
+          f"all of them: {index}")
+    if sealed:
+        print("next: open each injection run's dashboard.html, walk stability-check.md from §1 to the first leaf "
+              "that matches, write your diagnoses (minitrain learner init NAME, then "
+              "learners/NAME/phase-19/spike-diagnoses.md), then 'minitrain reveal NAME': it seals them and shows "
+              "the answers and the expected-vs-observed report")
     return exit_code(*(Path(args.experiments) / r for r in runs))  # EXIT_NON_FINITE if one diverged
 
 
@@ -226,8 +238,9 @@ LAB = Command(
     "lab", "the lab's four runs: baseline + injections A, B, C forked at K, in parallel",
     "Train EXPERIMENTS/18-baseline and, from its checkpoint at K, the three injection runs "
     "19-injection-{A,B,C}, one process per core, with one progress line per run. Up-to-date runs are left "
-    "alone. The same bytes as running 'minitrain lab-run' four times in a row. Then writes and prints the "
-    "expected-vs-observed report (lab-report.md) and writes index.html.",
+    "alone. The same bytes as running 'minitrain lab-run' four times in a row. Then writes index.html and says "
+    "where the runs are and what to do next; the expected-vs-observed report (lab-report.md) is printed here only "
+    "once the lab is revealed ('minitrain reveal NAME' shows it).",
     (Arg("--seed", type=int, default=LAB_SEED,
          help=f"seed for init and batch order of all four runs (default {LAB_SEED})"),
      Arg("--injection-step", dest="injection_step", type=int, default=LAB_K, metavar="K",
@@ -237,7 +250,8 @@ LAB = Command(
      Arg("--set", action="append", metavar="KEY=VALUE", help="override a config field of every run, repeatable"),
      Arg("--force", action="store_true", help="re-run even the runs that are up to date"),
      Arg("--no-report", action="store_true",
-         help="do not write and print EXPERIMENTS/lab-report.md (as 'minitrain report' does) at the end")),
+         help="do not write and print EXPERIMENTS/lab-report.md at the end (it is never written before the "
+              "reveal)")),
     cmd_lab)
 
 
@@ -317,6 +331,9 @@ def cmd_signature(args) -> int:
     from minitrain.analysis import signature
     from minitrain.run.files import strict_json
 
+    from minitrain.lab import spoilers
+
+    spoilers.gate(Path(args.run), "signature", args.spoil)
     sig = signature.write(Path(args.run), Path(args.baseline) if args.baseline else None)
     print(strict_json(sig, indent=2))
     return 0
@@ -329,13 +346,17 @@ SIGNATURE = Command(
     "config and no injection, unless --baseline names one.",
     (Arg("run", metavar="RUN", help="an injection run folder, e.g. experiments/19-injection-A"),
      Arg("--baseline", metavar="RUN", help="the run without the injection to measure against (default: found "
-                                           "beside RUN)")),
+                                           "beside RUN)"),
+     SPOIL),
     cmd_signature)
 
 
 def cmd_report(args) -> int:
     from minitrain.analysis import signature
+    from minitrain.lab import spoilers
 
+    for run in sorted(Path(args.experiments).glob("19-injection-*")):
+        spoilers.gate(run, "report", args.spoil)
     print(signature.report(Path(args.experiments)))
     print(f"written to {Path(args.experiments) / 'lab-report.md'}", file=sys.stderr)
     return 0
@@ -346,7 +367,8 @@ REPORT = Command(
     "Write EXPERIMENTS/lab-report.md (and each run's signature.json): measured values per injection next to the "
     "lab text's predictions.",
     (Arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
-         help="folder holding 18-baseline and 19-injection-* (default experiments)"),),
+         help="folder holding 18-baseline and 19-injection-* (default experiments)"),
+     SPOIL),
     cmd_report)
 
 
@@ -411,7 +433,7 @@ DASHBOARD = Command(
     "stability-check.md cites them, sharing the step axis (drag or wheel to zoom, shift+drag to pan), a tooltip "
     "with the values at the cursor, legend entries that hide/show a series, a smoothing slider, PNG/CSV export per "
     "panel, the runs on the page chosen in the page, the health summary, every question of the stability check "
-    "measured on the run (behind a reveal button while a lab run is sealed) and the manifest. An injection run is "
+    "measured on the run (none of it while a lab run is sealed: the reveal writes it in) and the manifest. An injection run is "
     "overlaid with its baseline when one exists. Also written at the end of every run.",
     (Arg("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-B"),
      Arg("--baseline", metavar="RUN", help="overlay this run and plot the difference (default: the clean run "
@@ -424,8 +446,10 @@ DASHBOARD = Command(
 
 
 def cmd_export(args) -> int:
+    from minitrain.lab import spoilers
     from minitrain.views.tensorboard import export_tensorboard
 
+    spoilers.gate(Path(args.run), "export", args.spoil)
     res = export_tensorboard(Path(args.run), Path(args.tensorboard), force=args.force)
     print(f"wrote {res['dir']}: {res['steps']} steps, {res['scalar_tags']} scalar tags, {res['texts']} text events; "
           f"view it with: tensorboard --logdir {args.tensorboard}")
@@ -440,7 +464,8 @@ EXPORT = Command(
     "it beside your other runs.",
     (Arg("run", metavar="RUN", help="run folder (minitrain train, a lab run or a probe run)"),
      Arg("--tensorboard", required=True, metavar="DIR", help="TensorBoard log folder to write into"),
-     Arg("--force", action="store_true", help="replace this run's events already in DIR")),
+     Arg("--force", action="store_true", help="replace this run's events already in DIR"),
+     SPOIL),
     cmd_export)
 
 
@@ -472,10 +497,7 @@ def cmd_diagnose(args) -> int:
     from minitrain.run.files import strict_json
 
     run = Path(args.run)
-    if spoilers.is_sealed(run) and not args.spoil:
-        raise UserError(f"{run} is a run of the {spoilers.lab_of(run)} lab, which is not revealed yet: walk "
-                        "stability-check.md on its dashboard first and reveal ('minitrain reveal NAME'), or pass "
-                        "--spoil to see the walker's answer now")
+    spoilers.gate(run, "diagnose", args.spoil)
     _say_if_live(run)
     result = stability.diagnose_run(run, Path(args.baseline) if args.baseline else None)
     if args.write:
@@ -498,9 +520,7 @@ DIAGNOSE = Command(
      Arg("--baseline", metavar="RUN", help="also report difference curves against this run"),
      Arg("--json", action="store_true", help="print one JSON object instead of the report"),
      Arg("--write", action="store_true", help="also write RUN/diagnosis.json (the dashboard shows it)"),
-     Arg("--spoil", action="store_true",
-         help="walk a run of a learner lab that is not revealed yet (19-injection-A/B/C, 19-blind/NN, "
-              "19-break-it/NN): without it, such a run is refused so the answer is not given away")),
+     SPOIL),
     cmd_diagnose)
 
 
@@ -611,9 +631,11 @@ def cmd_grade(args) -> int:
 
 
 GRADE = Command(
-    "grade", "score NAME's sealed diagnoses out of 3, explaining each miss",
-    "Score the sealed diagnoses: correct when the node is on the reference's documented path to the correct leaf "
-    "and the cause matches (see docs/learner.md). Flags a diagnoses file edited after the seal.",
+    "grade", "score NAME's sealed diagnoses out of 3, explaining each point",
+    "Score the sealed diagnoses: correct when the node is on the reference's documented path to the correct leaf, "
+    "the diagnosis names the run's failure mode and no other cause, and the remediation a fix registered for it "
+    "and nothing harmful (see docs/learner.md); ambiguous answers are counted apart for a teacher's review. Flags "
+    "a diagnoses file edited after the seal, a seal made after a reveal, and answers seen with --spoil before it.",
     (LEARNER_NAME, *LEARNER_LAB),
     cmd_grade)
 
@@ -645,7 +667,7 @@ def cmd_postmortem(args) -> int:
 
     out = write_postmortem(Path(args.run), Path(args.baseline) if args.baseline else None,
                            Path(args.out) if args.out else None, force=args.force,
-                           experiments=Path(args.experiments))
+                           experiments=Path(args.experiments), spoil=args.spoil)
     print(f"wrote {out}: edit it, it is yours (re-running needs --force and overwrites it)")
     return 0
 
@@ -661,7 +683,8 @@ POSTMORTEM = Command(
      Arg("--out", metavar="FILE", help="where to write it (default RUN/postmortem.md)"),
      Arg("--experiments", default="experiments", metavar="DIR",
          help="also look for the baseline here (default experiments)"),
-     Arg("--force", action="store_true", help="overwrite an existing post-mortem (your edits in it are lost)")),
+     Arg("--force", action="store_true", help="overwrite an existing post-mortem (your edits in it are lost)"),
+     SPOIL),
     cmd_postmortem)
 
 
@@ -831,10 +854,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"minitrain: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt as e:
-        lab = (argv or sys.argv[1:])[:1] in (["lab"], ["lab-run"])
-        print("minitrain: interrupted; " + (getattr(e, "hint", None) or (
-            "run the same command again: finished runs are kept, the others continue from their last checkpoint"
-            if lab else "resume with 'minitrain train --resume DIR'")), file=sys.stderr)
+        command = (argv or sys.argv[1:])[:1]
+        if getattr(e, "hint", None):  # the interrupted command knows what to run (core.errors.Interrupted)
+            say = e.hint
+        elif command in (["lab"], ["lab-run"]):
+            say = "run the same command again: finished runs are kept, the others continue from their last checkpoint"
+        elif command == ["train"]:
+            say = "resume with 'minitrain train --resume DIR'"
+        else:  # every file is written whole or not at all (run/files.py): nothing half-written is left
+            say = "run the same command again"
+        print(f"minitrain: interrupted; {say}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0

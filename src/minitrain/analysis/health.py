@@ -159,5 +159,9 @@ def summary(ev: Evidence | None, cfg: dict, results: dict, verdict: dict | None,
     out = [_verdict(ev, verdict, sealed)]
     if ev is None:
         return out
-    out += _start(ev) + _gradients(ev, cfg) + [_nonfinite(ev)] + _validation(ev, results) + _lr(ev, cfg)
+    def tree(items: list[dict]) -> list[dict]:  # their marks and details are the tree's answers (§1, §2, §3.1)
+        return [{**it, "verdict": "info", "detail": "the tree's answer is shown after the reveal"}
+                for it in items] if sealed else items
+
+    out += tree(_start(ev)) + _gradients(ev, cfg) + tree([_nonfinite(ev)]) + _validation(ev, results) + tree(_lr(ev, cfg))
     return out + [_spikes(spikes)] + _verb_classes(ev)

@@ -143,8 +143,8 @@ def make_lab(lab: str, folder: Path, base_overrides: list[str], randomize: bool 
                             "pass the same settings, or --force to draw and run a new lab")
         mapping = open_mapping(folder)
     else:
-        if folder.exists() and any(p.name not in (".sealed", spoilers.SEALED, spoilers.REVEALED, *RUN_IDS)
-                                  for p in folder.iterdir()):
+        lab_files = (".sealed", spoilers.SEALED, spoilers.REVEALED, spoilers.SPOILED, *RUN_IDS)
+        if folder.exists() and any(p.name not in lab_files for p in folder.iterdir()):
             raise UserError(f"{folder} already holds other files; choose another --experiments folder")
         mapping = draw_mapping(lab, randomize, base.steps)
         salt = secrets.token_hex(16)

@@ -94,6 +94,7 @@ def refresh_tails(baseline: Path, tails: list[Path]) -> None:
     """A tail that ended before the baseline did compared itself with a partial baseline: write its
     signature (expected vs observed) and its page (baseline overlay) again against the finished one."""
     from minitrain.analysis import signature
+    from minitrain.lab import spoilers
     from minitrain.lab.runs import write_pages
 
     done = baseline / reader.RESULTS
@@ -103,7 +104,11 @@ def refresh_tails(baseline: Path, tails: list[Path]) -> None:
         sig = tail / "signature.json"
         if not (tail / reader.RESULTS).exists():
             continue
-        if not sig.exists() or sig.stat().st_mtime < done.stat().st_mtime:
+        if spoilers.is_sealed(tail):  # no signature before the reveal; the page against the finished baseline
+            page = tail / "dashboard.html"
+            if not page.exists() or page.stat().st_mtime < done.stat().st_mtime:
+                write_pages(tail)
+        elif not sig.exists() or sig.stat().st_mtime < done.stat().st_mtime:
             try:
                 signature.write(tail)
             except UserError:  # e.g. a run that diverged before K: it has no signature, as when run alone

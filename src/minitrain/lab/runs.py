@@ -118,7 +118,8 @@ def interrupted(out: Path, cfg: TrainConfig) -> bool:
 def lab_run(cfg: TrainConfig, experiments: Path, force: bool = False, index: bool = True) -> tuple[Path, str]:
     """One run of the lab into experiments/<lab name>; a finished run of the same config is left alone, an
     interrupted one of the same config is resumed.
-    Returns (folder, summary line). An injection run also gets its signature.json (expected vs observed).
+    Returns (folder, summary line). An injection run also gets its signature.json (expected vs observed), once
+    it is not sealed (a learner lab's run gets it at the reveal).
     `index=False`: leave experiments/index.html to the caller (`minitrain lab` writes it once at the end)."""
     from minitrain.analysis import signature
 
@@ -135,7 +136,7 @@ def lab_run(cfg: TrainConfig, experiments: Path, force: bool = False, index: boo
     else:
         res = train_run(cfg, out, index=index, force=force)
     line = summary_line(out.name, res)
-    if cfg.injection != "none":  # expected vs observed, when the baseline of the same seed is there
+    if cfg.injection != "none" and not spoilers.is_sealed(out):  # expected vs observed (a sealed run's: at the reveal)
         try:
             signature.write(out)
         except UserError as e:

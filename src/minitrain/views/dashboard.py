@@ -15,9 +15,9 @@ draws. Every string
 reaches the page through that JSON block (with <, > and & escaped, so `</script>` in a
 run name stays text) and is put on screen with textContent, never as HTML.
 
-Sealed runs (a blind run before its lab's reveal, or a lab run the caller says is sealed): the page does
-not show the walker's verdict, the tree's answers or diagnosis.json until the learner presses "reveal"
-in the page, and the runs table says "sealed".
+Sealed runs (a blind run before its lab's reveal, or a lab run the caller says is sealed): the page carries
+neither the walker's verdict nor the tree's answers nor diagnosis.json (the reveal writes the page again with
+them), and the runs table says "sealed".
 """
 from __future__ import annotations
 
@@ -198,7 +198,7 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
     """Everything the page shows, as one JSON-able dict. `compare`: further runs drawn beside this one and the
     baseline (e.g. the original run beside its remediation), each with its own colour and difference line.
     `sealed`: the run's diagnosis is not to be shown before the learner asks (the lab layer knows which runs
-    are; default: a blind run). The verdict and the tree's answers are then behind a "reveal" button."""
+    are; default: a blind run). The verdict and the tree's answers are then not in the payload at all."""
     r = reader.load_run(run)
     rows, cfg = r["rows"], _config(r)
     blind = bool(cfg.get("blind"))
