@@ -55,6 +55,10 @@ class Command:
 
 # Arguments several commands share.
 NO_PROGRESS = Arg("--no-progress", action="store_true", help="no progress bar (e.g. when the output is a log file)")
+RAY = Arg("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+          help="run on a Ray cluster (pip install 'minitrain[ray]'): at ADDRESS (auto, HOST:PORT, ray://HOST:PORT), "
+               "or without one on a local cluster started for this command; the experiments folder must be on a "
+               "filesystem every node shares (docs/scale.md)")
 INJECTIONS_HELP = ("none (no fault), one of the lab's scale | bad_batch | v_corrupt, or another injection "
                    "'minitrain config' lists")
 
@@ -208,7 +212,7 @@ def cmd_lab(args) -> int:
 
     experiments = Path(args.experiments)
     for line in run_lab(experiments, args.seed, args.injection_step, jobs=args.jobs, sets=args.set,
-                        force=args.force, main=main):  # each run forked from this process (lab/parallel.py)
+                        force=args.force, main=main, ray=args.ray):  # each run forked from this process (lab/parallel.py)
         print(line)
     if not args.no_report:
         try:
@@ -235,6 +239,7 @@ LAB = Command(
      Arg("--jobs", type=int, default=None, metavar="N", help="runs at a time (default: one per core)"),
      Arg("--set", action="append", metavar="KEY=VALUE", help="override a config field of every run, repeatable"),
      Arg("--force", action="store_true", help="re-run even the runs that are up to date"),
+     RAY,
      Arg("--no-report", action="store_true",
          help="do not write and print EXPERIMENTS/lab-report.md (as 'minitrain report' does) at the end")),
     cmd_lab)
@@ -353,7 +358,7 @@ def cmd_explore(args) -> int:
     from minitrain.lab import explore
 
     explore.run_explore(Path(args.experiments) / "explore", "quick" if args.quick else "default", args.jobs,
-                        args.set or [], Path(args.doc) if args.doc else None)
+                        args.set or [], Path(args.doc) if args.doc else None, ray=args.ray)
     return 0
 
 
@@ -372,7 +377,8 @@ EXPLORE = Command(
                                                              "CPU core)"),
      Arg("--set", action="append", metavar="KEY=VALUE",
          help="a config override for every run (e.g. seed=7); the grid's own fields are refused"),
-     Arg("--doc", metavar="PATH", help="also write the doc there (e.g. docs/regimes.md)")),
+     Arg("--doc", metavar="PATH", help="also write the doc there (e.g. docs/regimes.md)"),
+     RAY),
     cmd_explore)
 
 
