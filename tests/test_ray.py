@@ -1,4 +1,4 @@
-"""lab/ray_backend.py: on a local Ray cluster (two CPUs, started here, bound to 127.0.0.1) the lab's runs are
+"""lab/ray_backend.py: on a local Ray cluster (two CPUs, started here) the lab's runs are
 the same bytes as on local processes, forks wait for their donor's checkpoint, and a worker killed mid-run is
 retried and resumes from its checkpoint to the same bytes. Skipped only where Ray is not installed (the
 `ray` extra)."""

@@ -3,7 +3,8 @@
     RayCluster   one Ray task per job, one CPU each, `slots` at a time (default: the cluster's CPUs)
 
 Ray is an optional extra (`pip install 'minitrain[ray]'`). Without an address (or with `local`) this process
-starts a private cluster on this machine, bound to 127.0.0.1; with one (`auto`, HOST:PORT, ray://HOST:PORT)
+starts a private cluster on this machine, token-authenticated (Ray 2.60 listens on the machine's address,
+not on 127.0.0.1 alone: docs/scale.md); with one (`auto`, HOST:PORT, ray://HOST:PORT)
 it joins an existing cluster and ships this process's minitrain package to the workers.
 
 What travels is small: the job's function (by name) and its arguments, the driver's working folder and a
@@ -68,7 +69,7 @@ class RayCluster:
             if address == "local":  # same machine: the workers import this very package from where it is
                 env["PYTHONPATH"] = os.pathsep.join([str(package.parent), *filter(None, [os.environ.get("PYTHONPATH")])])
                 ray.init(address="local", num_cpus=jobs or os.cpu_count() or 1, include_dashboard=False,
-                         _node_ip_address="127.0.0.1", log_to_driver=False, runtime_env={"env_vars": env})
+                         log_to_driver=False, runtime_env={"env_vars": env})
             else:  # other machines: Ray uploads the package (a megabyte) once per session
                 try:
                     ray.init(address=address, log_to_driver=False,
