@@ -351,8 +351,8 @@ class Opened:
     """A page opened from file:// with every other request aborted and recorded, errors collected, every
     panel drawn (the page draws panels below the first screen as they come near it)."""
 
-    def __init__(self, browser, path: Path):
-        self.context = browser.new_context(viewport={"width": 1400, "height": 900}, accept_downloads=True)
+    def __init__(self, browser, path: Path, width: int = 1400):
+        self.context = browser.new_context(viewport={"width": width, "height": 900}, accept_downloads=True)
         self.page = self.context.new_page()
         self.network, self.errors, self.dialogs = [], [], []
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
@@ -582,3 +582,102 @@ def test_a_compared_run_is_drawn_and_can_be_hidden(lab, browser, tmp_path):
     view.check_clean()
 
 
+# ---------------------------------------------------------------------------------------------------
+# The cursor and the health line, with real mouse events
+# ---------------------------------------------------------------------------------------------------
+
+
+TIP_OUTSIDE_PANEL = """() => window.__dashboard.plots.filter(p => p.u).map(p => {
+    const t = p.u.over.querySelector('.tooltip');
+    if (!t || t.style.display === 'none') return null;
+    const a = t.getBoundingClientRect(), b = p.root.getBoundingClientRect();
+    return a.left >= b.left && a.right <= b.right && a.top >= b.top && a.bottom <= b.bottom ? null
+        : [p.spec.key, [a.left, a.top, a.right, a.bottom], [b.left, b.top, b.right, b.bottom]];
+}).filter(x => x)"""
+
+
+def test_every_tooltip_stays_inside_its_panel(lab, browser, tmp_path):
+    """Tall tooltips (every tensor picked, compared runs) near every edge: each box stays in its own panel."""
+    out = dashboard.write_dashboard(lab / "19-injection-C", baseline=lab / "18-baseline", out=tmp_path / "cmp.html",
+                                    compare=[lab / "19-injection-A", lab / "19-injection-B"])
+    view = Opened(browser, out)
+    page = view.page
+    page.set_viewport_size({"width": 1000, "height": 700})
+    for select in page.locator(".panel .ctl select").all():
+        select.select_option("*")  # every tensor: the tallest tooltips
+    tallest = 0
+    for key in ("ur", "act", "g-all"):  # a per-tensor panel, a left and a right one further down
+        for frac in (0.02, 0.5, 0.98):
+            view.hover(key, frac=frac)
+            tip = page.locator(f"#panel-{key} .tooltip")
+            assert tip.is_visible()
+            tallest = max(tallest, tip.bounding_box()["height"])
+            assert page.evaluate(TIP_OUTSIDE_PANEL) == [], (key, frac)
+    assert tallest > 150  # tall ones were tried
+    # every line is in the tooltip (in columns), or counted in its last line when even the columns do not fit
+    tip = page.locator("#panel-ur .tooltip")
+    more = tip.locator(".tmore")
+    hidden = int(re.match(r"\+ (\d+) more", more.inner_text()).group(1)) if more.count() else 0
+    shown = sum(view.plot("ur")["show"][1:])
+    assert tip.locator(".trow").count() + hidden == shown and shown >= 12
+    view.check_clean()
+
+
+def long_copy(lab: Path, dst: Path, steps: int = 1000, spike: int = 500) -> Path:
+    """The baseline stretched to `steps` steps (its rows 10..59 repeated, renumbered) with one loss spike:
+    more steps than the plot has pixels, so a pixel column holds several steps."""
+    run = copy_run(lab / "18-baseline", dst)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    out = []
+    for s in range(steps):
+        r = json.loads(json.dumps(rows[10 + s % 50]))
+        r["step"] = s
+        out.append(r)
+    out[spike]["grad_norm"] = 10 * max(r["grad_norm"] for r in rows)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out))
+    return run
+
+
+def test_the_cursor_never_skips_a_spike_inside_its_pixel_column(lab, browser, tmp_path):
+    run = long_copy(lab, tmp_path / "long")
+    spike = json.loads((run / "metrics.jsonl").read_text().splitlines()[500])["grad_norm"]
+    view = Opened(browser, dashboard.write_dashboard(run), width=700)  # ~570 px of plot for 1000 steps
+    page = view.page
+    per_px = page.evaluate("""() => { const u = window.__dashboard.plots.find(p => p.spec.key === 'grad').u;
+                                      return u.posToVal(1, 'x') - u.posToVal(0, 'x'); }""")
+    assert per_px > 1.5  # full zoom: more than one step per pixel column
+    tip = page.locator("#panel-grad .tooltip")
+    for offset in (-0.4, 0, 0.4):  # wherever the mouse lands on the spike's pixel, whichever step is nearest it
+        view.hover("grad", step=500 + offset * per_px)
+        assert tip.locator(".tstep").inner_text() == "step 500"
+        rows = dict((r.split(" ", 1)[1].strip(), float(r.split(" ", 1)[0])) for r in tip.locator(".trow").all_inner_texts())
+        assert rows["before clipping"] == pytest.approx(spike, rel=1e-5)
+        # the crosshair's dot is on the spike too
+        assert page.evaluate("() => window.__dashboard.plots.find(p => p.spec.key === 'grad').u.cursor.idxs[1]") == 500
+    # another panel, flat there, reads a step inside its own column
+    lr_step = int(page.locator("#panel-lr .tooltip .tstep").inner_text().split()[1])
+    assert abs(lr_step - 500) <= 2 * per_px
+    page.evaluate("() => window.__dashboard.zoomTo(480, 520)")  # zoomed in: the step under the cursor
+    view.hover("grad", step=510)
+    assert tip.locator(".tstep").inner_text() == "step 510"
+    view.check_clean()
+
+
+NO_CUT_TEXT = """() => Array.from(document.querySelectorAll('#health *, header.top *')).filter(e => {
+    const st = getComputedStyle(e);
+    return st.textOverflow === 'ellipsis' || ((st.overflowX === 'hidden' || st.overflowX === 'clip') && e.scrollWidth > e.clientWidth + 1);
+}).map(e => e.className + ': ' + e.textContent)"""
+
+
+def test_the_health_line_is_never_cut(lab, browser):
+    for name in ("19-injection-B", "19-blind/01"):
+        view = Opened(browser, lab / name / "dashboard.html", width=760)  # narrow: the longest lines wrap
+        assert view.page.evaluate(NO_CUT_TEXT) == [], name
+        health = view.page.locator("#health").inner_text()
+        for item in data_of(lab, name)["health"]:  # every word of every item is on the screen
+            assert item["value"] in health and (item.get("detail") or "") in health
+        view.check_clean()
+    blind = data_of(lab, "19-blind/01")["health"]
+    lr = next(h for h in blind if h["label"] == "learning rate")
+    assert "?" not in lr["value"] and "warmup withheld (blind run: panel 2 'Learning rate'" in lr["value"]
+    assert "warmup 100 steps" in next(h for h in data_of(lab, "18-baseline")["health"] if h["label"] == "learning rate")["value"]

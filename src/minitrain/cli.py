@@ -144,7 +144,8 @@ TRAIN = Command(
          help="override any config field, repeatable (e.g. --set injection_factor=0.01)"),
      Arg("--force", action="store_true", help="replace an existing run folder (only a minitrain run, never the "
                                               "current folder or one holding a git repository; refused while "
-                                              "another process writes it)"),
+                                              "another process writes it, or while it holds files minitrain "
+                                              "did not write)"),
      Arg("--resume", metavar="DIR", help="continue a stopped or killed run from its last checkpoint (verified by "
                                          "sha256); same bytes as an uninterrupted run"),
      Arg("--no-fork", action="store_true", help="recompute steps 0..K-1 even if a baseline can be forked"),
@@ -583,9 +584,18 @@ def cmd_reveal(args) -> int:
     text, path = reveal(args.name, _lab(args), Path(args.learners), Path(args.experiments), _solutions(args),
                         force=args.force)
     print(text, end="")
+    print_revealed_pages(args)
     print(f"(also written to {path}; next: 'minitrain grade {args.name}"
           + ("" if args.lab == "spike" else f" --lab {args.lab}") + "')")
     return 0
+
+
+def print_revealed_pages(args) -> None:
+    """The end of `reveal`: the paths of the pages it made visible, opened only where a browser can open."""
+    from minitrain.lab.browser import revealed_pages, show_pages
+
+    for line in show_pages(revealed_pages(Path(args.experiments), _lab(args).runs)):
+        print(line)
 
 
 REVEAL = Command(
@@ -707,6 +717,7 @@ def cmd_remediate(args) -> int:
     rep = remediate(Path(args.run), args.remedy, Path(args.baseline) if args.baseline else None, force=args.force)
     print(f"{rep['remediated']}: {rep['summary']}")
     print(f"verdict against {rep['baseline'] or 'no baseline'}: {rep['verdict']['line']}")
+    print(f"re-walk after the fix: {rep['fix']['line']}")
     print("dashboards: " + ", ".join(rep["dashboards"]))
     from minitrain.lab.runs import exit_code
 
@@ -718,7 +729,8 @@ REMEDIATE = Command(
     "Walk RUN with the stability check, re-run it from the last checkpoint before the anomaly with the leaf's "
     "registered remedy (skip_batch, restore_moments, zclip; config fixes re-run from step 0) into "
     "RUN-remediated, walk that again, and write one dashboard of the remediated run against the original and the "
-    "baseline. Numbers go to RUN-remediated/remediation.json.",
+    "baseline. Numbers go to RUN-remediated/remediation.json. The same command again continues an interrupted "
+    "remediation from its last checkpoint (or reuses one that has ended).",
     (Arg("run", metavar="RUN", help="the run to remediate, e.g. experiments/19-injection-A"),
      Arg("--remedy", metavar="NAME", help="override the leaf's remedy (skip_batch, restore_moments, zclip)"),
      Arg("--baseline", metavar="RUN", help="the clean run to measure both against (default: found beside RUN)"),
@@ -824,11 +836,11 @@ def main(argv: list[str] | None = None) -> int:
         if is_main_process():  # under torchrun every rank raises it; one line is enough
             print(f"minitrain: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         lab = (argv or sys.argv[1:])[:1] in (["lab"], ["lab-run"])
-        print("minitrain: interrupted; " + ("run the same command again: finished runs are kept, the others continue "
-                                            "from their last checkpoint" if lab else
-                                            "resume with 'minitrain train --resume DIR'"), file=sys.stderr)
+        print("minitrain: interrupted; " + (getattr(e, "hint", None) or (
+            "run the same command again: finished runs are kept, the others continue from their last checkpoint"
+            if lab else "resume with 'minitrain train --resume DIR'")), file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0

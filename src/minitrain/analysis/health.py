@@ -127,7 +127,10 @@ def _lr(ev: Evidence, cfg: dict) -> list[dict]:
     if len(lr) < 3:
         return []
     matched, why = tree_answer(ev, LR)
-    return [_item("learning rate", f"{lr.min():.3g} .. {lr.max():.3g}, warmup {cfg.get('warmup_steps', '?')} steps",
+    # a blind run's config withholds warmup_steps (a break-it lab may have changed it): say so, not "?"
+    warmup = f"warmup {cfg['warmup_steps']} steps" if cfg.get("warmup_steps") is not None \
+        else f"warmup withheld (blind run: {panels.cite('lr')} draws the schedule)"
+    return [_item("learning rate", f"{lr.min():.3g} .. {lr.max():.3g}, {warmup}",
                   "bad" if matched else "ok", why)]
 
 

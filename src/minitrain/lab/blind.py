@@ -127,8 +127,9 @@ def make_lab(lab: str, folder: Path, base_overrides: list[str], randomize: bool 
     base = build_config({}, list(base_overrides))  # validate before anything is written
     exists = public_path(folder).exists()
     if exists and force and only is None:
-        for run_id in RUN_IDS:  # none of the old runs may be live (refused before anything is deleted)
-            files.refuse_if_live(folder / run_id)
+        for run_id in RUN_IDS:  # none of the old runs may be live or hold a learner's files (refused before
+            files.refuse_if_live(folder / run_id)  # anything is deleted)
+            files.refuse_foreign_files(folder / run_id, "a new draw")
         for run_id in RUN_IDS:  # a fresh draw replaces every run of the old one
             files.remove_run_dir(folder / run_id)
         (folder / spoilers.REVEALED).unlink(missing_ok=True)

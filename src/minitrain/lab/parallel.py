@@ -26,9 +26,10 @@ from pathlib import Path
 
 from minitrain.core.errors import EXIT_NON_FINITE, UserError
 from minitrain.lab import runner
-from minitrain.run import reader
+from minitrain.run import files, reader
 
 LAB_INJECTIONS = ("scale", "bad_batch", "v_corrupt")  # A, B, C
+WARNING = "minitrain: warning:"  # how a run's command starts a warning line (lab/runs.py)
 
 
 def lab_configs(seed: int, k: int, sets: list[str] | None = None) -> list:
@@ -60,6 +61,10 @@ def run_lab(experiments: Path, seed: int, k: int, jobs: int | None = None, sets:
     if force:
         common.append("--force")
     baseline = reader.lab_run_name("none", seed, k)
+    names = [reader.lab_run_name(inj, seed, k) for inj in ("none", *LAB_INJECTIONS)]
+    if force:  # --force replaces only what minitrain wrote: refused before any run starts (files.RUN_FILES)
+        for name in names:
+            files.refuse_foreign_files(experiments / name)
 
     def job(injection: str) -> runner.Job:
         name = reader.lab_run_name(injection, seed, k)
@@ -82,6 +87,8 @@ def run_lab(experiments: Path, seed: int, k: int, jobs: int | None = None, sets:
 
     done = runner.run_jobs([job(inj) for inj in ("none", *LAB_INJECTIONS)], backend, on_start=on_start,
                            on_tick=Progress(out).update)
+    for line in (line for j in done for line in j.output if line.startswith(WARNING)):
+        out.write(line + "\n")  # a child's warning (a page not written, say) is the user's to read
     failed = [j for j in done if j.failed]
     if failed:
         raise UserError(f"{failed[0].name} failed: {failed[0].error()}")

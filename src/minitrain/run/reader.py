@@ -162,8 +162,20 @@ def read_config(run: Path) -> dict:
 
 
 def tokenizer_of(run: Path) -> tuple[dict | None, str | None]:
-    """A run's tokenizer.json as its JSON object (None when absent), and a note when it is unreadable."""
-    return read_optional_json(Path(run) / TOKENIZER)
+    """A run's tokenizer.json as its JSON object (None when absent), and None. A damaged file (truncated by a
+    full disk, not a tokenizers file) is a UserError: a reader that went on would assume a vocabulary size."""
+    path = Path(run) / TOKENIZER
+    try:
+        tok = loads_json(path.read_bytes())
+        why = None if isinstance(tok, dict) and isinstance(tok.get("model"), dict) else "not a tokenizers file"
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as e:
+        why = f"not JSON: {str(e).splitlines()[0][:80]}"
+    if why:
+        raise UserError(f"{path} is damaged ({why}); its vocabulary size cannot be read: restore the file, or "
+                        "re-make the run with --force (a resume rewrites it)")
+    return tok, None
 
 
 # --- is the run live? -----------------------------------------------------------------------------
@@ -189,7 +201,7 @@ def live_pid(run: Path) -> str | None:
     process, SIGKILL included, so this never reports a stale one)."""
     path = Path(run) / LOCK_NAME
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # a link is no lock of ours (files.lock_run refuses it)
     except OSError:
         return None
     try:

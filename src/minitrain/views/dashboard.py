@@ -183,9 +183,15 @@ def _remedy_items(run: Path) -> list[dict]:
     v = (rep or {}).get("verdict")
     if not isinstance(v, dict) or "line" not in v:
         return []
-    mark = {"better": "ok", "no better": "warn", "worse": "bad"}.get(v.get("verdict"), "info")
-    return [{"label": f"remedy {rep.get('remedy')} vs {rep.get('baseline')}", "value": str(v["line"]).split(":")[0],
-             "verdict": mark, "detail": str(v["line"])}]
+    mark = {"better": "ok", "no better": "info", "worse": "bad"}.get(v.get("verdict"), "info")
+    items = [{"label": f"remedy {rep.get('remedy')} vs {rep.get('baseline')}", "value": str(v["line"]).split(":")[0],
+              "verdict": mark, "detail": str(v["line"])}]
+    fix = rep.get("fix")
+    if isinstance(fix, dict) and "line" in fix:
+        mark = {"fixed": "ok", "undecided": "warn"}.get(fix.get("outcome"), "bad")
+        items.append({"label": "re-walk after the fix", "value": str(fix.get("outcome")), "verdict": mark,
+                      "detail": str(fix["line"])})
+    return items
 
 
 def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] = (), sealed: bool | None = None) -> dict:

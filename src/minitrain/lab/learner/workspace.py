@@ -56,7 +56,7 @@ def diagnoses_template(name: str, lab: Lab) -> str:
         "`minitrain grade` scores the sealed text.\n"
         "For each run: open its dashboard, walk stability-check.md from §1 to the first leaf that matches, and write\n"
         "- run: the run folder under experiments/ (leave it as it is)\n"
-        "- node: the id of the node where you stopped, as stability-check.md prints it (e.g. §4.2)\n"
+        "- node: the id of the node where you stopped, as stability-check.md prints it: a leaf, e.g. §8.A\n"
         f"- cause: optional; one of {causes} (if empty: the leaf's cause, else read from your diagnosis)\n"
         "- diagnosis: one sentence\n"
         "- remediation: one sentence\n"
