@@ -59,6 +59,10 @@ SPOIL = Arg("--spoil", action="store_true",
                  "19-break-it/NN): without it such a run is refused so the answer is not given away; with it the "
                  "spoil is logged in the lab folder's SPOILED.json and grade and check show it")
 NO_PROGRESS = Arg("--no-progress", action="store_true", help="no progress bar (e.g. when the output is a log file)")
+RAY = Arg("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+          help="run on a Ray cluster (pip install 'minitrain[ray]'): at ADDRESS (auto, HOST:PORT, ray://HOST:PORT), "
+               "or without one on a local cluster started for this command; the experiments folder must be on a "
+               "filesystem every node shares (docs/scale.md)")
 INJECTIONS_HELP = ("none (no fault), one of the lab's scale | bad_batch | v_corrupt, or another injection "
                    "'minitrain config' lists")
 
@@ -213,7 +217,7 @@ def cmd_lab(args) -> int:
 
     experiments = Path(args.experiments)
     for line in run_lab(experiments, args.seed, args.injection_step, jobs=args.jobs, sets=args.set,
-                        force=args.force, main=main):  # each run forked from this process (lab/parallel.py)
+                        force=args.force, main=main, ray=args.ray):  # each run forked from this process (lab/parallel.py)
         print(line)
     runs = [reader.lab_run_name(i, args.seed, args.injection_step) for i in ("none", *LAB_INJECTIONS)]
     sealed = [r for r in runs if spoilers.is_sealed(experiments / r)]
@@ -249,6 +253,7 @@ LAB = Command(
      Arg("--jobs", type=int, default=None, metavar="N", help="runs at a time (default: one per core)"),
      Arg("--set", action="append", metavar="KEY=VALUE", help="override a config field of every run, repeatable"),
      Arg("--force", action="store_true", help="re-run even the runs that are up to date"),
+     RAY,
      Arg("--no-report", action="store_true",
          help="do not write and print EXPERIMENTS/lab-report.md at the end (it is never written before the "
               "reveal)")),
@@ -376,7 +381,7 @@ def cmd_explore(args) -> int:
     from minitrain.lab import explore
 
     explore.run_explore(Path(args.experiments) / "explore", "quick" if args.quick else "default", args.jobs,
-                        args.set or [], Path(args.doc) if args.doc else None)
+                        args.set or [], Path(args.doc) if args.doc else None, ray=args.ray)
     return 0
 
 
@@ -395,7 +400,8 @@ EXPLORE = Command(
                                                              "CPU core)"),
      Arg("--set", action="append", metavar="KEY=VALUE",
          help="a config override for every run (e.g. seed=7); the grid's own fields are refused"),
-     Arg("--doc", metavar="PATH", help="also write the doc there (e.g. docs/regimes.md)")),
+     Arg("--doc", metavar="PATH", help="also write the doc there (e.g. docs/regimes.md)"),
+     RAY),
     cmd_explore)
 
 

@@ -545,11 +545,12 @@ def _disk_error(e: OSError, out: Path) -> files.UserError:
     return files.disk_error(e)
 
 
-def resume(out: Path, device: str | None = None) -> dict:
+def resume(out: Path, device: str | None = None, stop_at: int | None = None) -> dict:
     """Continue a stopped (or SIGKILLed) run from its last checkpoint; rows after it are dropped and redone,
     so the finished metrics file is byte-identical to an uninterrupted run, wherever it was killed (before
     its first checkpoint, between checkpoints, after its last one). `device` (cpu | cuda | auto) continues
-    it elsewhere; checkpoints are CPU tensors, and under torchrun any number of processes works."""
+    it elsewhere; checkpoints are CPU tensors, and under torchrun any number of processes works. `stop_at`: as
+    in train (a retried `minitrain explore` run ends where it was meant to)."""
     out = Path(out)
     if not (out / "config.yaml").exists():
         raise files.UserError(f"{out} is not a run folder (no config.yaml); train it first with --out {out}"
@@ -559,7 +560,7 @@ def resume(out: Path, device: str | None = None) -> dict:
     distributed.on_main(lambda: claimed.update(lock=files.lock_run(out)))  # refused while another process writes
     lock = claimed.get("lock")
     try:
-        return _resume_locked(out, device, lock)
+        return _resume_locked(out, device, lock, stop_at)
     except OSError as e:
         raise _disk_error(e, out) from None
     finally:
@@ -567,7 +568,7 @@ def resume(out: Path, device: str | None = None) -> dict:
             lock.release()
 
 
-def _resume_locked(out: Path, device: str | None, lock) -> dict:
+def _resume_locked(out: Path, device: str | None, lock, stop_at: int | None = None) -> dict:
     from minitrain.core.config import build_config
 
     manifest = reader.read_json(out / "manifest.json", "manifest") if (out / "manifest.json").exists() else {}
@@ -619,7 +620,7 @@ def _resume_locked(out: Path, device: str | None, lock) -> dict:
         _replay_injection_record(run, manifest)
     if not distributed.is_main():  # DDP: rank 0 alone writes (checkpoints hold no rank: any world size resumes)
         run.out = None
-        return _drive(run, start, {})
+        return _drive(run, start, {}, stop_at)
     write_tokenizer(run)  # the file a kill (or a full disk) may have left out: the same bytes as at the start
     if steps:
         files.truncate_metrics(metrics_path, metrics_bytes)
@@ -632,7 +633,7 @@ def _resume_locked(out: Path, device: str | None, lock) -> dict:
     if not manifest:  # killed before its manifest was first written
         extra["started"] = now_iso()
     write_manifest(run, "running", {"resumed_from_step": start, **environment(run.device), **extra})
-    return _drive(run, start, {"resumed_from_step": start}, last=files.last_row(metrics_path, metrics_bytes))
+    return _drive(run, start, {"resumed_from_step": start}, stop_at, last=files.last_row(metrics_path, metrics_bytes))
 
 
 def _replay_injection_record(run: Run, manifest: dict) -> None:

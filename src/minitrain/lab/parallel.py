@@ -47,10 +47,11 @@ def fork_checkpoint(k: int, ckpt_every: int) -> int:
 
 
 def run_lab(experiments: Path, seed: int, k: int, jobs: int | None = None, sets: list[str] | None = None,
-            force: bool = False, out=None, main=None) -> list[str]:
+            force: bool = False, out=None, main=None, ray: str | None = None) -> list[str]:
     """Train the lab's four runs into `experiments` (up-to-date runs are left alone); returns each run's
     summary line. Raises UserError with the failing run's last message if any run fails. `main`: the CLI's
-    entry point, to fork each run from this process (module docstring) where the platform allows it."""
+    entry point, to fork each run from this process (module docstring) where the platform allows it. `ray`:
+    run them as tasks on the Ray cluster at this address instead (`local`: one started here; docs/scale.md)."""
     experiments, out = Path(experiments), out or sys.stderr
     sets = list(sets or [])
     base_cfg = lab_configs(seed, k, sets)[0]  # every run's config is valid before any process starts
@@ -73,10 +74,15 @@ def run_lab(experiments: Path, seed: int, k: int, jobs: int | None = None, sets:
         return runner.Job(name, argv=argv, run=experiments / name, steps=base_cfg.steps, donor=donor,
                           donor_step=fork_checkpoint(k, base_cfg.ckpt_every))
 
-    backend = runner.LocalProcesses(jobs, main=main)
+    if ray is not None:
+        from minitrain.lab.ray_backend import RayCluster
+
+        backend = RayCluster(ray, jobs, main=main)
+    else:
+        backend = runner.LocalProcesses(jobs, main=main)
 
     def on_start(j: runner.Job) -> None:
-        if j.name == baseline and main is not None and backend.fork:
+        if j.name == baseline and main is not None and getattr(backend, "fork", False):
             runner.warm_up_runs(base_cfg)  # on the other core, while the baseline starts
 
     done = runner.run_jobs([job(inj) for inj in ("none", *LAB_INJECTIONS)], backend, on_start=on_start,

@@ -77,8 +77,8 @@ def train_run(cfg: TrainConfig, out: Path, index: bool = True, **kwargs) -> dict
     return res
 
 
-def resume_run(out: Path, device: str | None = None, index: bool = True) -> dict:
-    res = loop.resume(out, device=device)
+def resume_run(out: Path, device: str | None = None, index: bool = True, stop_at: int | None = None) -> dict:
+    res = loop.resume(out, device=device, stop_at=stop_at)
     if "steps_done" in res:
         write_pages(out, index)
         note = remediation_note(out)
