@@ -761,6 +761,67 @@ REMEDIATE = Command(
     cmd_remediate)
 
 
+# --- the inverse direction: explain a diagnosis by replay (lab/explain.py), reproduce a run (lab/reproduce.py) ---
+
+
+def _print_report(args, rep: dict, text: Callable[[], str]) -> int:
+    """A report as one JSON object (--json) or as its text."""
+    from minitrain.run.files import strict_json
+
+    print(strict_json(rep, indent=2) if args.json else text())
+    return 0
+
+
+def cmd_explain(args) -> int:
+    from minitrain.lab.explain import explain, format_report
+
+    rep = explain(Path(args.run), args.step, spoil=args.spoil, jobs=args.jobs)
+    return _print_report(args, rep, lambda: format_report(Path(args.run), rep))
+
+
+EXPLAIN = Command(
+    "explain", "prove a diagnosis by replay: counterfactuals from the checkpoint before the anomaly",
+    "From the last kept checkpoint at or before step S (default: the walker's anomaly step) replay RUN's "
+    "counterfactuals to S+20: the identical replay (it must give the recorded rows bit for bit), the batch at S "
+    "swapped for another of the same data order, the batches of the 3 steps before swapped, Adam's state of an "
+    "earlier checkpoint put back, the leaf's remedy, clipping off/on where the leaf involves clipping. Prints "
+    "whether the anomaly at S is still there in each and the conclusion (data-driven, state-driven, the "
+    "remedy removes it), and adds them to RUN/diagnosis.json and the page. Replays live in RUN/explain/ (cached).",
+    (Arg("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-B"),
+     Arg("--step", type=int, metavar="S", help="the step to explain (default: the walker's anomaly step)"),
+     Arg("--jobs", type=int, metavar="N", help="replays at a time (default: one per core)"),
+     Arg("--json", action="store_true", help="print the report as one JSON object"),
+     Arg("--spoil", action="store_true", help="explain a run of a learner lab that is not revealed yet")),
+    cmd_explain)
+
+
+def cmd_reproduce(args) -> int:
+    from minitrain.lab.reproduce import BUDGET, WINDOW, format_report, reproduce
+
+    rep = reproduce(Path(args.run), Path(args.baseline), window=args.window or WINDOW, budget=args.budget or BUDGET,
+                    jobs=args.jobs, spoil=args.spoil, kinds=args.kinds.split(",") if args.kinds else None)
+    return _print_report(args, rep, lambda: format_report(rep))
+
+
+REPRODUCE = Command(
+    "reproduce", "find the registered perturbation (kind, step, magnitude) that turns BASE into RUN",
+    "Search the registered injections for the one whose metrics best match RUN's: every kind at its default "
+    "magnitude at the step where RUN first differs from BASE (and the step before), forked from BASE's "
+    "checkpoint and cut 10 steps later; then the two best kinds over their magnitude grids, cut --window steps "
+    "later. Prints the ranked hypotheses with their distance (mean |ln ratio| of the logged signals) and whether "
+    "the best reproduces RUN exactly (bit-identical metrics), within rounding or approximately. Hypotheses live "
+    "in RUN/reproduce/ (cached).",
+    (Arg("run", metavar="RUN", help="the run to reproduce, e.g. experiments/19-injection-A"),
+     Arg("--baseline", required=True, metavar="BASE", help="the clean run it is compared with, e.g. experiments/18-baseline"),
+     Arg("--window", type=int, metavar="N", help="steps compared after the first differing step (default 100)"),
+     Arg("--budget", type=int, metavar="N", help="hypotheses trained at most (default 60)"),
+     Arg("--kinds", metavar="K1,K2", help="search only these registered injections (default: every one)"),
+     Arg("--jobs", type=int, metavar="N", help="hypotheses at a time (default: one per core)"),
+     Arg("--json", action="store_true", help="print the report as one JSON object"),
+     Arg("--spoil", action="store_true", help="reproduce a run of a learner lab that is not revealed yet")),
+    cmd_reproduce)
+
+
 # --- the table and the parser --------------------------------------------------------------------------
 
 def cmd_import(args) -> int:
@@ -814,7 +875,8 @@ SERVE = Command(
 
 
 COMMANDS = (TRAIN, LAB_RUN, LAB, CORPUS, CONFIG, SIGNATURE, REPORT, EXPLORE, DASHBOARD, EXPORT, INDEX, DIAGNOSE,
-            STABILITY_MD, LEARNER, REVEAL, GRADE, CHECK, POSTMORTEM, BLIND_RUNS, REMEDIATE, IMPORT, SERVE)
+            STABILITY_MD, LEARNER, REVEAL, GRADE, CHECK, POSTMORTEM, BLIND_RUNS, REMEDIATE, IMPORT, SERVE,
+            EXPLAIN, REPRODUCE)
 
 DESCRIPTION = ("A small, exact laboratory for training-stability work on a mini-GPT: train it on CPU in seconds, "
                "break it at a chosen step, and read the damage from the dashboard.")

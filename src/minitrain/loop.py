@@ -115,6 +115,7 @@ class Run:
 
     def __post_init__(self):
         self.params = dict(self.model.named_parameters())  # by stable name (see model.py)
+        self.swap = frozenset(self.cfg.swap_steps)  # steps whose batch a counterfactual replay replaces
 
 
 def train_step(run: Run, step: int) -> dict:
@@ -124,6 +125,8 @@ def train_step(run: Run, step: int) -> dict:
     # 1. the global batch, then INJECT at the batch (B: bad_batch), then this rank's rows of it, on the device
     batch = run.data.train_batch(step, cfg.batch_size, cfg.seed)
     batch = maybe_inject("batch", step, batch, run.inject)
+    if run.swap and step in run.swap:  # COUNTERFACTUAL (lab/explain.py): another batch of the same data order
+        batch = run.data.train_batch(step + cfg.swap_offset, cfg.batch_size, cfg.seed)
     run.last_batch = batch
     local = distributed.local_rows(batch).to(run.device)
     evaluating = step % cfg.eval_every == 0 and distributed.is_main()  # DDP: rank 0 alone measures and logs

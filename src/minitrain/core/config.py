@@ -45,7 +45,7 @@ LOG_SINKS = ("jsonl", "tensorboard", "mlflow")
 HASH_OMIT_AT_DEFAULT = ("injection_span", "injection_mult", "injection_mode", "injection_rows", "injection_beta2",
                         "injection_eps",
                         "remedy", "remedy_step", "remedy_param", "remedy_zclip_z", "remedy_zclip_alpha", "remedy_zclip_warmup",
-                        "corpus_scale", "precision")
+                        "corpus_scale", "precision", "swap_steps", "swap_offset")
 
 # Named sets of defaults (`--preset NAME` or `preset: NAME`); any field given explicitly overrides them.
 # Measured memory and step time of each: docs/benchmarks.md, "Devices and presets".
@@ -142,6 +142,10 @@ class TrainConfig:
     remedy_zclip_z: float = 2.5  # zclip: z-score of the pre-clip norm (vs its EMA) that counts as a spike
     remedy_zclip_alpha: float = 0.97  # zclip: EMA decay of the norm's mean and variance
     remedy_zclip_warmup: int = 25  # zclip: steps of statistics before it may act
+    # counterfactual replays (lab/explain.py): at each of swap_steps the step trains on the batch the data order
+    # serves at step + swap_offset instead (after any batch injection), a pure function of (seed, step)
+    swap_steps: list[int] = field(default_factory=list)
+    swap_offset: int = 0
 
     # ---- derived ----
     def to_dict(self) -> dict[str, Any]:
@@ -310,6 +314,10 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.telemetry in ("full", "basic"), f"telemetry must be 'full' or 'basic', got {cfg.telemetry!r}")
     need(cfg.ckpt_keep_last >= 0, f"ckpt_keep_last must be >= 0 (0 keeps every checkpoint), got {cfg.ckpt_keep_last}")
     need(all(s >= 0 for s in cfg.ckpt_keep_steps), f"ckpt_keep_steps must be steps >= 0, got {cfg.ckpt_keep_steps}")
+    need(all(s >= 0 for s in cfg.swap_steps), f"swap_steps must be steps >= 0, got {cfg.swap_steps}")
+    need(not cfg.swap_steps or cfg.swap_offset != 0,
+         "swap_steps needs a non-zero swap_offset (the batch of step + swap_offset is served instead)")
+    need(all(s + cfg.swap_offset >= 0 for s in cfg.swap_steps), "swap_offset takes a swapped step below step 0")
     need(cfg.device in ("cpu", "cuda", "auto"), f"device must be cpu, cuda or auto, got {cfg.device!r}")
     need(cfg.precision in ("fp32", "bf16"), f"precision must be fp32 or bf16, got {cfg.precision!r}")
     need(cfg.precision == "fp32" or cfg.device != "cpu",

@@ -194,6 +194,21 @@ def _remedy_items(run: Path) -> list[dict]:
     return items
 
 
+def _explain_items(diagnosis: dict | None, sealed: bool) -> list[dict]:
+    """The counterfactual replays' conclusion beside the walker's verdict (`minitrain explain` writes it into
+    diagnosis.json): ok when they agree with the walker, warn when they disagree, bad when the identical replay
+    did not reproduce the run."""
+    rep = (diagnosis or {}).get("counterfactuals")
+    if sealed or not isinstance(rep, dict) or "conclusion" not in rep:
+        return []
+    mark = "bad" if not rep.get("reproduced") else {True: "ok", False: "warn"}.get(rep.get("agrees_with_walker"), "info")
+    table = "; ".join(f"{row['description']}: " + ("-" if row["verdict"].get("still_there") is None else
+                                                  "still there" if row["verdict"]["still_there"] else "gone")
+                      + f" ({row['verdict'].get('by')})" for row in rep.get("table", []) if row.get("name") != "recorded")
+    return [{"label": f"replays at step {rep.get('step')} (minitrain explain)", "value": str(rep["conclusion"]),
+             "verdict": mark, "detail": " | ".join([*rep.get("lines", []), table])}]
+
+
 def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] = (), sealed: bool | None = None) -> dict:
     """Everything the page shows, as one JSON-able dict. `compare`: further runs drawn beside this one and the
     baseline (e.g. the original run beside its remediation), each with its own colour and difference line.
@@ -241,7 +256,7 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
         "movers_rule": rank_note,
         "spikes": judged["spikes"],
         "markers": _markers(r, steps, sealed),
-        "health": judged["health"] + _remedy_items(Path(run)),
+        "health": judged["health"] + _remedy_items(Path(run)) + _explain_items(r["diagnosis"], sealed),
         "checks": judged["checks"],
         "smoothing": SMOOTHING,
     }
