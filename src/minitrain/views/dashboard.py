@@ -66,7 +66,7 @@ def _as_is(x):
 
 
 def _config(r: dict) -> dict:
-    return r["manifest"].get("config") or {}
+    return reader.config_of(r["manifest"])
 
 
 def _injection(r: dict) -> str:
@@ -352,7 +352,7 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
         if b["manifest"].get("trunk_hash") != r["manifest"].get("trunk_hash"):
             from minitrain.core.config import INJECTION_FIELDS, NON_NUMERIC_FIELDS
 
-            rc, bc = r["manifest"].get("config", {}), b["manifest"].get("config", {})
+            rc, bc = reader.config_of(r["manifest"]), reader.config_of(b["manifest"])
             differ = sorted(k for k in set(rc) | set(bc)
                             if rc.get(k) != bc.get(k) and k not in INJECTION_FIELDS + NON_NUMERIC_FIELDS)
             if differ and all(k.startswith("remedy") for k in differ):  # a remediated run: expected
@@ -452,12 +452,12 @@ def find_runs(experiments: Path) -> list[Path]:
 
 def run_summary(run: Path, sealed: bool | None = None) -> dict:
     """One line about a run folder for the index: status, injection, final val loss vs n-gram, and the
-    stability check's verdict (or "sealed" while the run's diagnosis is sealed)."""
+    stability check's verdict (or "sealed" while the run's diagnosis is sealed). A run whose manifest or
+    results are damaged is one "damaged" line saying which file and why (reader.check_run)."""
     run = Path(run)
-    manifest, _ = reader.read_optional_json(run / "manifest.json")
-    results, _ = reader.read_optional_json(run / "results.json")
-    manifest, results = manifest or {}, results or {}
-    cfg = manifest.get("config") or {}
+    reader.check_run(run)
+    manifest, results = reader.manifest_of(run), reader.results_of(run)
+    cfg = reader.config_of(manifest)
     blind = bool(cfg.get("blind"))
     if sealed is None:
         sealed = blind
@@ -482,6 +482,12 @@ def run_summary(run: Path, sealed: bool | None = None) -> dict:
             "loss": loss, "check": check, "sealed": sealed, "dashboard": (run / "dashboard.html").exists()}
 
 
+def damaged_summary(run: Path, why: str) -> dict:
+    """The index's line for a run no reader takes (a damaged manifest, results or metrics file): why, in one line."""
+    return {"name": run.name, "status": "damaged", "injection": "?", "steps": None, "loss": why,
+            "check": "the walker cannot read this run", "sealed": False, "dashboard": (run / "dashboard.html").exists()}
+
+
 def write_index(experiments: Path, sealed: set[Path] | None = None) -> Path:
     """EXPERIMENTS/index.html: one row per run folder found at any depth, linking its dashboard; no script.
     `sealed`: run folders whose diagnosis is sealed (the lab layer knows; default: unrevealed blind runs)."""
@@ -499,7 +505,10 @@ def write_index(experiments: Path, sealed: set[Path] | None = None) -> Path:
                          f'<td colspan="4">{n} runs of the minitrain explore sweep (their dashboards are linked '
                          'from the map)</td></tr>')
             continue
-        s = run_summary(run, None if sealed_set is None else run.resolve() in sealed_set)
+        try:
+            s = run_summary(run, None if sealed_set is None else run.resolve() in sealed_set)
+        except UserError as err:  # one damaged run is one line of the index, never the index's failure
+            s = damaged_summary(run, str(err))
         link = (f'<a href="{e(rel)}/dashboard.html">{e(rel)}</a>' if s["dashboard"]
                 else f'{e(rel)} <span class="hint">(no dashboard: minitrain dashboard {e(str(run))})</span>')
         cls = ' class="sealed"' if s["sealed"] else ""
