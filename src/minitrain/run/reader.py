@@ -83,7 +83,7 @@ MAX_NESTING = 64  # deepest JSON a reader takes (minitrain writes 4 levels; a to
 
 
 class DamagedJSON(json.JSONDecodeError):
-    """Valid JSON text that no minitrain file holds (nested too deep, a number no float holds)."""
+    """Valid JSON text that no minitrain file holds: nested deeper than MAX_NESTING."""
 
 
 def _nesting(obj: Any) -> int:
@@ -110,10 +110,6 @@ def loads_json(text: str | bytes) -> Any:
         obj = (_EXACT_DECODER if _HUGE_LITERAL.search(raw) else _DECODER).decode(text)
     except RecursionError:
         raise DamagedJSON(f"nested deeper than {MAX_NESTING} levels", text, 0) from None
-    except json.JSONDecodeError:
-        raise
-    except ValueError as e:  # an integer literal of more digits than Python converts
-        raise DamagedJSON(str(e).splitlines()[0][:80], text, 0) from None
     if raw.count(b"[") + raw.count(b"{") > MAX_NESTING and _nesting(obj) > MAX_NESTING:
         raise DamagedJSON(f"nested deeper than {MAX_NESTING} levels", text, 0)
     return obj
@@ -164,11 +160,11 @@ _NUMBER = (int, float)  # and never bool (a JSON true is no number)
 MANIFEST_FIELDS = {"config": dict, "injection": dict, "forked_from": dict, "ngram_baseline": dict,
                    "data_manifest": dict, "non_finite": dict, "remedy": dict, "probe": dict, "distributed": dict,
                    "hardware": dict, "versions": dict, "status": str, "config_hash": str, "trunk_hash": str,
-                   "name": str, "seed": int, "schema_version": int}
+                   "name": str, "seed": int, "schema_version": int, "error": str}
 RESULTS_FIELDS = {"status": str, "steps_done": int, "stopped_at_step": int, "first_nonfinite_step": int,
                   "final_train_loss": _NUMBER, "final_val_loss": _NUMBER, "final_val_ppl": _NUMBER,
                   "ngram_val_loss": _NUMBER, "ngram_val_ppl": _NUMBER, "val_loss_margin_vs_ngram": _NUMBER,
-                  "non_finite": dict}
+                  "non_finite": dict, "error": str}
 
 
 def _kind(value: Any) -> str:
@@ -431,28 +427,37 @@ def same_trunk(a: dict, b: dict) -> bool:
 def find_baseline(run: Path, experiments: Path | None = None) -> Path | None:
     """The clean run to compare RUN with: the run it was forked from when that one is clean; else a clean run
     with the same trunk beside it, or one or two folders up (a blind lab's runs sit one level below the lab's
-    baseline); the one with the most metrics wins. None for a clean run itself or when nothing fits."""
+    baseline); the one with the most metrics wins. A run that no reader takes (`readable`) is skipped. None for
+    a clean run itself or when nothing fits."""
     run = Path(run).resolve()
     manifest = manifest_of(run)
     if not manifest or injection_of(manifest) == "none" and not config_of(manifest).get("blind"):
         return None
     forked = (manifest.get("forked_from") or {}).get("run")
+    forked = forked if isinstance(forked, str) and forked else None
     candidates = [run.parent / forked] if forked else []
     for folder in dict.fromkeys([run.parent, run.parent.parent, *([Path(experiments).resolve()] if experiments else [])]):
         candidates += sorted(p.parent for p in folder.glob(f"*/{MANIFEST}"))
-    best, best_size = None, -1
-    for cand in dict.fromkeys(candidates):
+    ranked = []  # (not its donor, -metrics size, order found): its donor first, then the longest
+    for order, cand in enumerate(dict.fromkeys(candidates)):
         if cand == run or not (cand / METRICS).exists():
             continue
         other = manifest_of(cand)
         if injection_of(other) != "none" or config_of(other).get("blind") or not same_trunk(manifest, other):
             continue
-        if forked and cand == run.parent / forked:
-            return cand
-        size = (cand / METRICS).stat().st_size
-        if size > best_size:
-            best, best_size = cand, size
-    return best
+        ranked.append((not (forked and cand == run.parent / forked), -(cand / METRICS).stat().st_size, order, cand))
+    return next((cand for *_, cand in sorted(ranked) if readable(cand)), None)
+
+
+def readable(run: Path) -> bool:
+    """Does every reader take RUN (manifest, results and metrics whole)? A run that is not is nobody's
+    baseline: one damaged run never breaks a command about another."""
+    try:
+        check_run(run)
+        read_metrics(Path(run) / METRICS)
+    except UserError:
+        return False
+    return True
 
 
 # --- a live run's progress -------------------------------------------------------------------------
