@@ -26,7 +26,7 @@ from conftest import run_cli
 
 LONG = os.environ.get("MINITRAIN_FUZZ") == "long"
 # examples per test: (the five readers on one damaged folder, train --resume of one)
-EXAMPLES = {"readers": 8, "resume": 3}
+EXAMPLES = {"readers": 6, "resume": 3}
 LONG_EXAMPLES = {"readers": 400, "resume": 60}
 HANG = 300  # seconds one command may take before it counts as hung (a run of these takes well under 1)
 
@@ -92,7 +92,7 @@ OPS = st.one_of(
 def apply(run: Path, outside: Path, op: tuple) -> None:
     """Damage RUN by one op (see OPS); an op that does not apply to what is there does nothing."""
     kind, *a = op
-    if kind in ("truncate", "garbage", "delete", "field") and not (run / a[0]).is_file():
+    if kind in ("truncate", "garbage", "delete", "field") and not regular(run / a[0]):
         return
     if kind == "truncate":
         data = (run / a[0]).read_bytes()
@@ -106,9 +106,11 @@ def apply(run: Path, outside: Path, op: tuple) -> None:
     elif kind in ("field", "config"):
         name = a[0] if kind == "field" else "manifest.json"
         path = run / name
+        if not regular(path):
+            return
         try:
             obj = json.loads(path.read_bytes())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # damaged by an earlier op: leave it as it is
             return
         if not isinstance(obj, dict):
             return
@@ -119,7 +121,7 @@ def apply(run: Path, outside: Path, op: tuple) -> None:
         path.write_text(json.dumps(obj).replace('"@VALUE@"', a[-1], 1))
     elif kind in ("row", "inner", "rows"):
         path = run / "metrics.jsonl"
-        if not path.is_file():
+        if not regular(path):
             return
         lines = path.read_bytes().split(b"\n")
         lines = lines[:-1] if lines and not lines[-1] else lines
@@ -142,7 +144,7 @@ def apply(run: Path, outside: Path, op: tuple) -> None:
         else:
             try:
                 row = json.loads(lines[i])
-            except ValueError:
+            except (ValueError, RecursionError):
                 return
             if not isinstance(row, dict):
                 return
@@ -170,7 +172,14 @@ def apply(run: Path, outside: Path, op: tuple) -> None:
         else:
             path.symlink_to(target)
     elif kind == "yaml":
+        if (run / "config.yaml").is_symlink():
+            (run / "config.yaml").unlink()
         (run / "config.yaml").write_text(a[0])
+
+
+def regular(path: Path) -> bool:
+    """A regular file of the run itself (the damage never writes through a symlink an earlier op made)."""
+    return path.is_file() and not path.is_symlink()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -199,6 +208,7 @@ def command(*args: str, codes=(0, 2)):
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     err = proc.stderr.strip()
+    if os.environ.get("FUZZ_SHOW"): print("FUZZ", args[0], proc.returncode, err[-150:])
     assert "Traceback" not in proc.stderr, err[-3000:]
     assert proc.returncode in codes, (args, proc.returncode, err[-2000:])
     if proc.returncode == 2:

@@ -26,7 +26,7 @@ choosing one of the rows.
 What a reader trusts is checked here, once, so that no command meets a value of the wrong shape:
   - nesting: no JSON value nests deeper than MAX_NESTING (a 200k-deep `[[[...` is a one-line error, not a
     RecursionError); a number literal beyond float range reads as null, as minitrain writes a non-finite value;
-  - a metrics row's fields have the types docs/metrics.md gives them (ROW_FIELDS); a row that breaks them is
+  - a metrics row's fields have the types docs/metrics.md gives them (row_problem); a row that breaks them is
     refused with the line and the field named, the same way as a corrupt line in the middle of the file: the
     file was edited or damaged, and a reader does not guess which of its values to keep;
   - manifest.json and results.json hold objects whose known fields have their types (MANIFEST_FIELDS,
@@ -43,7 +43,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from minitrain.core.config import NON_NUMERIC_FIELDS, load_yaml
+from minitrain.core.config import FIELD_TYPES, NON_NUMERIC_FIELDS, load_yaml
 from minitrain.core.errors import UserError
 from minitrain.core.lab_defaults import LAB_K, LAB_SEED
 from minitrain.run.redact import SECRET_FIELDS, WITHHELD
@@ -158,13 +158,14 @@ _NUMBER = (int, float)  # and never bool (a JSON true is no number)
 
 # the manifest's and results' fields that some reader looks into; None is always allowed (not recorded)
 MANIFEST_FIELDS = {"config": dict, "injection": dict, "forked_from": dict, "ngram_baseline": dict,
-                   "data_manifest": dict, "non_finite": dict, "remedy": dict, "probe": dict, "distributed": dict,
-                   "hardware": dict, "versions": dict, "status": str, "config_hash": str, "trunk_hash": str,
-                   "name": str, "seed": int, "schema_version": int, "error": str}
+                   "non_finite": dict, "remedy": dict, "probe": dict, "distributed": dict, "status": str,
+                   "config_hash": str, "trunk_hash": str, "started": str, "ended": str, "error": str}
 RESULTS_FIELDS = {"status": str, "steps_done": int, "stopped_at_step": int, "first_nonfinite_step": int,
                   "final_train_loss": _NUMBER, "final_val_loss": _NUMBER, "final_val_ppl": _NUMBER,
                   "ngram_val_loss": _NUMBER, "ngram_val_ppl": _NUMBER, "val_loss_margin_vs_ngram": _NUMBER,
                   "non_finite": dict, "error": str}
+DIAGNOSIS_FIELDS = {"leaf": str, "title": str, "cause": str, "diagnosis": str, "remediation": str,
+                    "anomaly_step": int, "path": list}
 
 
 def _kind(value: Any) -> str:
@@ -172,24 +173,35 @@ def _kind(value: Any) -> str:
             dict: "an object"}.get(type(value), type(value).__name__)
 
 
-_TYPE_WORDS = {dict: "an object", str: "a string", int: "an integer", _NUMBER: "a number"}
+# a config field's declared type (core/config.py) as the Python types its JSON value may have (a number for
+# an integer field too: a probe run records its loop's own settings, e.g. a Trainer's warmup as a float)
+_CONFIG_TYPES = {"int": _NUMBER, "float": _NUMBER, "str": str, "bool": bool, "list[int]": list, "list[str]": list}
+_TYPE_WORDS = {dict: "an object", str: "a string", int: "an integer", _NUMBER: "a number", bool: "true/false",
+               list: "a list"}
 
 
 def shape_problem(obj: dict, fields: dict) -> str | None:
-    """The first known field of OBJ whose value has the wrong type, said in words; None when all fit."""
+    """The first known field of OBJ whose value has the wrong type, said in words; None when all fit. A
+    manifest's config is checked too: each of minitrain's config fields it holds has its declared type (a
+    probe run's config may hold other keys of any type)."""
     for key, types in fields.items():
         value = obj.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+        if value is not None and (isinstance(value, bool) != (types is bool) or not isinstance(value, types)):
             return f"'{key}' is {_kind(value)}, not {_TYPE_WORDS[types]}"
+    cfg = obj.get("config") if fields is MANIFEST_FIELDS else None
+    if isinstance(cfg, dict):
+        checked = {k: _CONFIG_TYPES[FIELD_TYPES[k]] for k in cfg if k in FIELD_TYPES}
+        problem = shape_problem(cfg, checked)
+        return f"config {problem}" if problem else None
     return None
 
 
 def read_run_json(run: Path, name: str) -> tuple[dict | None, str | None]:
-    """RUN/NAME (manifest.json or results.json) as its object, or None and one line saying why it cannot be
+    """RUN/NAME (manifest.json, results.json or diagnosis.json) as its object, or None and one line saying why it cannot be
     used (unreadable, not an object, a known field of the wrong type); (None, None) when absent."""
     obj, why = read_optional_json(Path(run) / name)
     if obj is not None:
-        problem = shape_problem(obj, MANIFEST_FIELDS if name == MANIFEST else RESULTS_FIELDS)
+        problem = shape_problem(obj, {MANIFEST: MANIFEST_FIELDS, RESULTS: RESULTS_FIELDS, DIAGNOSIS: DIAGNOSIS_FIELDS}[name])
         if problem:
             return None, f"{name} is damaged ({problem})"
     return obj, why
@@ -390,7 +402,7 @@ def load_run(run: Path) -> dict:
     if manifest is None:
         notes.append("manifest.json is missing: config, seed and injection are unknown")
     results, _ = read_run_json(run, RESULTS)
-    diagnosis, diagnosis_note = read_optional_json(run / DIAGNOSIS)
+    diagnosis, diagnosis_note = read_run_json(run, DIAGNOSIS)  # what `diagnose --write` saved: a note if damaged
     rows, data_note = read_metrics(run / METRICS)
     return {"dir": run, "name": run.resolve().name, "manifest": manifest or {}, "results": results,
             "diagnosis": diagnosis, "diagnosis_note": diagnosis_note, "rows": rows, "data_note": data_note,

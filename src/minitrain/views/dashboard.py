@@ -208,7 +208,7 @@ def _markers(r: dict, steps: list[int], sealed: bool) -> list[dict]:
 
 def _injection_words(inj: dict, cfg: dict) -> str:
     """What was injected, in a few words (from the manifest's record when the injection fired)."""
-    rec = inj.get("record") or {}
+    rec = inj.get("record") if isinstance(inj.get("record"), dict) else {}
     name = cfg.get("injection", inj.get("injection", "none"))
     if name == "scale":
         return f"scale: every gradient x{rec.get('multiplier', cfg.get('injection_scale'))}"
