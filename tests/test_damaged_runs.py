@@ -72,21 +72,25 @@ def test_a_config_file_nested_deep_or_not_a_file_is_one_line(tmp_path):
 
 
 def copy_lab(small_lab: Path, dst: Path) -> Path:
-    shutil.copytree(small_lab, dst, ignore=shutil.ignore_patterns("checkpoints", "dashboard.html", "index.html"))
+    """The small lab's runs under names that are not the lab's (base, inj-A, inj-B, inj-C): runs of no lab,
+    whose answers no reveal seals, so that every command reads them."""
+    for name in ("18-baseline", "19-injection-A", "19-injection-B", "19-injection-C"):
+        new = "base" if name == "18-baseline" else "inj-" + name[-1]
+        shutil.copytree(small_lab / name, dst / new, ignore=shutil.ignore_patterns("checkpoints", "dashboard.html"))
     return dst
 
 
 def test_a_damaged_sibling_breaks_no_other_run_and_its_own_commands_are_one_line(tmp_path, small_lab):
     exp = copy_lab(small_lab, tmp_path / "exp")
-    bad = exp / "19-injection-B"
+    bad = exp / "inj-B"
     edit_json(bad / "manifest.json", config="oops")
     # the other runs: a page with its baseline found beside the damaged run, and the index
-    proc = run_cli("dashboard", str(exp / "19-injection-A"))
+    proc = run_cli("dashboard", str(exp / "inj-A"))
     assert proc.returncode == 0, proc.stderr
-    assert "baseline overlay: 18-baseline" in proc.stdout
+    assert "baseline overlay: base" in proc.stdout
     index = (exp / "index.html").read_text()
-    row = next(line for line in index.splitlines() if "19-injection-B" in line)
-    assert ">damaged<" in row and "manifest.json is damaged (&#x27;config&#x27; is a string, not an object)" in row
+    row = next(line for line in index.splitlines() if 'data-run="inj-B"' in line)
+    assert 'class="damaged"' in row and "manifest.json is damaged (&#x27;config&#x27; is a string, not an object)" in row
     assert sum("<tr" in line for line in index.splitlines()) >= 4  # every other run keeps its row
     proc = run_cli("index", str(exp))
     assert proc.returncode == 0, proc.stderr
@@ -101,8 +105,8 @@ def test_a_damaged_baseline_is_no_baseline(tmp_path, small_lab):
     from minitrain.run import reader
 
     exp = copy_lab(small_lab, tmp_path / "exp")
-    edit_json(exp / "18-baseline" / "results.json", final_val_loss="low")
-    assert reader.find_baseline(exp / "19-injection-A") is None
+    edit_json(exp / "base" / "results.json", final_val_loss="low")
+    assert reader.find_baseline(exp / "inj-A") is None
     proc = run_cli("index", str(exp))
     assert proc.returncode == 0, proc.stderr
     assert "results.json is damaged (&#x27;final_val_loss&#x27; is a string, not a number)" in (exp / "index.html").read_text()
@@ -149,6 +153,8 @@ DEEP = "[" * 200_000 + "]" * 200_000
 
 @pytest.mark.parametrize("where", ["tokenizer.json", "manifest.json", "a row"])
 def test_json_nested_200k_deep_is_no_recursion_error(tmp_path, small_baseline, where):
+    """Each reader refuses the run in one line; a damaged tokenizer stops the walker in one line (no reader
+    assumes a vocabulary) while the page and the post-mortem are written without the walker's part."""
     run = copy_run(small_baseline, tmp_path / "18-baseline")
     if where == "a row":
         lines = (run / "metrics.jsonl").read_text().splitlines()
@@ -158,10 +164,12 @@ def test_json_nested_200k_deep_is_no_recursion_error(tmp_path, small_baseline, w
         (run / where).write_text(DEEP)
     for command in READERS:
         proc = run_cli(*reader_args(command, run, tmp_path))
-        if where == "tokenizer.json":  # an unreadable tokenizer is a note: the vocabulary is the config's
-            assert proc.returncode == 0, proc.stderr
+        if proc.returncode == 0:  # the page and the post-mortem, written without the walker's part
+            assert where == "tokenizer.json" and command in ("dashboard", "postmortem", "export"), proc.stdout
         else:
             assert_one_line_error(proc, "nested deeper than 64 levels")
+    if where == "tokenizer.json":
+        assert_one_line_error(run_cli("diagnose", str(run)), "tokenizer.json is damaged")
     proc = run_cli("index", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert "18-baseline" in (tmp_path / "index.html").read_text()

@@ -37,7 +37,9 @@ INJECTION_FIELDS = (
 )
 # Fields that never change the numbers a run produces (where it runs, how it reports).
 # (`preset` only names where the other fields' defaults came from; the resolved fields are hashed.)
-NON_NUMERIC_FIELDS = ("progress", "device", "blind", "preset", "ckpt_keep_last", "ckpt_keep_steps")
+NON_NUMERIC_FIELDS = ("progress", "device", "blind", "preset", "ckpt_keep_last", "ckpt_keep_steps", "log")
+# Where a run's metrics rows go (the `log` field, run/sinks.py): metrics.jsonl always, the others on request.
+LOG_SINKS = ("jsonl", "tensorboard", "mlflow")
 # Remedy fields (remedy.py), corpus_scale and precision stay out of the hash while at their defaults, so
 # every run made before they existed keeps its config hash (and stays resumable and "up to date").
 HASH_OMIT_AT_DEFAULT = ("injection_span", "injection_mult", "injection_mode", "injection_rows", "injection_beta2",
@@ -116,6 +118,7 @@ class TrainConfig:
     precision: str = "fp32"  # fp32 | bf16 (bf16 autocast of the training forward; GPU only)
     preset: str = "course"  # where the defaults come from (PRESETS); explicit fields override it
     progress: bool = True
+    log: str = "jsonl"  # metrics sinks besides metrics.jsonl: jsonl | tensorboard | mlflow, comma-separated (run/sinks.py)
     # injection (the lab's maybe_inject knob)
     injection: str = "none"
     injection_step: int = LAB_K
@@ -389,3 +392,6 @@ def validate(cfg: TrainConfig) -> None:
     from minitrain.core.remedy import validate_remedy_config
 
     validate_remedy_config(cfg)
+    unknown = [n for n in cfg.log.split(",") if n.strip() and n.strip() not in LOG_SINKS]
+    need(not unknown, f"log={cfg.log!r}: unknown sink {', '.join(unknown)}; choose from {', '.join(LOG_SINKS)} "
+         "(comma-separated, e.g. --set log=tensorboard,mlflow)")
