@@ -1,5 +1,6 @@
 """lab/runner.py: jobs start in order as their donors allow, results and errors come back, and no child
-outlives its parent (SIGTERM, Ctrl-C or SIGKILL to the parent), for the runner itself, the lab and explore."""
+outlives its parent (SIGTERM, Ctrl-C or SIGKILL to the parent), for the runner itself, the lab and explore
+(every process below the lab's or explore's process, read from /proc, ends with it)."""
 from __future__ import annotations
 
 import os
@@ -154,32 +155,62 @@ def test_no_child_outlives_its_parent(tmp_path, sig):
         parent.wait()
 
 
-def test_killing_minitrain_lab_stops_its_runs(tmp_path):
-    """`minitrain lab` killed outright (SIGKILL: no handler runs): its baseline's process dies too."""
+def descendants(pid: int) -> set[int]:
+    """Every process below PID now (its children, their children, ...), read from /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):  # it ended while we looked
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    out, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def assert_no_process_outlives(parent: subprocess.Popen, run: Path, sig: int) -> None:
+    """Once RUN is being trained, signal the parent; then every process that was below it has to end (the
+    runs, and anything else the command started, such as a multiprocessing resource tracker)."""
+    pid = wait_for(lambda: reader.live_pid(run))
+    assert pid, f"{run} never started"
+    below = descendants(parent.pid)
+    assert int(pid) in below
+    parent.send_signal(sig)
+    assert parent.wait(timeout=WAIT) == (128 + sig if sig == signal.SIGTERM else -sig)
+    def left() -> list[int]:
+        return [p for p in below if not gone(p)]
+
+    wait_for(lambda: not left())
+    assert not left(), f"still running after the parent got {sig!r}: " + ", ".join(
+        f"{p} {Path(f'/proc/{p}/cmdline').read_bytes()[:80]!r}" for p in left())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["TERM", "KILL"])
+def test_killing_minitrain_lab_stops_its_runs(tmp_path, sig):
+    """`minitrain lab` terminated (its handler stops the runs) or killed outright (no handler runs: the
+    kernel's parent-death signal does): no process of it is left."""
     parent = start_parent(["-m", "minitrain", "lab", "--experiments", str(tmp_path), "--jobs", "1",
                            *small_args("steps=100000", "ckpt_every=100000")], tmp_path)
-    baseline = tmp_path / "18-baseline"
     try:
-        pid = wait_for(lambda: reader.live_pid(baseline))
-        assert pid, "the baseline never started"
-        parent.kill()
-        assert wait_for(lambda: reader.live_pid(baseline) is None and gone(int(pid))), "the baseline still runs"
+        assert_no_process_outlives(parent, tmp_path / "18-baseline", sig)
     finally:
         parent.kill()
         parent.wait()
 
 
-def test_sigterm_to_minitrain_explore_stops_its_runs(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["TERM", "KILL"])
+def test_killing_minitrain_explore_stops_its_runs(tmp_path, sig):
     parent = start_parent(["-m", "minitrain", "explore", str(tmp_path), "--quick", "--jobs", "1"], tmp_path)
     try:
         lock = wait_for(lambda: next((tmp_path / "explore" / "runs").glob("*/baseline/.lock"), None)
                         if (tmp_path / "explore" / "runs").is_dir() else None)
         assert lock, "no run started"
-        pid = wait_for(lambda: reader.live_pid(lock.parent))
-        assert pid
-        parent.terminate()
-        assert parent.wait(timeout=WAIT) == 143
-        assert wait_for(lambda: reader.live_pid(lock.parent) is None and gone(int(pid))), "the run still trains"
+        assert_no_process_outlives(parent, lock.parent, sig)
     finally:
         parent.kill()
         parent.wait()

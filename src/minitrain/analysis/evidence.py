@@ -341,6 +341,7 @@ def load_evidence(run: Path) -> Evidence:
     run = Path(run)
     if not run.is_dir():
         raise UserError(f"{run} is not a folder; give a run folder (e.g. experiments/18-baseline)")
+    reader.check_run(run)  # a damaged manifest or results file: one line, as every command on the run says
     rows, note = reader.read_metrics(run / reader.METRICS)
     if not rows:
         raise UserError(f"{run / 'metrics.jsonl'} is empty; train the run first (minitrain train --out {run})")

@@ -168,9 +168,45 @@ FIELD_TYPES = {f.name: f.type for f in fields(TrainConfig)}
 _DEFAULTS = TrainConfig().to_dict()
 
 
+# How big a config value may be before it is even looked at: YAML aliases make a 1 kB file a list of 10^9
+# items (each alias is the same object, so it loads at once, and only formatting or walking it explodes).
+MAX_VALUE_ITEMS = 10_000  # elements of a list field, nested ones included (no field needs a thousand)
+MAX_VALUE_DEPTH = 1  # a list field holds scalars: a list inside it is already wrong
+MAX_TEXT = 10_000  # characters of one text value
+MAX_CONFIG_BYTES = 1_000_000  # a config file (a run's config.yaml is about 1 kB)
+
+
+def _too_big(value: Any) -> str | None:
+    """Why VALUE is too big or too deep to be a config value, walked without formatting it; None when it fits."""
+    count, todo = 0, [(value, 0)]
+    while todo:
+        item, depth = todo.pop()
+        if isinstance(item, str) and len(item) > MAX_TEXT:
+            return f"a text of {len(item)} characters (at most {MAX_TEXT})"
+        if isinstance(item, (list, tuple, dict)):
+            if depth >= MAX_VALUE_DEPTH:
+                return f"a value nested deeper than {MAX_VALUE_DEPTH} level (a list inside a list)"
+            count += len(item)
+            if count > MAX_VALUE_ITEMS:
+                return f"a value of more than {MAX_VALUE_ITEMS} items"
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            todo += [(c, depth + 1) for c in children]
+    return None
+
+
+def _shown(value: Any) -> str:
+    """VALUE for an error message, cut to one short line (called only on a value _too_big let through)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _coerce(name: str, value: Any) -> Any:
-    """Convert a YAML or command-line value to the field's declared type, or raise a UserError."""
+    """Convert a YAML or command-line value to the field's declared type, or raise a UserError. The value's
+    size and depth are checked first, before anything formats or walks it."""
     typ = FIELD_TYPES[name]
+    too_big = _too_big(value)
+    if too_big:
+        raise UserError(f"config field '{name}' expects {typ}, got {too_big}; fix the value and run again")
     if name == "grad_clip" and isinstance(value, str) and value.strip().lower() in ("none", "off", "null"):
         return 0.0  # clipping off
     if name == "grad_clip" and value is None:  # YAML `grad_clip: null` / `~`
@@ -211,7 +247,7 @@ def _coerce(name: str, value: Any) -> Any:
             return list(value)
     except (ValueError, TypeError):
         pass
-    raise UserError(f"config field '{name}' expects {typ}, got {value!r}; fix the value and run again")
+    raise UserError(f"config field '{name}' expects {typ}, got {_shown(value)}; fix the value and run again")
 
 
 def _coerce_int(value: Any) -> int:
@@ -228,10 +264,10 @@ def _coerce_int(value: Any) -> int:
 
 
 def unknown_key_error(key: str) -> UserError:
-    close = difflib.get_close_matches(key, FIELD_TYPES, n=3)
+    close = difflib.get_close_matches(key, FIELD_TYPES, n=3) if len(key) <= 80 else []
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     return UserError(
-        f"unknown config key '{key}'{hint}; 'minitrain config' lists every key"
+        f"unknown config key {_shown(key)}{hint}; 'minitrain config' lists every key"
     )
 
 
@@ -249,7 +285,7 @@ def build_config(base: dict[str, Any] | None = None, overrides: list[str] | None
         key = key.strip().replace("-", "_")
         if key not in FIELD_TYPES:
             raise unknown_key_error(key)
-        values[key] = _coerce(key, yaml.safe_load(value) if FIELD_TYPES[key].startswith("list[") else value)
+        values[key] = _coerce(key, _set_list(key, value) if FIELD_TYPES[key].startswith("list[") else value)
     preset = values.get("preset", "course")
     if preset not in PRESETS:
         raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
@@ -258,9 +294,35 @@ def build_config(base: dict[str, Any] | None = None, overrides: list[str] | None
     return cfg
 
 
+# libyaml's parser (PyYAML's wheels carry it): it refuses a document nested over 1000 deep at once, where the
+# pure-Python parser takes seconds to reach a RecursionError; both build the same values with the safe loader.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _parse_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_LOADER)
+
+
+def _set_list(key: str, text: str) -> Any:
+    """The value of `--set KEY=[...]` (a list field) as YAML reads it; a UserError when it is no YAML value."""
+    if len(text) > MAX_TEXT:
+        raise UserError(f"--set {key}= is {len(text)} characters long (at most {MAX_TEXT}); give a shorter value")
+    try:
+        return _parse_yaml(text)
+    except (yaml.YAMLError, RecursionError, ValueError):
+        raise UserError(f"--set {key}={_shown(text)[1:-1]} is not a value YAML reads; write it as e.g. "
+                        f"--set {key}=[300,1000]") from None
+
+
 def load_yaml(path: Path) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(Path(path).read_bytes().decode("utf-8"))
+        path = Path(path)
+        if path.exists() and not path.is_file() and not path.is_dir():  # a FIFO or a device would hang the read
+            raise UserError(f"config file {path} is not a regular file; give a YAML file")
+        if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
+            raise UserError(f"config file {path} is {path.stat().st_size} bytes, more than a config holds "
+                            f"({MAX_CONFIG_BYTES}); give the right file")
+        data = _parse_yaml(path.read_bytes().decode("utf-8"))
     except FileNotFoundError:
         raise UserError(f"config file {path} not found; check the path") from None
     except IsADirectoryError:
@@ -272,13 +334,18 @@ def load_yaml(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as e:
         first = str(e).splitlines()[0] if str(e) else "parse error"
         raise UserError(f"config file {path} is not valid YAML ({first}); fix it and run again") from None
+    except RecursionError:
+        raise UserError(f"config file {path} nests too deeply for a config; fix it and run again") from None
+    except ValueError as e:  # a number YAML cannot convert (an integer of thousands of digits)
+        raise UserError(f"config file {path} holds a value YAML cannot read ({str(e)[:60]}); fix it and run "
+                        "again") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise UserError(f"config file {path} must hold a mapping of key: value")
     for key in data:
         if not isinstance(key, str):
-            raise UserError(f"config file {path} has a key {key!r} that is not a field name; "
+            raise UserError(f"config file {path} has a key {_shown(key)} that is not a field name; "
                             "see 'minitrain config' for the valid keys")
     return data
 

@@ -100,7 +100,7 @@ def render(run: Path, baseline: Path | None, template: str) -> str:
     measured, unreadable = reader.read_optional_json(remediated)
     if measured is not None or unreadable:
         remediation += (f"\n\nMeasured in `{remediated.parent.name}`: "
-                        + (measured.get("summary", "") if measured is not None else f"({unreadable})"))
+                        + (str(measured.get("summary", "")) if measured is not None else f"({unreadable})"))
     evidence_lines = [f"- {key}: {fmt(val)}" for key, val in m.items() if val is not None]
     return _fill(template, {
         "run": run.name, "baseline": baseline.name if baseline else "none",
@@ -124,6 +124,7 @@ def write_postmortem(run: Path, baseline: Path | None = None, out: Path | None =
     run = Path(run)
     if not (run / "metrics.jsonl").exists():
         raise UserError(f"{run} is not a run folder (no metrics.jsonl); give e.g. experiments/19-injection-B")
+    reader.check_run(run)
     spoilers.gate(run, "postmortem", spoil)
     if baseline is not None and not (Path(baseline) / "metrics.jsonl").exists():
         raise UserError(f"--baseline {baseline} is not a run folder (no metrics.jsonl)")

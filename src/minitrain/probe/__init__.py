@@ -334,10 +334,12 @@ class Probe:
         return composition(seqs, [None] * len(seqs), self.rare)
 
     # --- the end ---
-    def close(self, final_val_loss: float | None = None) -> dict:
+    def close(self, final_val_loss: float | None = None, error: BaseException | None = None) -> dict:
         """Finish the run folder (results.json, the manifest's status and end time). Called by `with`, by
         the Trainer callback at the end of training, and at interpreter exit if you forget.
-        `final_val_loss`: a validation loss measured after the last step (default: the last one logged)."""
+        `final_val_loss`: a validation loss measured after the last step (default: the last one logged).
+        `error`: the exception that ended the training loop, if one did: the run is then recorded `failed`
+        (`interrupted` for Ctrl-C) with the error's one line, never `finished`."""
         if self.closed:
             return self.results
         self.closed = True
@@ -345,8 +347,9 @@ class Probe:
             h.remove()
         self.metrics.close()
         self.sinks.close()
+        ending = _ending(error)
         if self.status == "running":
-            self.status = "finished"
+            self.status = ending[0] if ending else "finished"
         from minitrain.loop import now_iso
 
         self.results = {"status": self.status, "steps_done": self.step, "final_train_loss": self.last.get("loss"),
@@ -354,18 +357,20 @@ class Probe:
                         "ngram_val_loss": None}
         if self.first_nonfinite is not None:
             self.results["first_nonfinite_step"] = self.first_nonfinite
-        files.atomic_write_json(self.out / "results.json", self.results)
-        self._write_manifest(ended=now_iso())
+        extra = {"error": f"{ending[1]} (during step {self.step})"} if ending else {}
+        files.atomic_write_json(self.out / "results.json", {**self.results, **extra})
+        self._write_manifest(ended=now_iso(), **extra)
         self.lock.release()
-        print(f"minitrain probe: {self.step} steps recorded in {self.out}; see 'minitrain dashboard {self.out}' "
-              f"and 'minitrain diagnose {self.out}'", file=sys.stderr)
+        what = f"{self.status}: {extra['error']}; " if ending else ""
+        print(f"minitrain probe: {what}{self.step} steps recorded in {self.out}; see 'minitrain dashboard "
+              f"{self.out}' and 'minitrain diagnose {self.out}'", file=sys.stderr)
         return self.results
 
     def __enter__(self) -> "Probe":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(error=exc)  # the exception, if any, still propagates
 
 
 def attach(model: torch.nn.Module, optimizer: torch.optim.Optimizer, out, **options) -> Probe:
@@ -438,10 +443,20 @@ def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
 
 
+def _ending(error: BaseException | None) -> tuple[str, str] | None:
+    """(status, the error's one line) of a loop that ended on ERROR; None when it ended normally."""
+    if error is None or isinstance(error, SystemExit) and error.code in (0, None):
+        return None
+    first = str(error).strip().splitlines()[0][:200] if str(error).strip() else ""
+    line = type(error).__name__ + (f": {first}" if first else "")
+    return ("interrupted" if isinstance(error, KeyboardInterrupt) else "failed"), line
+
+
 def _close_at_exit(ref) -> None:
     probe = ref()
     if probe is not None and not probe.closed:
-        probe.close()
+        # an interpreter that exits on an unhandled exception has set sys.last_value before atexit runs
+        probe.close(error=getattr(sys, "last_value", None))
 
 
 __all__ = ["Probe", "attach"]

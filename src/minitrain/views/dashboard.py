@@ -54,7 +54,7 @@ def _as_is(x):
 
 
 def _config(r: dict) -> dict:
-    return r["manifest"].get("config") or {}
+    return reader.config_of(r["manifest"])
 
 
 def _injection(r: dict) -> str:
@@ -145,7 +145,7 @@ def _markers(r: dict, steps: list[int], sealed: bool) -> list[dict]:
 
 def _injection_words(inj: dict, cfg: dict) -> str:
     """What was injected, in a few words (from the manifest's record when the injection fired)."""
-    rec = inj.get("record") or {}
+    rec = inj.get("record") if isinstance(inj.get("record"), dict) else {}
     name = cfg.get("injection", inj.get("injection", "none"))
     if name == "scale":
         return f"scale: every gradient x{rec.get('multiplier', cfg.get('injection_scale'))}"
@@ -268,7 +268,7 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
         if b["manifest"].get("trunk_hash") != r["manifest"].get("trunk_hash"):
             from minitrain.core.config import INJECTION_FIELDS, NON_NUMERIC_FIELDS
 
-            rc, bc = r["manifest"].get("config", {}), b["manifest"].get("config", {})
+            rc, bc = reader.config_of(r["manifest"]), reader.config_of(b["manifest"])
             differ = sorted(k for k in set(rc) | set(bc)
                             if rc.get(k) != bc.get(k) and k not in INJECTION_FIELDS + NON_NUMERIC_FIELDS)
             if differ and all(k.startswith("remedy") for k in differ):  # a remediated run: expected

@@ -74,8 +74,8 @@ def run_row(run: Path, experiments: Path, sealed: bool | None = None, verdict=ve
         return {"run": rel, "kind": "sweep", "status": "regime map", "note": f"{n} runs of the minitrain explore sweep",
                 "link": f"{rel}/index.html"}
     try:
-        manifest, why = reader.read_optional_json(run / reader.MANIFEST)
-        results, why2 = reader.read_optional_json(run / reader.RESULTS)
+        manifest, why = reader.read_run_json(run, reader.MANIFEST)  # None and a line when damaged
+        results, why2 = reader.read_run_json(run, reader.RESULTS)
         manifest, results = manifest or {}, results or {}
         cfg = reader.config_of(manifest)
         blind = bool(cfg.get("blind"))
@@ -94,8 +94,8 @@ def run_row(run: Path, experiments: Path, sealed: bool | None = None, verdict=ve
                "val": _num(results.get("final_val_loss")),
                "verdict": verdict(run, sealed, live), "sealed": sealed,
                "dashboard": (run / "dashboard.html").exists(), "link": f"{rel}/dashboard.html"}
-        if why or why2:
-            row["error"] = why or why2
+        if why or why2:  # a damaged run is one row that says so, never the table's failure
+            row["error"], row["status"] = why or why2, "damaged"
         return row
     except (UserError, OSError, ValueError, KeyError, TypeError) as e:  # damaged while we read it: one line
         return {"run": rel, "kind": "run", "status": "unreadable", "error": str(e).splitlines()[0][:200],

@@ -104,6 +104,11 @@ def _clock(manifest: dict, n: int) -> tuple[float, float]:
     return start, ((end - start) / n if end is not None and end > start else 1.0)
 
 
+def _listed(value) -> list:
+    """The names a manifest lists (a dict's keys or a list), [] for anything else a damaged file may hold."""
+    return list(value) if isinstance(value, (dict, list)) else []
+
+
 def run_texts(r: dict) -> list[tuple[int, str, str]]:
     """(step, tag, text) of a loaded run (reader.load_run): its summary at the first step, the injection's
     step, every step a field spike detector flags, and the diagnosis' anomaly step when the run has one."""
@@ -113,17 +118,18 @@ def run_texts(r: dict) -> list[tuple[int, str, str]]:
     lines = [f"**{r['name']}**: {manifest.get('status', 'unknown')}, {len(rows)} steps"]
     if probe:
         lines.append(f"recorded by the minitrain probe on {probe.get('model')} with {probe.get('optimizer')} "
-                     f"({probe.get('kind')}); absent: {', '.join(probe.get('absent') or {}) or 'nothing'}")
+                     f"({probe.get('kind')}); absent: {', '.join(map(str, _listed(probe.get('absent')))) or 'nothing'}")
     if cfg:
         plain = [k for k in sorted(cfg) if not isinstance(cfg[k], (dict, list))]
         lines.append("config: " + ", ".join(f"{k}={cfg[k]}" for k in plain))
     lines += [f"note: {n}" for n in [*r["notes"], r["data_note"]] if n]
     out = [(int(rows[0]["step"]), "run/summary", "\n\n".join(lines))]
+    steps = [int(row["step"]) for row in rows]
+    have = set(steps)  # an event only at a step the run has (a manifest or diagnosis may name any number)
     inj = manifest.get("injection") if isinstance(manifest.get("injection"), dict) else {}
-    if inj.get("record") and isinstance(cfg.get("injection_step"), int):
+    if inj.get("record") and type(cfg.get("injection_step")) is int and cfg["injection_step"] in have:
         record = json.dumps(inj["record"], sort_keys=True)
         out.append((cfg["injection_step"], "events/injection", f"injection {cfg.get('injection')} fired: {record}"))
-    steps = [int(row["step"]) for row in rows]
     flagged: dict[int, list[str]] = {}
     for name, idx in run_detectors(np.array([as_float(row.get("loss")) for row in rows]),
                                    np.array([as_float(row.get("grad_norm")) for row in rows])).items():
@@ -132,7 +138,7 @@ def run_texts(r: dict) -> list[tuple[int, str, str]]:
     for step in sorted(flagged):
         out.append((step, "events/anomaly", f"spike detectors flag step {step}: {', '.join(sorted(flagged[step]))}"))
     d = r["diagnosis"] or {}
-    if isinstance(d.get("anomaly_step"), int):
+    if d.get("anomaly_step") in have:
         out.append((d["anomaly_step"], "events/diagnosis",
                     f"{d.get('leaf')} {d.get('title')} (cause {d.get('cause')}): {d.get('diagnosis')}"))
     return out
