@@ -231,6 +231,8 @@ ALLOWED_READS = {
     ("lab/learner", "grade"),  # the diagnoses file as it is now, against its seal
     ("lab/learner", "check"),  # the diagnoses file and notes/lessons.md
     ("lab/runner", "read_log"),  # a child process's log: a temporary file the runner made
+    ("bench/eval_diagnosis", "write_docs"),  # docs/diagnosis.md, its generated block replaced
+    ("bench/eval_diagnosis", "read_results"),  # the evaluation's own results.json (--docs-from)
 }
 # The calls that read a file: open in a reading mode (the builtin, io.open, Path.open, os.open), the methods
 # below, the loaders below (by their dotted name, or by their own name whatever module they come from).
