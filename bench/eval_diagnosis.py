@@ -354,7 +354,7 @@ def _case_row(c: Case) -> str:
     conf = c.result.get("confidence") or {}
     shown = conf.get("level", "")
     if conf.get("crossing") is not None:
-        shown += f" ({conf['crossing']:.3g} {conf.get('units', '')})"
+        shown += f" ({conf['measured']:.3g} {conf.get('units', '')}: {conf['crossing']:.2f}x)"
     return (f"| {c.folder} | {c.split} | {c.condition} | {c.truth} {c.magnitude}{tag} | {c.expect} | {c.result['cause']} | "
             f"{c.k if c.k is not None else ''} | {_f(c.result['anomaly_step'])} | {shown} | {ok} |")
 
