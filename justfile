@@ -13,6 +13,10 @@ export PYTHONUNBUFFERED := "1"
 default:
     @just --list --unsorted
 
+# the command line tool from the venv: ./dev minitrain diagnose experiments/19-injection-A
+minitrain *args:
+    @minitrain "$@"
+
 # create .venv and install minitrain with its pinned dependencies (idempotent)
 setup:
     ./dev --setup-only

@@ -3,7 +3,8 @@
     python scripts/dashboard_screenshots.py [EXPERIMENTS] [OUT]     (defaults: experiments docs/img)
 
 Each image is the page's first screen (1400 x 1150 CSS pixels: header, health line, runs, panels 1-3) once
-every panel is drawn. Take them after the lab's reveal, so the injection pages show the walker's verdict.
+every panel is drawn. Take them before the lab's reveal: the README shows the pages as a learner first sees
+them, the injection pages sealed (no verdict, none of the stability check's answers).
 """
 from __future__ import annotations
 

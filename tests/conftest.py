@@ -141,3 +141,15 @@ def small_lab(small_baseline, tmp_path_factory):
     """An experiments folder: a copy of the small baseline and the lab's three injections at SMALL_K forked
     from it (19-injection-A/B/C, no pages); read-only (read_only)."""
     yield from read_only(make_small_lab(small_baseline, tmp_path_factory.mktemp("small-lab")))
+
+
+@pytest.fixture(scope="session")
+def small_blind_lab(small_baseline, tmp_path_factory):
+    """A sealed, shuffled spike lab in experiments/19-blind/ (small runs), beside a copy of the baseline;
+    read-only (a test that reveals it works on a copy)."""
+    from minitrain.lab import blind
+
+    exp = tmp_path_factory.mktemp("blind") / "experiments"
+    shutil.copytree(small_baseline, exp / "18-baseline")
+    blind.make_lab("spike", exp / "19-blind", list(SMALL))
+    yield from read_only(exp)

@@ -233,6 +233,9 @@ ALLOWED_READS = {
     ("lab/runner", "read_log"),  # a child process's log: a temporary file the runner made
     ("bench/eval_diagnosis", "write_docs"),  # docs/diagnosis.md, its generated block replaced
     ("bench/eval_diagnosis", "read_results"),  # the evaluation's own results.json (--docs-from)
+    ("bench/remediation_noise", "write_doc"),  # docs/remediation.md, its measured block replaced
+    ("bench/eval_inverse", "write_section"),  # docs/diagnosis.md: its section is spliced between markers
+    ("bench/eval_inverse", "main"),  # the bench's own results file (SUITE/results.json), to re-score nothing
 }
 # The calls that read a file: open in a reading mode (the builtin, io.open, Path.open, os.open), the methods
 # below, the loaders below (by their dotted name, or by their own name whatever module they come from).

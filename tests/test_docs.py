@@ -79,7 +79,6 @@ def test_the_docs_tell_no_history():
     assert not hits, "history narration (it lives in git; state the present fact):\n" + "\n".join(hits)
 
 
-@pytest.mark.skip(reason="enabled after merge")
 def test_the_code_tells_no_history():
     files = [p for p in sorted((ROOT / "src").rglob("*")) if p.suffix in (".py", ".js", ".css", ".html")
              and "vendor" not in p.parts]

@@ -36,15 +36,10 @@ def lab(small_lab, tmp_path):
     return exp
 
 
-@pytest.fixture(scope="module")
-def blind_lab(small_baseline, tmp_path_factory):
-    """A sealed, shuffled spike lab in experiments/19-blind/ (small runs), beside a copy of the baseline;
-    read-only (a test that reveals it works on a copy)."""
-    exp = tmp_path_factory.mktemp("blind") / "experiments"
-    shutil.copytree(small_baseline, exp / "18-baseline")
-    sets = [kv for kv in small_args() if kv != "--set"]
-    blind.make_lab("spike", exp / "19-blind", sets)
-    yield from read_only(exp)
+@pytest.fixture()
+def blind_lab(small_blind_lab):
+    """conftest.small_blind_lab: a sealed, shuffled spike lab in 19-blind/ beside the baseline (read-only)."""
+    return small_blind_lab
 
 
 @pytest.fixture()
@@ -305,13 +300,15 @@ def test_the_lab_end_to_end(lab, workdir):
     write_sections(d / "spike-diagnoses.md", _reference_sections(refs, runs, {
         # B stops at the question that turns to the leaf, so its cause comes from the cause field
         "bad_batch": {"node": "4.1", "cause": "bad batch"}}))
-    # before the reveal the lab's answers are sealed: diagnose asks for --spoil, pages and index say "sealed"
+    # before the reveal the lab's answers are sealed: diagnose asks for --spoil, pages and index say "sealed",
+    # and the page carries none of the tree's answers (tests/test_no_spoilers.py looks at everything else)
     assert not (lab / "REVEALED.json").exists()
     b_run = str(lab / "19-injection-B")
     assert_one_line_error(run_cli("diagnose", b_run, cwd=workdir), "not revealed yet", "--spoil")
-    assert "§4.A" in run_cli("diagnose", b_run, "--spoil", cwd=workdir).stdout
     assert run_cli("dashboard", b_run, cwd=workdir).returncode == 0
-    assert _page(lab / "19-injection-B")["sealed"] and _index_row(lab, "19-injection-B").startswith("sealed")
+    page = _page(lab / "19-injection-B")
+    assert page["sealed"] and page["checks"] is None and _index_row(lab, "19-injection-B").startswith("sealed")
+    assert not (lab / "19-injection-B" / "signature.json").exists() and not (lab / "lab-report.md").exists()
     proc = run_cli("reveal", "ana", *exp, cwd=workdir)
     assert proc.returncode == 0, proc.stderr
     # the reveal opens the lab: its pages and index are rewritten with the walker's verdict
@@ -330,6 +327,10 @@ def test_the_lab_end_to_end(lab, workdir):
     assert f"pre-clip grad norm at K: {a_gn:.4g} (baseline {base_gn:.4g})" in proc.stdout
     assert "duplicated rows in the batch at K: 7 (baseline 0)" in proc.stdout
     assert "<!-- measured:" not in proc.stdout and (d / "reveal-spike.md").exists()
+    # the reveal writes what was withheld (the signatures and the lab report) and names what it opened
+    assert (lab / "19-injection-B" / "signature.json").exists() and (lab / "lab-report.md").exists()
+    assert "expected vs observed" in proc.stdout and str(lab / "19-injection-B" / "dashboard.html") in proc.stdout
+    assert f"(seed 42, K = {K})" in proc.stdout and "at K = 500 the loss" not in proc.stdout
     proc = run_cli("grade", "ana", *exp, cwd=workdir)
     assert proc.returncode == 0 and "3/3 correct" in proc.stdout, proc.stdout + proc.stderr
     # check: everything but the stop condition holds until lessons.md has three new lines
@@ -379,7 +380,7 @@ def test_banana_scores_zero(lab, workdir):
     write_sections(d / "spike-diagnoses.md", sections)
     learner.reveal("eve", learner.LABS["spike"], workdir / "learners", lab)
     g = learner.grade("eve", learner.LABS["spike"], workdir / "learners", lab)
-    assert g.score == 0 and all("names none of the key concepts" in v.why for v in g.verdicts)
+    assert g.score == 0 and all("names no failure mode" in v.why for v in g.verdicts)
 
 
 def test_grade_and_reveal_need_the_right_state(workdir, lab):
@@ -406,6 +407,10 @@ def test_blind_lab_is_graded_through_the_sealed_mapping(blind_lab, workdir):
     assert proc.returncode == 0, proc.stderr
     assert json.loads((folder / "REVEALED.json").read_text())["mapping"] == mapping
     assert "sealed mapping:" in proc.stdout
+    for run_id, entry in mapping.items():  # each run's own seed and K, not the named lab's
+        seed, k = entry["overrides"]["seed"], entry["overrides"]["injection_step"]
+        assert f"`19-blind/{run_id}` (sealed mapping: {run_id} carried {entry['fault']})**" in proc.stdout
+        assert f"(seed {seed}, K = {k})" in proc.stdout
     proc = run_cli("grade", "cy", "--lab", "blind", "--experiments", str(exp), cwd=workdir)
     assert "3/3 correct" in proc.stdout, proc.stdout + proc.stderr
 
@@ -419,8 +424,14 @@ def test_postmortem_fills_the_template_and_never_overwrites(lab):
     run = lab / "19-injection-B"
     out = run / "postmortem.md"
     out.unlink(missing_ok=True)
-    proc = run_cli("postmortem", str(run))
+    # it names the walker's leaf: refused on a sealed run, as diagnose is; --spoil is logged in the lab folder
+    assert_one_line_error(run_cli("postmortem", str(run)), "not revealed yet", "--spoil")
+    assert not out.exists() and not (lab / "SPOILED.json").exists()
+    proc = run_cli("postmortem", str(run), "--spoil")
     assert proc.returncode == 0, proc.stderr
+    spoiled = json.loads((lab / "SPOILED.json").read_text())["spoils"]
+    assert [(x["run"], x["command"]) for x in spoiled] == [("19-injection-B", "postmortem")]
+    (lab / "REVEALED.json").write_text('{"revealed_at": "2000-01-01T00:00:00.000000Z", "revealed_by": "t"}')
     text = out.read_text()
     assert "{{" not in text and "## 5. Impact, measured against the baseline" in text
     assert "`18-baseline`" in text and f"at step {K}" in text and "7 duplicated rows" in text
@@ -461,3 +472,56 @@ def test_remediate_reruns_from_before_the_anomaly(lab, fault, remedy):
     for m in (rep["measured_before"], rep["measured_after"]):
         assert m["baseline"] == "18-baseline" and isinstance(m["mean_loss_diff_after_K"], float)
     assert "mean loss diff" in rep["summary"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Traces: an interrupted reveal, a reveal or a spoil before the seal
+# ---------------------------------------------------------------------------------------------------
+
+
+def _fill_with_the_reference(workdir, name):
+    learner.init_learner(name, workdir / "learners")
+    d = workdir / "learners" / name / "phase-19"
+    _, refs = learner.read_reference(learner.LABS["spike"])
+    runs = {f: f"19-injection-{letter}" for f, letter in learner.LAB_LETTERS.items()}
+    write_sections(d / "spike-diagnoses.md", _reference_sections(refs, runs))
+    return d
+
+
+def test_an_interrupted_reveal_has_logged_itself_before_it_unsealed_anything(lab, workdir, monkeypatch):
+    from minitrain.lab.learner import revealing
+
+    d = _fill_with_the_reference(workdir, "ana")
+    exp = ["--experiments", str(lab)]
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(revealing, "open_lab", interrupted)  # Ctrl-C at the first step that unseals
+    proc = run_cli("reveal", "ana", *exp, cwd=workdir)
+    assert proc.returncode == 130 and "run the same command again" in proc.stderr and "--resume" not in proc.stderr
+    assert len(learner.read_history(d)[0]) == 1 and not (lab / "REVEALED.json").exists()
+    monkeypatch.undo()
+    # deleting the seal and re-sealing edited diagnoses is seen: the history was written first
+    (d / "spike-diagnoses.seal.json").unlink()
+    (d / "spike-diagnoses.md").write_text((d / "spike-diagnoses.md").read_text().replace("§7.A", "§7.A "))
+    assert run_cli("reveal", "ana", *exp, cwd=workdir).returncode == 0
+    assert "RE-SEALED AFTER A REVEAL" in run_cli("grade", "ana", *exp, cwd=workdir).stdout
+
+
+def test_the_lab_folder_keeps_the_traces_a_learner_cannot_delete(lab, workdir):
+    d = _fill_with_the_reference(workdir, "bo")
+    exp = ["--experiments", str(lab)]
+    assert run_cli("diagnose", str(lab / "19-injection-A"), "--spoil", cwd=workdir).returncode == 0
+    assert run_cli("reveal", "bo", *exp, cwd=workdir).returncode == 0
+    proc = run_cli("grade", "bo", *exp, cwd=workdir)
+    assert "SPOILED BEFORE THE SEAL: 'diagnose' showed the answer for 19-injection-A" in proc.stdout
+    # the learner deletes their seal, history and reveal, edits, and reveals again: REVEALED.json remains
+    (lab / "SPOILED.json").unlink()
+    for name in ("spike-diagnoses.seal.json", "reveal-history.jsonl", "reveal-spike.md"):
+        (d / name).unlink()
+    assert run_cli("reveal", "bo", *exp, cwd=workdir).returncode == 0
+    proc = run_cli("grade", "bo", *exp, cwd=workdir)
+    assert "3/3 correct" in proc.stdout and "REVEALED BEFORE THE SEAL" in proc.stdout and "by bo" in proc.stdout
+    proc = run_cli("check", "bo", *exp, cwd=workdir)
+    assert "[FAIL] spike-diagnoses.md sealed before the reveal" in proc.stdout and "REVEALED BEFORE" in proc.stdout

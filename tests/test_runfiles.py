@@ -118,9 +118,9 @@ def test_config_and_tokenizer_of_a_run(tmp_path, small_baseline):
     tok, note = reader.tokenizer_of(small_baseline)
     assert note is None and tok["model"]["vocab"]
     assert reader.tokenizer_of(tmp_path) == (None, None)
-    (tmp_path / "tokenizer.json").write_text('{"model": ')
-    tok, note = reader.tokenizer_of(tmp_path)
-    assert tok is None and "tokenizer.json is unreadable" in note
+    (tmp_path / "tokenizer.json").write_text('{"model": ')  # a damaged file is refused, never assumed
+    with pytest.raises(UserError, match="tokenizer.json is damaged"):
+        reader.tokenizer_of(tmp_path)
     with pytest.raises(UserError, match="config file .*config.yaml not found"):
         reader.read_config(tmp_path)
 

@@ -23,6 +23,7 @@ def lab_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("experiments") / "19-injection-A"
     loop.train(small_config("injection=scale", f"injection_step={K}"), out)
     assert main(["diagnose", str(out), "--write", "--spoil"]) == 0  # a lab run: its diagnosis is a spoiler
+    (out.parent / "REVEALED.json").write_text('{"revealed_by": "test"}')  # export refuses a sealed lab run
     return out
 
 

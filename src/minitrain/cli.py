@@ -54,7 +54,15 @@ class Command:
 
 
 # Arguments several commands share.
+SPOIL = Arg("--spoil", action="store_true",
+            help="run it on a run of a learner lab that is not revealed yet (19-injection-A/B/C, 19-blind/NN, "
+                 "19-break-it/NN): without it such a run is refused so the answer is not given away; with it the "
+                 "spoil is logged in the lab folder's SPOILED.json and grade and check show it")
 NO_PROGRESS = Arg("--no-progress", action="store_true", help="no progress bar (e.g. when the output is a log file)")
+RAY = Arg("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+          help="run on a Ray cluster (pip install 'minitrain[ray]'): at ADDRESS (auto, HOST:PORT, ray://HOST:PORT), "
+               "or without one on a local cluster started for this command; the experiments folder must be on a "
+               "filesystem every node shares (docs/scale.md)")
 INJECTIONS_HELP = ("none (no fault), one of the lab's scale | bad_batch | v_corrupt, or another injection "
                    "'minitrain config' lists")
 
@@ -140,7 +148,8 @@ TRAIN = Command(
          help="override any config field, repeatable (e.g. --set injection_factor=0.01)"),
      Arg("--force", action="store_true", help="replace an existing run folder (only a minitrain run, never the "
                                               "current folder or one holding a git repository; refused while "
-                                              "another process writes it)"),
+                                              "another process writes it, or while it holds files minitrain "
+                                              "did not write)"),
      Arg("--resume", metavar="DIR", help="continue a stopped or killed run from its last checkpoint (verified by "
                                          "sha256); same bytes as an uninterrupted run"),
      Arg("--no-fork", action="store_true", help="recompute steps 0..K-1 even if a baseline can be forked"),
@@ -208,16 +217,24 @@ def cmd_lab(args) -> int:
 
     experiments = Path(args.experiments)
     for line in run_lab(experiments, args.seed, args.injection_step, jobs=args.jobs, sets=args.set,
-                        force=args.force, main=main):  # each run forked from this process (lab/parallel.py)
+                        force=args.force, main=main, ray=args.ray):  # each run forked from this process (lab/parallel.py)
         print(line)
-    if not args.no_report:
+    runs = [reader.lab_run_name(i, args.seed, args.injection_step) for i in ("none", *LAB_INJECTIONS)]
+    sealed = [r for r in runs if spoilers.is_sealed(experiments / r)]
+    if not args.no_report and not sealed:  # expected vs observed names the signatures: only once revealed
         try:
             print(signature.report(experiments))
             print(f"written to {experiments / 'lab-report.md'}", file=sys.stderr)
         except UserError as e:  # e.g. a run that diverged before K: the runs and their exit code stand
             print(f"minitrain: no lab report: {e}", file=sys.stderr)
-    print(f"wrote {spoilers.refresh(experiments)}", file=sys.stderr)  # the index once every run is in
-    runs = [reader.lab_run_name(i, args.seed, args.injection_step) for i in ("none", *LAB_INJECTIONS)]
+    index = spoilers.refresh(experiments)  # the index once every run is in
+    print(f"\nthe runs: {', '.join(str(experiments / r) for r in runs)}; their pages: RUN/dashboard.html; "
+          f"all of them: {index}")
+    if sealed:
+        print("next: open each injection run's dashboard.html, walk stability-check.md from §1 to the first leaf "
+              "that matches, write your diagnoses (minitrain learner init NAME, then "
+              "learners/NAME/phase-19/spike-diagnoses.md), then 'minitrain reveal NAME': it seals them and shows "
+              "the answers and the expected-vs-observed report")
     return exit_code(*(Path(args.experiments) / r for r in runs))  # EXIT_NON_FINITE if one diverged
 
 
@@ -225,8 +242,9 @@ LAB = Command(
     "lab", "the lab's four runs: baseline + injections A, B, C forked at K, in parallel",
     "Train EXPERIMENTS/18-baseline and, from its checkpoint at K, the three injection runs "
     "19-injection-{A,B,C}, one process per core, with one progress line per run. Up-to-date runs are left "
-    "alone. The same bytes as running 'minitrain lab-run' four times in a row. Then writes and prints the "
-    "expected-vs-observed report (lab-report.md) and writes index.html.",
+    "alone. The same bytes as running 'minitrain lab-run' four times in a row. Then writes index.html and says "
+    "where the runs are and what to do next; the expected-vs-observed report (lab-report.md) is printed here only "
+    "once the lab is revealed ('minitrain reveal NAME' shows it).",
     (Arg("--seed", type=int, default=LAB_SEED,
          help=f"seed for init and batch order of all four runs (default {LAB_SEED})"),
      Arg("--injection-step", dest="injection_step", type=int, default=LAB_K, metavar="K",
@@ -235,8 +253,10 @@ LAB = Command(
      Arg("--jobs", type=int, default=None, metavar="N", help="runs at a time (default: one per core)"),
      Arg("--set", action="append", metavar="KEY=VALUE", help="override a config field of every run, repeatable"),
      Arg("--force", action="store_true", help="re-run even the runs that are up to date"),
+     RAY,
      Arg("--no-report", action="store_true",
-         help="do not write and print EXPERIMENTS/lab-report.md (as 'minitrain report' does) at the end")),
+         help="do not write and print EXPERIMENTS/lab-report.md at the end (it is never written before the "
+              "reveal)")),
     cmd_lab)
 
 
@@ -316,6 +336,9 @@ def cmd_signature(args) -> int:
     from minitrain.analysis import signature
     from minitrain.run.files import strict_json
 
+    from minitrain.lab import spoilers
+
+    spoilers.gate(Path(args.run), "signature", args.spoil)
     sig = signature.write(Path(args.run), Path(args.baseline) if args.baseline else None)
     print(strict_json(sig, indent=2))
     return 0
@@ -328,13 +351,17 @@ SIGNATURE = Command(
     "config and no injection, unless --baseline names one.",
     (Arg("run", metavar="RUN", help="an injection run folder, e.g. experiments/19-injection-A"),
      Arg("--baseline", metavar="RUN", help="the run without the injection to measure against (default: found "
-                                           "beside RUN)")),
+                                           "beside RUN)"),
+     SPOIL),
     cmd_signature)
 
 
 def cmd_report(args) -> int:
     from minitrain.analysis import signature
+    from minitrain.lab import spoilers
 
+    for run in sorted(Path(args.experiments).glob("19-injection-*")):
+        spoilers.gate(run, "report", args.spoil)
     print(signature.report(Path(args.experiments)))
     print(f"written to {Path(args.experiments) / 'lab-report.md'}", file=sys.stderr)
     return 0
@@ -345,7 +372,8 @@ REPORT = Command(
     "Write EXPERIMENTS/lab-report.md (and each run's signature.json): measured values per injection next to the "
     "lab text's predictions.",
     (Arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
-         help="folder holding 18-baseline and 19-injection-* (default experiments)"),),
+         help="folder holding 18-baseline and 19-injection-* (default experiments)"),
+     SPOIL),
     cmd_report)
 
 
@@ -353,7 +381,7 @@ def cmd_explore(args) -> int:
     from minitrain.lab import explore
 
     explore.run_explore(Path(args.experiments) / "explore", "quick" if args.quick else "default", args.jobs,
-                        args.set or [], Path(args.doc) if args.doc else None)
+                        args.set or [], Path(args.doc) if args.doc else None, ray=args.ray)
     return 0
 
 
@@ -372,7 +400,8 @@ EXPLORE = Command(
                                                              "CPU core)"),
      Arg("--set", action="append", metavar="KEY=VALUE",
          help="a config override for every run (e.g. seed=7); the grid's own fields are refused"),
-     Arg("--doc", metavar="PATH", help="also write the doc there (e.g. docs/regimes.md)")),
+     Arg("--doc", metavar="PATH", help="also write the doc there (e.g. docs/regimes.md)"),
+     RAY),
     cmd_explore)
 
 
@@ -410,7 +439,7 @@ DASHBOARD = Command(
     "stability-check.md cites them, sharing the step axis (drag or wheel to zoom, shift+drag to pan), a tooltip "
     "with the values at the cursor, legend entries that hide/show a series, a smoothing slider, PNG/CSV export per "
     "panel, the runs on the page chosen in the page, the health summary, every question of the stability check "
-    "measured on the run (behind a reveal button while a lab run is sealed) and the manifest. An injection run is "
+    "measured on the run (none of it while a lab run is sealed: the reveal writes it in) and the manifest. An injection run is "
     "overlaid with its baseline when one exists. Also written at the end of every run.",
     (Arg("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-B"),
      Arg("--baseline", metavar="RUN", help="overlay this run and plot the difference (default: the clean run "
@@ -423,8 +452,10 @@ DASHBOARD = Command(
 
 
 def cmd_export(args) -> int:
+    from minitrain.lab import spoilers
     from minitrain.views.tensorboard import export_tensorboard
 
+    spoilers.gate(Path(args.run), "export", args.spoil)
     res = export_tensorboard(Path(args.run), Path(args.tensorboard), force=args.force)
     print(f"wrote {res['dir']}: {res['steps']} steps, {res['scalar_tags']} scalar tags, {res['texts']} text events; "
           f"view it with: tensorboard --logdir {args.tensorboard}")
@@ -439,7 +470,8 @@ EXPORT = Command(
     "it beside your other runs.",
     (Arg("run", metavar="RUN", help="run folder (minitrain train, a lab run or a probe run)"),
      Arg("--tensorboard", required=True, metavar="DIR", help="TensorBoard log folder to write into"),
-     Arg("--force", action="store_true", help="replace this run's events already in DIR")),
+     Arg("--force", action="store_true", help="replace this run's events already in DIR"),
+     SPOIL),
     cmd_export)
 
 
@@ -471,10 +503,7 @@ def cmd_diagnose(args) -> int:
     from minitrain.run.files import strict_json
 
     run = Path(args.run)
-    if spoilers.is_sealed(run) and not args.spoil:
-        raise UserError(f"{run} is a run of the {spoilers.lab_of(run)} lab, which is not revealed yet: walk "
-                        "stability-check.md on its dashboard first and reveal ('minitrain reveal NAME'), or pass "
-                        "--spoil to see the walker's answer now")
+    spoilers.gate(run, "diagnose", args.spoil)
     _say_if_live(run)
     result = stability.diagnose_run(run, Path(args.baseline) if args.baseline else None)
     if args.write:
@@ -497,9 +526,7 @@ DIAGNOSE = Command(
      Arg("--baseline", metavar="RUN", help="also report difference curves against this run"),
      Arg("--json", action="store_true", help="print one JSON object instead of the report"),
      Arg("--write", action="store_true", help="also write RUN/diagnosis.json (the dashboard shows it)"),
-     Arg("--spoil", action="store_true",
-         help="walk a run of a learner lab that is not revealed yet (19-injection-A/B/C, 19-blind/NN, "
-              "19-break-it/NN): without it, such a run is refused so the answer is not given away")),
+     SPOIL),
     cmd_diagnose)
 
 
@@ -577,9 +604,18 @@ def cmd_reveal(args) -> int:
     text, path = reveal(args.name, _lab(args), Path(args.learners), Path(args.experiments), _solutions(args),
                         force=args.force)
     print(text, end="")
+    print_revealed_pages(args)
     print(f"(also written to {path}; next: 'minitrain grade {args.name}"
           + ("" if args.lab == "spike" else f" --lab {args.lab}") + "')")
     return 0
+
+
+def print_revealed_pages(args) -> None:
+    """The end of `reveal`: the paths of the pages it made visible, opened only where a browser can open."""
+    from minitrain.lab.browser import revealed_pages, show_pages
+
+    for line in show_pages(revealed_pages(Path(args.experiments), _lab(args).runs)):
+        print(line)
 
 
 REVEAL = Command(
@@ -601,9 +637,11 @@ def cmd_grade(args) -> int:
 
 
 GRADE = Command(
-    "grade", "score NAME's sealed diagnoses out of 3, explaining each miss",
-    "Score the sealed diagnoses: correct when the node is on the reference's documented path to the correct leaf "
-    "and the cause matches (see docs/learner.md). Flags a diagnoses file edited after the seal.",
+    "grade", "score NAME's sealed diagnoses out of 3, explaining each point",
+    "Score the sealed diagnoses: correct when the node is on the reference's documented path to the correct leaf, "
+    "the diagnosis names the run's failure mode and no other cause, and the remediation a fix registered for it "
+    "and nothing harmful (see docs/learner.md); ambiguous answers are counted apart for a teacher's review. Flags "
+    "a diagnoses file edited after the seal, a seal made after a reveal, and answers seen with --spoil before it.",
     (LEARNER_NAME, *LEARNER_LAB),
     cmd_grade)
 
@@ -635,7 +673,7 @@ def cmd_postmortem(args) -> int:
 
     out = write_postmortem(Path(args.run), Path(args.baseline) if args.baseline else None,
                            Path(args.out) if args.out else None, force=args.force,
-                           experiments=Path(args.experiments))
+                           experiments=Path(args.experiments), spoil=args.spoil)
     print(f"wrote {out}: edit it, it is yours (re-running needs --force and overwrites it)")
     return 0
 
@@ -651,7 +689,8 @@ POSTMORTEM = Command(
      Arg("--out", metavar="FILE", help="where to write it (default RUN/postmortem.md)"),
      Arg("--experiments", default="experiments", metavar="DIR",
          help="also look for the baseline here (default experiments)"),
-     Arg("--force", action="store_true", help="overwrite an existing post-mortem (your edits in it are lost)")),
+     Arg("--force", action="store_true", help="overwrite an existing post-mortem (your edits in it are lost)"),
+     SPOIL),
     cmd_postmortem)
 
 
@@ -701,6 +740,7 @@ def cmd_remediate(args) -> int:
     rep = remediate(Path(args.run), args.remedy, Path(args.baseline) if args.baseline else None, force=args.force)
     print(f"{rep['remediated']}: {rep['summary']}")
     print(f"verdict against {rep['baseline'] or 'no baseline'}: {rep['verdict']['line']}")
+    print(f"re-walk after the fix: {rep['fix']['line']}")
     print("dashboards: " + ", ".join(rep["dashboards"]))
     from minitrain.lab.runs import exit_code
 
@@ -712,7 +752,8 @@ REMEDIATE = Command(
     "Walk RUN with the stability check, re-run it from the last checkpoint before the anomaly with the leaf's "
     "registered remedy (skip_batch, restore_moments, zclip; config fixes re-run from step 0) into "
     "RUN-remediated, walk that again, and write one dashboard of the remediated run against the original and the "
-    "baseline. Numbers go to RUN-remediated/remediation.json.",
+    "baseline. Numbers go to RUN-remediated/remediation.json. The same command again continues an interrupted "
+    "remediation from its last checkpoint (or reuses one that has ended).",
     (Arg("run", metavar="RUN", help="the run to remediate, e.g. experiments/19-injection-A"),
      Arg("--remedy", metavar="NAME", help="override the leaf's remedy (skip_batch, restore_moments, zclip)"),
      Arg("--baseline", metavar="RUN", help="the clean run to measure both against (default: found beside RUN)"),
@@ -720,10 +761,122 @@ REMEDIATE = Command(
     cmd_remediate)
 
 
+# --- the inverse direction: explain a diagnosis by replay (lab/explain.py), reproduce a run (lab/reproduce.py) ---
+
+
+def _print_report(args, rep: dict, text: Callable[[], str]) -> int:
+    """A report as one JSON object (--json) or as its text."""
+    from minitrain.run.files import strict_json
+
+    print(strict_json(rep, indent=2) if args.json else text())
+    return 0
+
+
+def cmd_explain(args) -> int:
+    from minitrain.lab.explain import explain, format_report
+
+    rep = explain(Path(args.run), args.step, spoil=args.spoil, jobs=args.jobs)
+    return _print_report(args, rep, lambda: format_report(Path(args.run), rep))
+
+
+EXPLAIN = Command(
+    "explain", "prove a diagnosis by replay: counterfactuals from the checkpoint before the anomaly",
+    "From the last kept checkpoint at or before step S (default: the walker's anomaly step) replay RUN's "
+    "counterfactuals to S+20: the identical replay (it must give the recorded rows bit for bit), the batch at S "
+    "swapped for another of the same data order, the batches of the 3 steps before swapped, Adam's state of an "
+    "earlier checkpoint put back, the leaf's remedy, clipping off/on where the leaf involves clipping. Prints "
+    "whether the anomaly at S is still there in each and the conclusion (data-driven, state-driven, the "
+    "remedy removes it), and adds them to RUN/diagnosis.json and the page. Replays live in RUN/explain/ (cached).",
+    (Arg("run", metavar="RUN", help="run folder, e.g. experiments/19-injection-B"),
+     Arg("--step", type=int, metavar="S", help="the step to explain (default: the walker's anomaly step)"),
+     Arg("--jobs", type=int, metavar="N", help="replays at a time (default: one per core)"),
+     Arg("--json", action="store_true", help="print the report as one JSON object"),
+     Arg("--spoil", action="store_true", help="explain a run of a learner lab that is not revealed yet")),
+    cmd_explain)
+
+
+def cmd_reproduce(args) -> int:
+    from minitrain.lab.reproduce import BUDGET, WINDOW, format_report, reproduce
+
+    rep = reproduce(Path(args.run), Path(args.baseline), window=args.window or WINDOW, budget=args.budget or BUDGET,
+                    jobs=args.jobs, spoil=args.spoil, kinds=args.kinds.split(",") if args.kinds else None)
+    return _print_report(args, rep, lambda: format_report(rep))
+
+
+REPRODUCE = Command(
+    "reproduce", "find the registered perturbation (kind, step, magnitude) that turns BASE into RUN",
+    "Search the registered injections for the one whose metrics best match RUN's: every kind at its default "
+    "magnitude at the step where RUN first differs from BASE (and the step before), forked from BASE's "
+    "checkpoint and cut 10 steps later; then the two best kinds over their magnitude grids, cut --window steps "
+    "later. Prints the ranked hypotheses with their distance (mean |ln ratio| of the logged signals) and whether "
+    "the best reproduces RUN exactly (bit-identical metrics), within rounding or approximately. Hypotheses live "
+    "in RUN/reproduce/ (cached).",
+    (Arg("run", metavar="RUN", help="the run to reproduce, e.g. experiments/19-injection-A"),
+     Arg("--baseline", required=True, metavar="BASE", help="the clean run it is compared with, e.g. experiments/18-baseline"),
+     Arg("--window", type=int, metavar="N", help="steps compared after the first differing step (default 100)"),
+     Arg("--budget", type=int, metavar="N", help="hypotheses trained at most (default 60)"),
+     Arg("--kinds", metavar="K1,K2", help="search only these registered injections (default: every one)"),
+     Arg("--jobs", type=int, metavar="N", help="hypotheses at a time (default: one per core)"),
+     Arg("--json", action="store_true", help="print the report as one JSON object"),
+     Arg("--spoil", action="store_true", help="reproduce a run of a learner lab that is not revealed yet")),
+    cmd_reproduce)
+
+
 # --- the table and the parser --------------------------------------------------------------------------
 
+def cmd_import(args) -> int:
+    from minitrain.lab import spoilers
+    from minitrain.run.importer import import_run
+
+    res = import_run(Path(args.source), Path(args.out), args.map or [], force=args.force, vocab_size=args.vocab_size)
+    mapped = ", ".join(f"{tag} -> {signal}" for signal, tag in res["signals"].items())
+    print(f"wrote {res['out']}: {res['steps']} steps from a {res['kind']} history ({mapped})"
+          + (f"; not imported: {', '.join(res['unmapped'])} (map with --map TAG=SIGNAL)" if res["unmapped"] else ""))
+    print(f"next: minitrain diagnose {args.out}   (what the source lacks reads 'not measured')")
+    spoilers.refresh(Path(args.out).parent)
+    return 0
+
+
+IMPORT = Command(
+    "import", "make a run folder from another trainer's TensorBoard events or CSV / JSONL history",
+    "Write RUN from a run made elsewhere: a TensorBoard log folder or events file (read with tensorboard's own "
+    "event reader), a CSV history (W&B's export, Lightning's CSVLogger) or a JSONL history (nanoGPT's wandb.log "
+    "dicts). The usual tag names of the training loss, learning rate, gradient norm and validation loss are "
+    "recognised; --map TAG=SIGNAL maps any other. Then 'minitrain diagnose RUN' walks the stability check on it, "
+    "answering 'not measured' where a question reads what the source does not hold (docs/probe.md).",
+    (Arg("source", metavar="SOURCE", help="TensorBoard log folder or events file, .csv or .jsonl history"),
+     Arg("--out", required=True, metavar="RUN", help="run folder to write"),
+     Arg("--map", action="append", metavar="TAG=SIGNAL",
+         help="map a source tag to loss | lr | grad_norm | val_loss | grad_norm_clipped | logit_max; repeatable"),
+     Arg("--vocab-size", type=int, metavar="V", help="the model's vocabulary size (the walker's ln V at step 0; "
+                                                     "default: assumed as for minitrain's model)"),
+     Arg("--force", action="store_true", help="replace RUN when it already holds a run")),
+    cmd_import)
+
+
+def cmd_serve(args) -> int:
+    from minitrain.lab import spoilers
+    from minitrain.views.serve import serve
+
+    return serve(Path(args.experiments), port=args.port, host=args.host, is_sealed=spoilers.is_sealed)
+
+
+SERVE = Command(
+    "serve", "serve the runs table and every run's dashboard live on a local port (Ctrl-C stops it)",
+    "Serve EXPERIMENTS on http://127.0.0.1:PORT/: the runs table (sortable, filterable; tick runs to compare them "
+    "on one dashboard) with live step counts, and each run's dashboard, whose curves follow a run still training "
+    "within a second or two of each new row. Sealed lab runs stay sealed. Only pages and images under EXPERIMENTS "
+    "are served.",
+    (Arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
+         help="folder holding the run folders (default experiments)"),
+     Arg("--port", type=int, default=8000, help="port to listen on (default 8000; 0 = any free port)"),
+     Arg("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")),
+    cmd_serve)
+
+
 COMMANDS = (TRAIN, LAB_RUN, LAB, CORPUS, CONFIG, SIGNATURE, REPORT, EXPLORE, DASHBOARD, EXPORT, INDEX, DIAGNOSE,
-            STABILITY_MD, LEARNER, REVEAL, GRADE, CHECK, POSTMORTEM, BLIND_RUNS, REMEDIATE)
+            STABILITY_MD, LEARNER, REVEAL, GRADE, CHECK, POSTMORTEM, BLIND_RUNS, REMEDIATE, IMPORT, SERVE,
+            EXPLAIN, REPRODUCE)
 
 DESCRIPTION = ("A small, exact laboratory for training-stability work on a mini-GPT: train it on CPU in seconds, "
                "break it at a chosen step, and read the damage from the dashboard.")
@@ -768,11 +921,17 @@ def main(argv: list[str] | None = None) -> int:
         if is_main_process():  # under torchrun every rank raises it; one line is enough
             print(f"minitrain: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        lab = (argv or sys.argv[1:])[:1] in (["lab"], ["lab-run"])
-        print("minitrain: interrupted; " + ("run the same command again: finished runs are kept, the others continue "
-                                            "from their last checkpoint" if lab else
-                                            "resume with 'minitrain train --resume DIR'"), file=sys.stderr)
+    except KeyboardInterrupt as e:
+        command = (argv or sys.argv[1:])[:1]
+        if getattr(e, "hint", None):  # the interrupted command knows what to run (core.errors.Interrupted)
+            say = e.hint
+        elif command in (["lab"], ["lab-run"]):
+            say = "run the same command again: finished runs are kept, the others continue from their last checkpoint"
+        elif command == ["train"]:
+            say = "resume with 'minitrain train --resume DIR'"
+        else:  # every file is written whole or not at all (run/files.py): nothing half-written is left
+            say = "run the same command again"
+        print(f"minitrain: interrupted; {say}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0

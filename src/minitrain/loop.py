@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from minitrain.core import distributed
-from minitrain.run import files, reader, redact
+from minitrain.run import files, reader, redact, sinks
 from minitrain.run.nonfinite import non_finite_in
 from minitrain.core.config import TrainConfig
 from minitrain.core.data import RunData, prepare
@@ -27,6 +27,7 @@ from minitrain.core.model import GPT, PARAM_ALIASES, build_model
 from minitrain.core.remedy import (RemedyContext, apply_remedy, make_context, remedy_checkpoint, remedy_record,
                                 remedy_restore)
 from minitrain.core.telemetry import Telemetry
+from minitrain.core.tokenizer import tokenizer_json
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -110,9 +111,11 @@ class Run:
     forward: torch.nn.Module | None = None  # what the training forward calls: DDP(model) under torchrun, else model
     non_finite: dict | None = None  # {"step", "what"} once a non-finite value stopped the run
     lock: files.RunLock | None = None  # the run folder's lock, held while this process writes it
+    sinks: sinks.Sinks | None = None  # where rows go besides metrics.jsonl (cfg.log; run/sinks.py)
 
     def __post_init__(self):
         self.params = dict(self.model.named_parameters())  # by stable name (see model.py)
+        self.swap = frozenset(self.cfg.swap_steps)  # steps whose batch a counterfactual replay replaces
 
 
 def train_step(run: Run, step: int) -> dict:
@@ -122,6 +125,8 @@ def train_step(run: Run, step: int) -> dict:
     # 1. the global batch, then INJECT at the batch (B: bad_batch), then this rank's rows of it, on the device
     batch = run.data.train_batch(step, cfg.batch_size, cfg.seed)
     batch = maybe_inject("batch", step, batch, run.inject)
+    if run.swap and step in run.swap:  # COUNTERFACTUAL (lab/explain.py): another batch of the same data order
+        batch = run.data.train_batch(step + cfg.swap_offset, cfg.batch_size, cfg.seed)
     run.last_batch = batch
     local = distributed.local_rows(batch).to(run.device)
     evaluating = step % cfg.eval_every == 0 and distributed.is_main()  # DDP: rank 0 alone measures and logs
@@ -237,6 +242,7 @@ def build_run(cfg: TrainConfig, out: Path | None = None) -> Run:
     if cfg.injection_param in PARAM_ALIASES:  # lm_head.weight is tok_emb.weight (tied)
         cfg = cfg.replace(injection_param=PARAM_ALIASES[cfg.injection_param])
     validate_injection_config(cfg, [n for n, _ in model.named_parameters()])
+    sinks.check_installed(sinks.parse_log(cfg.log))  # a missing tensorboard / mlflow fails before any write
     opt = make_optimizer(model, cfg)
     ctx = None
     if cfg.injection != "none":
@@ -288,6 +294,8 @@ def run_steps(run: Run, start: int, on_row=None, stop_at: int | None = None) -> 
             row = train_step(run, step)
             if run.metrics:
                 run.metrics.write(row)
+            if run.sinks:
+                run.sinks.write(row)
             if on_row:
                 on_row(row)
             if bar:
@@ -445,13 +453,13 @@ def train(cfg: TrainConfig, out: Path, force: bool = False, fork: bool = True,
     run = build_run(cfg, out)  # validates everything before the folder is touched
     found = find_donor(cfg, out) if fork and not donor else None  # before the folder is touched: ranks agree
     donor = donor or found
-    start, forked = 0, None
+    start, forked = 0, dict(NOT_FORKED)
     if donor:  # load and verify the donor's checkpoint and rows before the folder is touched
         donor_dir, step = donor
         weights, opt_t, meta, prefix = load_donor(cfg, donor_dir, step, same_trunk=found is not None)
         files.restore(run.model, run.opt, weights, opt_t, files.checkpoint_dir(donor_dir, step))
         run.telemetry.restore(meta.get("telemetry"))
-        start, forked = step, {"run": donor_dir.name, "checkpoint_step": step}
+        start, forked = step, fork_record(donor_dir, step, meta)
     process_environment()  # its subprocesses run before the lock is taken
     claimed: dict = {}
     distributed.on_main(lambda: claimed.update(lock=files.claim_run_dir(out, force)))  # DDP: rank 0 writes
@@ -461,17 +469,57 @@ def train(cfg: TrainConfig, out: Path, force: bool = False, fork: bool = True,
     try:
         if run.out:
             files.write_config_yaml(out / "config.yaml", redact.public_config(cfg))  # BLIND: withheld fields
-            run.data.tokenizer.save(str(out / "tokenizer.json"))
+            write_tokenizer(run)
             if donor:
                 files.atomic_write_bytes(out / "metrics.jsonl", prefix)
             run.metrics = files.MetricsWriter(out / "metrics.jsonl")
-            write_manifest(run, "running", {**environment(run.device), "forked_from": forked, "started": now_iso()})
-        return _drive(run, start, {"forked_from": forked}, stop_at)
+            write_manifest(run, "running", {**environment(run.device), **forked, "started": now_iso()})
+        return _drive(run, start, forked, stop_at)
     except OSError as e:
         raise _disk_error(e, out) from None
     finally:
         if run.lock:
             run.lock.release()
+
+
+def write_tokenizer(run: Run) -> None:
+    """RUN/tokenizer.json, atomically (a full disk leaves the old file or none, never half of one)."""
+    files.atomic_write_bytes(run.out / reader.TOKENIZER, tokenizer_json(run.data.tokenizer))
+
+
+NOT_FORKED = {"forked_from": None, "forked_from_checksums": None}
+
+
+def fork_record(donor_dir: Path, step: int, meta: dict) -> dict:
+    """The manifest's fields of a fork: `forked_from` (the donor run and checkpoint) and
+    `forked_from_checksums`, what identifies that checkpoint's contents (its files' sha256, the sha256 of the
+    rows before it, its trunk hash). A resume that forks again checks the donor still holds exactly this
+    (check_donor_unchanged)."""
+    return {"forked_from": {"run": Path(donor_dir).name, "checkpoint_step": step},
+            "forked_from_checksums": {"sha256": meta.get("sha256"), "metrics_sha256": meta.get("metrics_sha256"),
+                                      "trunk_hash": meta.get("trunk_hash")}}
+
+
+def check_donor_unchanged(out: Path, recorded: dict, meta: dict, path: Path) -> None:
+    """A fork killed before its first own checkpoint is resumed by forking again: its donor checkpoint
+    must be the one it forked from, or the resumed rows would come from another run than its config says.
+    Refused in one line when the donor was re-made or edited since (or records no checksums to compare)."""
+    def identity(rec: dict) -> dict:  # a checkpoint manifest and the record share these keys
+        sums = rec.get("sha256") or {}
+        return {"model.safetensors": sums.get("model.safetensors"), "rows before it": rec.get("metrics_sha256"),
+                "optimizer.safetensors": sums.get("optimizer.safetensors"), "trunk hash": rec.get("trunk_hash")}
+
+    now, then = identity(meta), identity(recorded)
+    remake = f"re-make it with 'minitrain train --out {out} --config {out / reader.CONFIG} --force'"
+    if any(v is None for v in then.values()):
+        raise files.UserError(f"cannot resume {out}: its manifest records no checksums of its donor checkpoint "
+                              f"{path}, so the donor cannot be checked; {remake}")
+    changed = [what for what in now if then[what] != now[what]]
+    if changed:
+        raise files.UserError(
+            f"cannot resume {out}: its donor checkpoint {path} changed since this run forked from it "
+            f"({', '.join(changed)} differ{'s' if len(changed) == 1 else ''}: the donor was re-made or edited), "
+            f"so its rows would come from another run; {remake}")
 
 
 def load_donor(cfg: TrainConfig, donor_dir: Path, step: int,
@@ -500,11 +548,12 @@ def _disk_error(e: OSError, out: Path) -> files.UserError:
     return files.disk_error(e)
 
 
-def resume(out: Path, device: str | None = None) -> dict:
+def resume(out: Path, device: str | None = None, stop_at: int | None = None) -> dict:
     """Continue a stopped (or SIGKILLed) run from its last checkpoint; rows after it are dropped and redone,
     so the finished metrics file is byte-identical to an uninterrupted run, wherever it was killed (before
     its first checkpoint, between checkpoints, after its last one). `device` (cpu | cuda | auto) continues
-    it elsewhere; checkpoints are CPU tensors, and under torchrun any number of processes works."""
+    it elsewhere; checkpoints are CPU tensors, and under torchrun any number of processes works. `stop_at`: as
+    in train (a retried `minitrain explore` run ends where it was meant to)."""
     out = Path(out)
     if not (out / "config.yaml").exists():
         raise files.UserError(f"{out} is not a run folder (no config.yaml); train it first with --out {out}"
@@ -514,7 +563,7 @@ def resume(out: Path, device: str | None = None) -> dict:
     distributed.on_main(lambda: claimed.update(lock=files.lock_run(out)))  # refused while another process writes
     lock = claimed.get("lock")
     try:
-        return _resume_locked(out, device, lock)
+        return _resume_locked(out, device, lock, stop_at)
     except OSError as e:
         raise _disk_error(e, out) from None
     finally:
@@ -522,7 +571,7 @@ def resume(out: Path, device: str | None = None) -> dict:
             lock.release()
 
 
-def _resume_locked(out: Path, device: str | None, lock) -> dict:
+def _resume_locked(out: Path, device: str | None, lock, stop_at: int | None = None) -> dict:
     from minitrain.core.config import build_config
 
     manifest = reader.read_json(out / "manifest.json", "manifest") if (out / "manifest.json").exists() else {}
@@ -539,6 +588,7 @@ def _resume_locked(out: Path, device: str | None, lock) -> dict:
     run = build_run(cfg, out)
     run.lock = lock
     if distributed.is_main():
+        files.refuse_links(out)  # a resume truncates metrics.jsonl and prunes checkpoints/: never through a link
         files.clean_temporaries(out)  # a killed writer's temp checkpoint folder and temp files
     steps = files.list_checkpoints(out)
     metrics_path = out / "metrics.jsonl"
@@ -551,15 +601,18 @@ def _resume_locked(out: Path, device: str | None, lock) -> dict:
                                      "or start over with --force")
         files.verify_metrics_prefix(metrics_path, meta, path)
     else:  # killed before its first own checkpoint: fork from the same donor again (else from step 0: same bytes)
-        donor, same_trunk, forked = None, False, None  # a recorded fork was checked when it was made
-        if (manifest.get("forked_from") or {}).get("run"):
-            donor = (out.parent / manifest["forked_from"]["run"], int(manifest["forked_from"]["checkpoint_step"]))
+        donor, same_trunk, forked = None, False, dict(NOT_FORKED)
+        recorded = manifest.get("forked_from") or {}
+        if recorded.get("run"):  # the same donor again, checked against the checksums recorded at the fork
+            donor = (out.parent / recorded["run"], int(recorded["checkpoint_step"]))
         elif not manifest:  # killed before its manifest said whether it forked: the donor train() would pick
             donor, same_trunk = find_donor(cfg, out), True
         if donor and files.checkpoint_dir(*donor).exists():
             path = files.checkpoint_dir(*donor)
             weights, opt_t, meta, donor_rows = load_donor(cfg, donor[0], donor[1], same_trunk=same_trunk)
-            forked = {"run": donor[0].name, "checkpoint_step": donor[1]}
+            if recorded.get("run"):
+                check_donor_unchanged(out, manifest.get("forked_from_checksums") or {}, meta, path)
+            forked = fork_record(donor[0], donor[1], meta)
     if meta is not None:
         files.restore(run.model, run.opt, weights, opt_t, path)
         run.telemetry.restore(meta.get("telemetry"))
@@ -570,20 +623,20 @@ def _resume_locked(out: Path, device: str | None, lock) -> dict:
         _replay_injection_record(run, manifest)
     if not distributed.is_main():  # DDP: rank 0 alone writes (checkpoints hold no rank: any world size resumes)
         run.out = None
-        return _drive(run, start, {})
+        return _drive(run, start, {}, stop_at)
+    write_tokenizer(run)  # the file a kill (or a full disk) may have left out: the same bytes as at the start
     if steps:
-        with open(metrics_path, "ab") as f:
-            f.truncate(metrics_bytes)
+        files.truncate_metrics(metrics_path, metrics_bytes)
     else:  # the donor's rows (verified), or none: whatever the killed run had copied is replaced
         files.atomic_write_bytes(metrics_path, donor_rows if meta is not None else b"")
     run.metrics = files.MetricsWriter(metrics_path)
     extra = {"distributed": None} if "distributed" in manifest else {}  # a DDP run resumed on one process
     if not steps:
-        extra["forked_from"] = forked
+        extra.update(forked)
     if not manifest:  # killed before its manifest was first written
         extra["started"] = now_iso()
     write_manifest(run, "running", {"resumed_from_step": start, **environment(run.device), **extra})
-    return _drive(run, start, {"resumed_from_step": start}, last=files.last_row(metrics_path, metrics_bytes))
+    return _drive(run, start, {"resumed_from_step": start}, stop_at, last=files.last_row(metrics_path, metrics_bytes))
 
 
 def _replay_injection_record(run: Run, manifest: dict) -> None:
@@ -608,10 +661,14 @@ def _drive(run: Run, start: int, extra: dict, stop_at: int | None = None, last: 
             recorded = True
 
     try:
+        if run.out:  # mirrors of metrics.jsonl, rebuilt from the rows it holds already (run/sinks.py)
+            run.sinks = sinks.open_sinks(run.cfg.log, run.out, redact.public_config(run.cfg))
         status = run_steps(run, start, on_row, stop_at)
     finally:
         if run.metrics:
             run.metrics.close()
+        if run.sinks:
+            run.sinks.close()
     seconds = time.perf_counter() - t0
     if distributed.world_size() > 1:  # every rank takes part; rank 0 records it
         extra = {**extra, "distributed": _check_ranks(run)}

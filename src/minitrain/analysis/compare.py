@@ -1,5 +1,6 @@
 """A run against its baseline: ONE definition of the loss difference, recovery, spike and "v back within 10%"
-that the lab report (signature.py), the learner's reveal, the post-mortem and `remediate` all use.
+that the lab report (signature.py), the learner's reveal, the post-mortem and `remediate` all use; and the
+step-by-step difference the page draws, with whether it exceeds float rounding.
 
 Both step counts start at K (n = 0 is step K itself): recovery_steps is the first n from which the loss
 difference stays recovered, v_back_steps the first n at which the tensor's v is back within 10%.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from minitrain.core.fmt import page_number
 from minitrain.run import reader
 
 TOL = 0.02  # nats: "recovered" once the windowed loss difference stays this close to zero
@@ -150,34 +152,79 @@ def measure(run: Path, baseline: Path | None, k: int | None) -> dict:
     return out
 
 
-REMEDY_MARGIN = 0.10  # a remedy that moves the distance to the baseline by less than 10% of it did nothing
-REMEDY_FLOOR = 1e-5  # nats: distances below this are float rounding (32 float32 ulps of a loss near 3)
 REMEDY_MEASURES = (  # in order: the first both runs have decides the verdict; the next is reported beside it
     ("final_val_loss_diff", "final validation loss"),
     ("mean_loss_diff_after_K", "mean training loss over K+1..K+50"),
 )
+# The comparison's own noise, per measure (nats): the largest change of |run - baseline| that the same comparison
+# shows between clean forks of clean seeds (bench/remediation_noise.py, docs/remediation.md "Noise band"),
+# rounded up. Any change at K moves a forked run's distance to its baseline by about this much, fault or not.
+REMEDY_NOISE = {"final_val_loss_diff": 0.0026, "mean_loss_diff_after_K": 0.0034}
 
 
 def remedy_verdict(before: dict, after: dict) -> dict:
     """Did the remedy bring the run closer to its baseline? `before`, `after`: measure() of the original and
     the remediated run against the same baseline. On the first measure both have, compares the distances
-    |run - baseline|: "better" / "worse" when the remediated one is closer / further by more than
-    REMEDY_MARGIN of the original's distance (and both are not below REMEDY_FLOOR), else "no better".
-    Returns {verdict, measure, before, after, by, line}; the line also gives the next measure."""
-    measured = [(label, before.get(key), after.get(key)) for key, label in REMEDY_MEASURES
+    |run - baseline|: "better" / "worse" when the remediated one is closer / further by more than that
+    measure's REMEDY_NOISE (what clean runs show), else "no better" (within noise).
+    Returns {verdict, measure, before, after, by, noise, line}; the line also gives the next measure."""
+    measured = [(key, label, before.get(key), after.get(key)) for key, label in REMEDY_MEASURES
                 if before.get(key) is not None and after.get(key) is not None]
     if not measured:
-        return {"verdict": "unmeasured", "measure": None, "before": None, "after": None, "by": None,
+        return {"verdict": "unmeasured", "measure": None, "before": None, "after": None, "by": None, "noise": None,
                 "line": "unmeasured: no baseline to compare with (give --baseline)"}
-    label, b, a = measured[0]
-    by = abs(a) - abs(b)
-    if max(abs(a), abs(b)) < REMEDY_FLOOR or abs(by) <= REMEDY_MARGIN * abs(b):
-        verdict = "no better"
-    else:
-        verdict = "better" if by < 0 else "worse"
-    share = f", {abs(by) / abs(b):.0%} of it" if b else ""
-    line = (f"{verdict} on {label}: {abs(by):.2g} nats {'closer to' if by < 0 else 'further from'} the baseline{share} "
-            f"(|run - baseline| {abs(b):.2g} -> {abs(a):.2g} nats)")
-    for other, ob, oa in measured[1:]:
-        line += f"; {other}: |run - baseline| {abs(ob):.2g} -> {abs(oa):.2g} nats"
-    return {"verdict": verdict, "measure": label, "before": b, "after": a, "by": by, "line": line}
+    key, label, b, a = measured[0]
+    by, noise = abs(a) - abs(b), REMEDY_NOISE[key]
+    verdict = "no better" if abs(by) <= noise else "better" if by < 0 else "worse"
+    where = "within" if verdict == "no better" else "beyond"
+    line = (f"{verdict} on {label}: {abs(by):.2g} nats {'closer to' if by < 0 else 'further from'} the baseline, "
+            f"{where} the noise of clean runs ({noise:.2g} nats) (|run - baseline| {abs(b):.2g} -> {abs(a):.2g} nats)")
+    for okey, other, ob, oa in measured[1:]:
+        line += (f"; {other}: |run - baseline| {abs(ob):.2g} -> {abs(oa):.2g} nats "
+                 f"(noise {REMEDY_NOISE[okey]:.2g})")
+    return {"verdict": verdict, "measure": label, "before": b, "after": a, "by": by, "noise": noise, "line": line}
+
+
+FLOAT_ROUNDING_REL = 32 * 2.0 ** -23  # |a - b| within 32 float32 ulps of |b|: identical up to float rounding
+
+
+def step_differences(rows: list[dict], ref_rows: list[dict]) -> dict:
+    """The exact difference rows minus ref_rows at every shared step (loss, pre-clip grad norm, validation), and
+    whether every difference is below what float32 rounding of the reference's values explains."""
+    by_step = {row["step"]: row for row in ref_rows}
+    diff: dict = {"steps": [], "loss": [], "grad_norm": [], "val_steps": [], "val_loss": []}
+    first_diff = None
+    worst = {"loss": (0.0, 0.0), "grad_norm": (0.0, 0.0), "val_loss": (0.0, 0.0)}  # (|diff|, its bound)
+
+    beyond = {k: False for k in worst}
+
+    def note(key, a, c):
+        d = a - c
+        bound = FLOAT_ROUNDING_REL * abs(c)
+        if abs(d) > worst[key][0]:
+            worst[key] = (abs(d), bound)
+        beyond[key] = beyond[key] or abs(d) > bound
+        return d
+
+    for row in rows:
+        other = by_step.get(row["step"])
+        if other is None:
+            continue
+        diff["steps"].append(row["step"])
+        for key in ("loss", "grad_norm"):
+            a, c = row.get(key), other.get(key)
+            d = note(key, a, c) if a is not None and c is not None else None
+            beyond[key] = beyond[key] or d is None
+            diff[key].append(page_number(d, 5))
+            if first_diff is None and (d is None or d != 0):
+                first_diff = row["step"]
+        if row.get("val_loss") is not None and other.get("val_loss") is not None:
+            d = note("val_loss", row["val_loss"], other["val_loss"])
+            diff["val_steps"].append(row["step"])
+            diff["val_loss"].append(page_number(d, 5))
+    diff["first_difference"] = first_diff
+    # per signal: does it differ at all, and is every difference below float32 rounding of the reference?
+    diff["rounding"] = {k: {"within": not beyond[k] and worst[k][0] > 0, "max_abs": page_number(worst[k][0], 3),
+                            "bound": page_number(worst[k][1], 3)} for k in worst}
+    diff["rounding_rel"] = FLOAT_ROUNDING_REL
+    return diff

@@ -127,7 +127,10 @@ def _lr(ev: Evidence, cfg: dict) -> list[dict]:
     if len(lr) < 3:
         return []
     matched, why = tree_answer(ev, LR)
-    return [_item("learning rate", f"{lr.min():.3g} .. {lr.max():.3g}, warmup {cfg.get('warmup_steps', '?')} steps",
+    # a blind run's config withholds warmup_steps (a break-it lab may have changed it): say so, not "?"
+    warmup = f"warmup {cfg['warmup_steps']} steps" if cfg.get("warmup_steps") is not None \
+        else f"warmup withheld (blind run: {panels.cite('lr')} draws the schedule)"
+    return [_item("learning rate", f"{lr.min():.3g} .. {lr.max():.3g}, {warmup}",
                   "bad" if matched else "ok", why)]
 
 
@@ -156,5 +159,9 @@ def summary(ev: Evidence | None, cfg: dict, results: dict, verdict: dict | None,
     out = [_verdict(ev, verdict, sealed)]
     if ev is None:
         return out
-    out += _start(ev) + _gradients(ev, cfg) + [_nonfinite(ev)] + _validation(ev, results) + _lr(ev, cfg)
+    def tree(items: list[dict]) -> list[dict]:  # their marks and details are the tree's answers (§1, §2, §3.1)
+        return [{**it, "verdict": "info", "detail": "the tree's answer is shown after the reveal"}
+                for it in items] if sealed else items
+
+    out += tree(_start(ev)) + _gradients(ev, cfg) + tree([_nonfinite(ev)]) + _validation(ev, results) + tree(_lr(ev, cfg))
     return out + [_spikes(spikes)] + _verb_classes(ev)

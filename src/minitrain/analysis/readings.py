@@ -1,7 +1,7 @@
 """What the stability tree reads on one run, laid out for the page: every question of the tree with this
 run's measured value and threshold, the walker's verdict, and the per-step signals that only the tree
 computes (§6.1's factor f, §7.1/§7.2's per-tensor gradient ratios), so each of them can be read off a
-panel. The judging is stability.py's; this module only evaluates it everywhere instead of along one path,
+panel. The judging is the tree's (tree.py, checks.py); this module only evaluates it everywhere instead of along one path,
 under the walker's own policy (walk.answer). `page` adds the rest the dashboard shows that is judged: the
 health line (health.py) and the course's spike flags (detectors.spike_flags).
 """
@@ -83,15 +83,15 @@ def read(run: Path) -> dict | None:
 
 
 def page(run: Path, sealed: bool) -> dict:
-    """Everything judged that the dashboard shows for one run: `checks` (read(), its verdict None when
-    `sealed`), the `health` line, the course's `spikes` (steps) and `vocab_size`, the V of the page's ln V line
-    (the walker's: the run's tokenizer, else its config, else evidence.ASSUMED_VOCAB)."""
+    """Everything judged that the dashboard shows for one run: `checks` (read(); None when `sealed`), the
+    `health` line, the course's `spikes` (steps) and `vocab_size`, the V of the page's ln V line (the walker's:
+    the run's tokenizer, else its config, else evidence.ASSUMED_VOCAB)."""
     run = Path(run)
     ev = _evidence(run)
     checks = None if ev is None else _read(ev)
     verdict = checks["verdict"] if checks else None
-    if checks and sealed:  # the verdict names the cause: not in the page before the reveal (the answers are, hidden)
-        checks["verdict"] = None
+    if sealed:  # the verdict and the tree's answers name the cause: not in the page at all before the reveal
+        checks = verdict = None
     spikes = [] if ev is None else detectors.spike_flags(ev.steps.tolist(), ev.loss.tolist())
     cfg, results = reader.config_of(reader.manifest_of(run)), reader.results_of(run)
     with np.errstate(all="ignore"), warnings.catch_warnings():

@@ -38,14 +38,6 @@ class Node:
 
 
 @dataclass(frozen=True)
-class Concepts:
-    """What a learner's diagnosis and remediation of a leaf must each name (at least one concept of each):
-    (concept, regular expression over the lower-cased text, English and Spanish). The grader reads them."""
-    diagnosis: tuple[tuple[str, str], ...] = ()
-    remediation: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
 class Leaf:
     id: str
     cause: str
@@ -58,7 +50,6 @@ class Leaf:
     cases: dict[str, tuple[str, str]] = field(default_factory=dict)
     case_of: Callable[[Evidence], str] | None = None
     resume: str | None = None  # where the walk goes on when a rule-out holds (default: the leading node's "no")
-    concepts: Concepts = Concepts()  # the key concepts a learner's words must name (lab/learner/grading.py grades them)
 
     def texts(self, ev: Evidence | None = None) -> tuple[str, str]:
         """(diagnosis, remediation) true for this run (the default texts when the leaf has no cases)."""
@@ -93,9 +84,6 @@ P_BATCH = cite("batch-shares") + " (duplicated rows / batch size, rare-token sha
 # shared by the two one-tensor corruption leaves (§6.A inflated, §6.B deflated)
 RULE_OUT_OPTIMIZER_CHANGED = ("many tensors' v left the recurrence at the same step: the optimizer changed, not one "
                               "tensor's state", C.rule_out_v_spread)
-CONCEPT_ADAM_V = ("Adam's second moment v",
-                  r"second moment|\bv\b|exp_avg_sq|adam|optimi[sz]er state|segundo momento|estado del optimizador")
-
 TREE: tuple[Section, ...] = (
     Section("§1", "Did the run start?",
             "An untrained model predicts every token about equally: loss near ln V, moderate gradients.", (
@@ -112,31 +100,11 @@ TREE: tuple[Section, ...] = (
         Leaf("§1.A", "bad_init", "not an untrained model",
              "The model already predicts well at step 0: it did not start from its initialisation "
              "(a checkpoint loaded by mistake, or the wrong seed).",
-             "Check the manifest's seed and forked_from, start from a fresh initialisation, and re-run.",
-             concepts=Concepts(
-                 diagnosis=(
-                     ("already trained / not untrained", r"already (?:trained|predict)|not (?:un)?trained|pre-?trained|ya entrenad"),
-                     ("a checkpoint or the wrong seed", r"checkpoint|seed|semilla|punto de control"),
-                 ),
-                 remediation=(
-                     ("fresh initialisation", r"fresh|re-?init|initiali[sz]|inicializ"),
-                     ("check the seed / manifest", r"seed|manifest|semilla"),
-                 ),
-             )),
+             "Check the manifest's seed and forked_from, start from a fresh initialisation, and re-run."),
         Leaf("§1.B", "broken_mask", "no gradient signal",
              "The first gradients are almost zero: the loss mask selects no target tokens or the batches are "
              "degenerate (all padding).",
-             "Check that the loss mask marks the English target tokens and that batches hold real rows, then re-run.",
-             concepts=Concepts(
-                 diagnosis=(
-                     ("the loss mask", r"mask|m[aá]scara"),
-                     ("no target tokens / padding", r"padding|no target|degenerate|relleno|vac[ií]"),
-                 ),
-                 remediation=(
-                     ("fix the loss mask", r"mask|m[aá]scara"),
-                     ("real rows in the batch", r"real rows|data|batch|datos|lote"),
-                 ),
-             )),
+             "Check that the loss mask marks the English target tokens and that batches hold real rows, then re-run."),
     )),
     Section("§2", "Is the LR schedule applying, and is the LR the right size?",
             "The LR panel must show a linear warmup from near 0, then a cosine decay, and nothing else; the "
@@ -158,55 +126,19 @@ TREE: tuple[Section, ...] = (
         Leaf("§2.A", "lr_schedule", "the scheduler never stepped",
              "The learning rate never changes: the scheduler is not stepped (or the optimizer is rebuilt every "
              "step), so there is neither warmup nor decay.",
-             "Build the optimizer and scheduler once, step the scheduler after every optimizer step, and re-run.",
-             concepts=Concepts(
-                 diagnosis=(
-                     ("the scheduler never steps", r"schedul\w*|never (?:changes|steps)|constant|constante|programador"),
-                 ),
-                 remediation=(
-                     ("step the scheduler", r"schedul\w*|step|programador"),
-                     ("build the optimizer once", r"optimi[sz]er|optimizador"),
-                 ),
-             )),
+             "Build the optimizer and scheduler once, step the scheduler after every optimizer step, and re-run."),
         Leaf("§2.B", "lr_schedule", "the learning rate is zero",
              "The learning rate is zero at every step: warmup multiplies a base LR of 0, so nothing trains.",
-             "Set a non-zero lr_max (the course default is 3e-4) and re-run.",
-             concepts=Concepts(
-                 diagnosis=(
-                     ("the learning rate is zero", r"(?:lr|learning rate|tasa)\W+(?:\w+\W+){0,3}(?:zero|0\b|cero)|zero (?:lr|learning rate)|base lr"),
-                 ),
-                 remediation=(
-                     ("a non-zero lr", r"non-?zero|lr_max|3e-4|learning rate|tasa de aprendizaje"),
-                 ),
-             )),
+             "Set a non-zero lr_max (the course default is 3e-4) and re-run."),
         Leaf("§2.C", "no_warmup", "no warmup",
              "Training starts at the peak learning rate with no warmup ramp, so the first updates are as large "
              "as the schedule ever allows while Adam's moment estimates are still poor.",
-             "Restore the linear warmup (warmup_steps=100) and re-run.",
-             concepts=Concepts(
-                 diagnosis=(
-                     ("no warmup", r"warm[- ]?up|calentamiento"),
-                     ("peak learning rate from step 0", r"peak|max(?:imum)?|full (?:lr|learning rate)|m[aá]xim"),
-                 ),
-                 remediation=(
-                     ("restore the warmup", r"warm[- ]?up|calentamiento|ramp"),
-                 ),
-             )),
+             "Restore the linear warmup (warmup_steps=100) and re-run."),
         Leaf("§2.D", "lr_spike", "LR spike (a schedule bug)",
              "The LR the optimizer ran with jumped at one step (and came back later, or never): the schedule did "
              "not produce it. Adam's update follows the LR, so those steps moved the weights N times as far.",
              "Fix the schedule (a scheduler rebuilt or resumed at the wrong step, a multiplier applied twice), "
-             "then rewind to the checkpoint before the jump and re-run from there.",
-             concepts=Concepts(
-                 diagnosis=(
-                     ("the learning rate jumped", r"(?:lr|learning[- ]rate|tasa)\W+(?:\w+\W+){0,3}(?:jump|spike|multipl|x\s?\d|salt|pico)|(?:lr|learning[- ]rate) spike|pico de(?:l)? (?:lr|learning rate|tasa)"),
-                     ("a schedule bug", r"schedul|scheduler|programa|bug|error"),
-                 ),
-                 remediation=(
-                     ("fix the schedule", r"schedul|scheduler|programa|fix|correg"),
-                     ("rewind before the jump", r"rewind|checkpoint|punto de control|retroced|re-?run"),
-                 ),
-             )),
+             "then rewind to the checkpoint before the jump and re-run from there."),
         Leaf("§2.E", "lr_too_high", "learning rate too high",
              "Every step moves the weights several times further than a healthy run here (update-to-weight ratio "
              "well above 1e-3): the model memorises its training split (training loss near 0) and validation "
@@ -214,16 +146,7 @@ TREE: tuple[Section, ...] = (
              "Lower lr_max (the course default is 3e-4) and re-run from step 0; keep the update-to-weight ratio "
              "near 1e-3.",
              rule_out=(("validation never climbed after its best: the large updates did not make the model memorise",
-                        C.rule_out_val_not_climbing),),
-             concepts=Concepts(
-                 diagnosis=(
-                     ("the learning rate is too high", r"(?:lr|learning[- ]rate|tasa)\W+(?:\w+\W+){0,3}(?:too (?:high|large|big)|alt|grande)|(?:high|large) (?:lr|learning[- ]rate)"),
-                     ("updates too large / memorises", r"update|ratio|memori[sz]|overfit|actualizaci|memoriz|sobreajust"),
-                 ),
-                 remediation=(
-                     ("lower the learning rate", r"lower|reduc|smaller|3e-4|lr_max|baj|menor"),
-                 ),
-             )),
+                        C.rule_out_val_not_climbing),)),
     )),
     Section("§3", "Is the loss healthy?",
             "Non-finite values end a run; a training loss that falls while validation does not means the "
@@ -246,16 +169,7 @@ TREE: tuple[Section, ...] = (
         Leaf("§3.A", "non_finite", "non-finite values",
              "The loss or the gradients became NaN/Inf, so every later update is garbage.",
              "Resume from the last checkpoint before the first non-finite step with a lower LR or tighter "
-             "clipping, and re-run.",
-             concepts=Concepts(
-                 diagnosis=(
-                     ("NaN / Inf", r"\bnan\b|\binf\b|non[- ]finite|infinit|no finito"),
-                 ),
-                 remediation=(
-                     ("resume from a checkpoint before it", r"checkpoint|resume|rewind|punto de control|reanudar"),
-                     ("lower lr or tighter clipping", r"lower (?:the )?(?:lr|learning rate)|clip|recort|reduc"),
-                 ),
-             )),
+             "clipping, and re-run."),
         Leaf("§3.B", "broken_mask", "broken causal mask",
              "Training loss collapses far below the n-gram baseline while validation (always causal) stalls "
              "near it and then climbs: the attention mask lets positions see the tokens they must predict.",
@@ -263,28 +177,11 @@ TREE: tuple[Section, ...] = (
              rule_out=(("the updates are far larger than healthy: an LR too high memorises and climbs too",
                         C.rule_out_lr_too_large),
                        ("validation ends above ln V: a mask lets training peek, its causal validation stays near "
-                        "the n-gram baseline", C.rule_out_val_above_untrained)),
-             concepts=Concepts(
-                 diagnosis=(
-                     ("the causal attention mask", r"causal|mask|m[aá]scara"),
-                     ("sees future tokens", r"future|futur|leak|fuga"),
-                 ),
-                 remediation=(
-                     ("restore the causal mask", r"causal|mask|m[aá]scara|triangular"),
-                 ),
-             )),
+                        "the n-gram baseline", C.rule_out_val_above_untrained))),
         Leaf("§3.C", "unknown", "not learning",
              "The training loss does not fall although the LR schedule applies: the model or data pipeline is "
              "broken in a way this tree does not name.",
-             "Overfit a single batch to find the broken piece (data, loss, optimizer wiring), then re-run.",
-             concepts=Concepts(
-                 diagnosis=(
-                     ("not learning", r"not (?:learning|falling|decreas)|no aprende|does not fall|flat|plana"),
-                 ),
-                 remediation=(
-                     ("overfit one batch / debug the pipeline", r"overfit|single batch|one batch|pipeline|debug|sobreajust|un solo lote"),
-                 ),
-             )),
+             "Overfit a single batch to find the broken piece (data, loss, optimizer wiring), then re-run."),
         Leaf("§3.D", "target_leak", "target leak",
              "The model drives its training loss to almost nothing while validation becomes worse than an "
              "untrained model's: in training each input already holds the token it must predict (the one-token "
@@ -293,16 +190,7 @@ TREE: tuple[Section, ...] = (
              "Fix the data pipeline so targets are the inputs shifted by one token (a test: no input position "
              "equals its target for every row), then re-run from the checkpoint before the leak began.",
              rule_out=(("the updates are far larger than healthy: an LR too high also ends above ln V",
-                        C.rule_out_lr_too_large),),
-             concepts=Concepts(
-                 diagnosis=(
-                     ("the inputs hold the targets", r"leak|fuga|input\w*\W+(?:\w+\W+){0,4}target|shift|copy|copi|desplaz"),
-                     ("validation worse than untrained", r"validation|ln ?v|untrained|validaci|sin entrenar"),
-                 ),
-                 remediation=(
-                     ("shift the targets by one token", r"shift|offset|one token|pipeline|desplaz|datos|data"),
-                 ),
-             )),
+                        C.rule_out_lr_too_large),)),
     )),
     Section("§4", "Is there a batch anomaly?",
             "A bad batch (one repeated sentence, rare rows, or corrupted rows: random tokens, rows cut in the "
@@ -328,29 +216,12 @@ TREE: tuple[Section, ...] = (
              "and the next batch's loss is normal again (one bad step, not a damaged model). A batch of rare rows "
              "puts its gradient on rarely-updated embedding and output rows, whose small v makes the step large.",
              "Skip that batch (rewind to the checkpoint before it and drop it from the data order, as PaLM "
-             "and Lightning do), deduplicate the data, and re-run.",
-             concepts=Concepts(
-                 diagnosis=(
-                     ("the batch", r"batch|lote"),
-                     ("duplicated rows or rare tokens", r"duplicat|repeat|copies|same (?:sentence|row)|rare|long[- ]tail|outlier|repetid|copias|raro|cola larga|misma frase"),
-                 ),
-                 remediation=(
-                     ("skip or filter the batch", r"skip|filter|drop|remove|exclu|dedup|salt|filtr|quit|elimin|descart"),
-                 ),
-             )),
+             "and Lightning do), deduplicate the data, and re-run."),
         Leaf("§4.B", "stuck_loader", "stuck data loader",
              "The data loader served the same batch again and again: the training loss on it falls step after "
              "step (the model memorises that batch) while the gradient norm shrinks, and no other data is seen.",
              "Fix the loader (an iterator re-created each step, a cached batch, a sampler stuck on one index); "
-             "rewind to the checkpoint before the first repeat and re-run.",
-             concepts=Concepts(
-                 diagnosis=(
-                     ("the same batch again", r"same batch|repeat|stuck|loader|mismo lote|repet|atasc|cargador"),
-                 ),
-                 remediation=(
-                     ("fix the data loader", r"loader|iterator|sampler|cargador|iterador|data|datos"),
-                 ),
-             )),
+             "rewind to the checkpoint before the first repeat and re-run."),
     )),
     Section("§5", "Is the initialisation sane?",
             "Reached from §1 when the run did not start like an untrained model, and walked in order otherwise.", (
@@ -363,30 +234,13 @@ TREE: tuple[Section, ...] = (
         Leaf("§5.A", "bad_init", "weights initialised too large",
              "The untrained model already outputs huge logits and activations: the weights (or the LM-head "
              "bias) start far too large, so the loss starts far above ln V.",
-             "Initialise weights with std 0.02 (init_scale=1) and the LM-head bias at zero, and re-run.",
-             concepts=Concepts(
-                 diagnosis=(
-                     ("weights initialised too large", r"init\w*|too large|scale|inicializ|grande"),
-                     ("huge logits / activations", r"logit|activation|activaci"),
-                 ),
-                 remediation=(
-                     ("std 0.02 init / zero LM-head bias", r"0\.02|std|init_scale|bias|inicializ|init"),
-                 ),
-             )),
+             "Initialise weights with std 0.02 (init_scale=1) and the LM-head bias at zero, and re-run."),
         Leaf("§5.B", "bad_init", "wrong starting loss",
              "The step-0 loss or gradient is off although the logits are small: the initialisation or the loss "
              "reduction (sum instead of mean) is wrong.",
              "Check the init and that the loss is a token mean over target tokens, and re-run.",
              rule_out=(("the step-0 loss is BELOW chance: no init or reduction bug does that; walk the other "
-                        "sections", C.rule_out_loss0_below_chance),), resume="§2.1",
-             concepts=Concepts(
-                 diagnosis=(
-                     ("initialisation or loss reduction", r"init\w*|reduction|sum|mean|inicializ|reducci|suma|media"),
-                 ),
-                 remediation=(
-                     ("fix init / token-mean loss", r"init\w*|mean|reduction|inicializ|media"),
-                 ),
-             )),
+                        "sections", C.rule_out_loss0_below_chance),), resume="§2.1"),
     )),
     Section("§6", "Is the optimizer state consistent?",
             "Adam's second moment obeys v_t = β2·v_(t-1) + (1-β2)·g_t² exactly, so the per-tensor mean of v "
@@ -406,45 +260,19 @@ TREE: tuple[Section, ...] = (
              "One tensor's Adam v was multiplied up at one step, so its updates shrink by about sqrt(f) and "
              "recover as v decays at β2 per step: a stall of that tensor, not a spike.",
              "Reload the last checkpoint before the step (or reset that tensor's moments) and re-run.",
-             rule_out=(RULE_OUT_OPTIMIZER_CHANGED,), resume="§6.3",
-             concepts=Concepts(
-                 diagnosis=(
-                     CONCEPT_ADAM_V,
-                     ("inflated: updates shrink, a stall", r"inflat|multipl|x\s?\d|larger|stall|shrink|infla|aument|estanc"),
-                 ),
-                 remediation=(
-                     ("reload a checkpoint / reset the moments", r"checkpoint|reload|rewind|reset|restore|punto de control|recarg|restaur|reinici"),
-                 ),
-             )),
+             rule_out=(RULE_OUT_OPTIMIZER_CHANGED,), resume="§6.3"),
         Leaf("§6.B", "optimizer_state_corruption", "second moment deflated: the spike mechanism",
              "One tensor's Adam v was shrunk at one step, so v under-estimates g² and that tensor's updates "
              "grow by about 1/sqrt(f) for the next steps: the known loss-spike mechanism.",
              "Reload the last checkpoint before the step (or reset that tensor's moments; StableAdamW-style "
              "update clipping guards against it) and re-run.",
-             rule_out=(RULE_OUT_OPTIMIZER_CHANGED,), resume="§6.3",
-             concepts=Concepts(
-                 diagnosis=(
-                     CONCEPT_ADAM_V,
-                     ("deflated: updates grow", r"deflat|shrunk|smaller|divid|spike|grow|reduc|pico|crec"),
-                 ),
-                 remediation=(
-                     ("reload a checkpoint / reset the moments", r"checkpoint|reload|rewind|reset|restore|stableadamw|update clip|punto de control|recarg|restaur|reinici"),
-                 ),
-             )),
+             rule_out=(RULE_OUT_OPTIMIZER_CHANGED,), resume="§6.3"),
         Leaf("§6.C", "optimizer_setting", "optimizer setting changed",
              "Adam's second moment follows one β2 up to a step and another from then on, on every tensor: the "
              "optimizer's setting changed mid-run (β2 or eps edited on resume, or the optimizer rebuilt with "
              "other defaults). Its measured effect here is small; a β2 far from 0.95 changes how fast v forgets.",
              "Restore the intended setting (beta2=0.95, eps=1e-8), pin it in the checkpoint and assert it on "
-             "resume, and re-run from the checkpoint before the change.",
-             concepts=Concepts(
-                 diagnosis=(
-                     ("Adam's setting changed", r"beta2|β2|\beps|setting|hyper|optimi[sz]er|adam|ajuste|hiperpar"),
-                 ),
-                 remediation=(
-                     ("restore the setting", r"restor|beta2|β2|0\.95|pin|assert|restaur|config"),
-                 ),
-             )),
+             "resume, and re-run from the checkpoint before the change."),
     )),
     Section("§7", "Is there a gradient-norm spike (before / after clipping)?",
             "With clipping on (grad_clip=1.0, the default) it engages on every step of a healthy run here "
@@ -490,17 +318,7 @@ TREE: tuple[Section, ...] = (
                  "Turn gradient clipping on (grad_clip=1.0) or clip adaptively (ZClip), and find what scaled the "
                  "gradients at that step (loss scaling, a reduction bug); if the loss did not recover, reload the "
                  "checkpoint before the step.")},
-             case_of=C.clipping_case,
-             concepts=Concepts(
-                 diagnosis=(
-                     ("the gradient norm spiked", r"gradient|grad[- ]norm|gradiente"),
-                     ("scaled at one step, clipped", r"scal|multipl|x\s?\d|clip|spike|explo|escal|recort|pico"),
-                 ),
-                 remediation=(
-                     ("keep (adaptive) clipping", r"clip|zclip|recort"),
-                     ("find what scaled the gradients", r"loss scal|reduction|scal|find|escal|reducci"),
-                 ),
-             )),
+             case_of=C.clipping_case),
         Leaf("§7.B", "gradient_explosion", "transient gradient collapse",
              "Every gradient was multiplied by one common small factor at one step (the same fault as an "
              "explosion, downwards): clipping did not engage and that step's update was smaller.",
@@ -513,57 +331,24 @@ TREE: tuple[Section, ...] = (
                  "Every gradient was multiplied by one common small factor at one step (the same fault as an "
                  "explosion, downwards): that step's update was smaller, and Adam's v took a small dip.",
                  "Find what scaled the gradients at that step (loss scaling, a reduction bug); no rewind is needed.")},
-             case_of=C.clipping_case,
-             concepts=Concepts(
-                 diagnosis=(
-                     ("the gradient norm collapsed", r"gradient|grad[- ]norm|gradiente"),
-                     ("scaled down at one step", r"scal|multipl|small|collapse|shr|escal|colaps|peque"),
-                 ),
-                 remediation=(
-                     ("find what scaled the gradients", r"loss scal|reduction|scal|find|escal|reducci"),
-                 ),
-             )),
+             case_of=C.clipping_case),
         Leaf("§7.C", "unknown", "unexplained gradient spike",
              "A gradient-norm spike far beyond natural variation that neither the batch, the optimizer state "
              "nor a uniform scaling explains.",
              "Rewind to the checkpoint before the spike, replay the same batches to tell a transient from a "
-             "persistent fault, and re-run.",
-             concepts=Concepts(
-                 diagnosis=(
-                     ("an unexplained gradient spike", r"gradient|spike|grad[- ]norm|gradiente|pico"),
-                 ),
-                 remediation=(
-                     ("rewind and replay", r"rewind|checkpoint|replay|retroced|punto de control|repet"),
-                 ),
-             )),
+             "persistent fault, and re-run."),
     )),
     Section("§8", "Verdict", "Reached when no question above matched (healthy), or when the loss jumped or a "
             "leaf was ruled out and no other leaf fits (unknown: better than a wrong name).", (
         Leaf("§8.A", "healthy", "healthy",
              "Nothing in the run's metrics departs from healthy training beyond natural variation.",
-             "No fix needed; keep the run as the reference for later comparisons.",
-             concepts=Concepts(
-                 diagnosis=(
-                     ("healthy", r"healthy|no anomal|nothing wrong|sano|sin anomal|normal"),
-                 ),
-                 remediation=(
-                     ("no fix needed", r"no (?:fix|change|action)|nothing|keep|reference|ninguna|nada|mantener"),
-                 ),
-             )),
+             "No fix needed; keep the run as the reference for later comparisons."),
         Leaf("§8.B", "unknown", "an anomaly no leaf explains",
              "Something departs from healthy training (a question matched, or the loss jumped), but no leaf's "
              "evidence fits it, so this tree does not name the fault. The verdict lists the two closest leaves "
              "and the evidence that ruled each out.",
              "Do not apply a leaf's fix blindly: rewind to the checkpoint before the anomaly, replay the same "
-             "batches to tell a transient from a persistent fault, and compare with a baseline run (--baseline).",
-             concepts=Concepts(
-                 diagnosis=(
-                     ("no leaf fits", r"unknown|unexplained|no leaf|does not fit|desconoc|sin explic|no encaja"),
-                 ),
-                 remediation=(
-                     ("rewind and replay", r"rewind|checkpoint|replay|baseline|retroced|punto de control|repet"),
-                 ),
-             )),
+             "batches to tell a transient from a persistent fault, and compare with a baseline run (--baseline)."),
     )),
 )
 
@@ -596,8 +381,7 @@ def iter_nodes():
             else:
                 yield {"id": it.id, "kind": "leaf", "title": it.title, "parent": parent, "cause": it.cause,
                        "diagnosis": it.diagnosis, "remediation": it.remediation,
-                       "ruled_out_by": [why for why, _ in it.rule_out], "cases": dict(it.cases),
-                       "concepts": {"diagnosis": it.concepts.diagnosis, "remediation": it.concepts.remediation}}
+                       "ruled_out_by": [why for why, _ in it.rule_out], "cases": dict(it.cases)}
 
 
 def _validate_tree() -> None:
@@ -606,7 +390,6 @@ def _validate_tree() -> None:
             assert it.cause in CAUSES, it
             assert it.resume is None or isinstance(ITEMS.get(it.resume), Node), (it.id, it.resume)
             assert bool(it.cases) == (it.case_of is not None), it.id
-            assert it.concepts.diagnosis and it.concepts.remediation, f"{it.id} names no key concepts"
         else:
             for target in (it.yes, it.no):
                 assert target is None or target in ITEMS, (it.id, target)

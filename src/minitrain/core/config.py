@@ -37,13 +37,15 @@ INJECTION_FIELDS = (
 )
 # Fields that never change the numbers a run produces (where it runs, how it reports).
 # (`preset` only names where the other fields' defaults came from; the resolved fields are hashed.)
-NON_NUMERIC_FIELDS = ("progress", "device", "blind", "preset", "ckpt_keep_last", "ckpt_keep_steps")
+NON_NUMERIC_FIELDS = ("progress", "device", "blind", "preset", "ckpt_keep_last", "ckpt_keep_steps", "log")
+# Where a run's metrics rows go (the `log` field, run/sinks.py): metrics.jsonl always, the others on request.
+LOG_SINKS = ("jsonl", "tensorboard", "mlflow")
 # Remedy fields (remedy.py), corpus_scale and precision stay out of the hash while at their defaults, so
 # every run made before they existed keeps its config hash (and stays resumable and "up to date").
 HASH_OMIT_AT_DEFAULT = ("injection_span", "injection_mult", "injection_mode", "injection_rows", "injection_beta2",
                         "injection_eps",
                         "remedy", "remedy_step", "remedy_param", "remedy_zclip_z", "remedy_zclip_alpha", "remedy_zclip_warmup",
-                        "corpus_scale", "precision")
+                        "corpus_scale", "precision", "swap_steps", "swap_offset")
 
 # Named sets of defaults (`--preset NAME` or `preset: NAME`); any field given explicitly overrides them.
 # Measured memory and step time of each: docs/benchmarks.md, "Devices and presets".
@@ -116,6 +118,7 @@ class TrainConfig:
     precision: str = "fp32"  # fp32 | bf16 (bf16 autocast of the training forward; GPU only)
     preset: str = "course"  # where the defaults come from (PRESETS); explicit fields override it
     progress: bool = True
+    log: str = "jsonl"  # metrics sinks besides metrics.jsonl: jsonl | tensorboard | mlflow, comma-separated (run/sinks.py)
     # injection (the lab's maybe_inject knob)
     injection: str = "none"
     injection_step: int = LAB_K
@@ -139,6 +142,10 @@ class TrainConfig:
     remedy_zclip_z: float = 2.5  # zclip: z-score of the pre-clip norm (vs its EMA) that counts as a spike
     remedy_zclip_alpha: float = 0.97  # zclip: EMA decay of the norm's mean and variance
     remedy_zclip_warmup: int = 25  # zclip: steps of statistics before it may act
+    # counterfactual replays (lab/explain.py): at each of swap_steps the step trains on the batch the data order
+    # serves at step + swap_offset instead (after any batch injection), a pure function of (seed, step)
+    swap_steps: list[int] = field(default_factory=list)
+    swap_offset: int = 0
 
     # ---- derived ----
     def to_dict(self) -> dict[str, Any]:
@@ -307,6 +314,10 @@ def validate(cfg: TrainConfig) -> None:
     need(cfg.telemetry in ("full", "basic"), f"telemetry must be 'full' or 'basic', got {cfg.telemetry!r}")
     need(cfg.ckpt_keep_last >= 0, f"ckpt_keep_last must be >= 0 (0 keeps every checkpoint), got {cfg.ckpt_keep_last}")
     need(all(s >= 0 for s in cfg.ckpt_keep_steps), f"ckpt_keep_steps must be steps >= 0, got {cfg.ckpt_keep_steps}")
+    need(all(s >= 0 for s in cfg.swap_steps), f"swap_steps must be steps >= 0, got {cfg.swap_steps}")
+    need(not cfg.swap_steps or cfg.swap_offset != 0,
+         "swap_steps needs a non-zero swap_offset (the batch of step + swap_offset is served instead)")
+    need(all(s + cfg.swap_offset >= 0 for s in cfg.swap_steps), "swap_offset takes a swapped step below step 0")
     need(cfg.device in ("cpu", "cuda", "auto"), f"device must be cpu, cuda or auto, got {cfg.device!r}")
     need(cfg.precision in ("fp32", "bf16"), f"precision must be fp32 or bf16, got {cfg.precision!r}")
     need(cfg.precision == "fp32" or cfg.device != "cpu",
@@ -322,3 +333,6 @@ def validate(cfg: TrainConfig) -> None:
     from minitrain.core.remedy import validate_remedy_config
 
     validate_remedy_config(cfg)
+    unknown = [n for n in cfg.log.split(",") if n.strip() and n.strip() not in LOG_SINKS]
+    need(not unknown, f"log={cfg.log!r}: unknown sink {', '.join(unknown)}; choose from {', '.join(LOG_SINKS)} "
+         "(comma-separated, e.g. --set log=tensorboard,mlflow)")

@@ -176,7 +176,7 @@ def cache_dir() -> Path:
 def cached_ngram_baseline(train: EncodedSet, val: EncodedSet, vocab: int) -> dict:
     """`ngram_baseline`, computed once per distinct input: the result is stored under a hash of exactly
     what it reads (the encoded splits, the vocabulary size, the definition's version), so a cached value
-    can never belong to other data. Every command used to spend ~0.4 s recomputing it."""
+    can never belong to other data (computing it costs ~0.4 s, paid once per input, not per command)."""
     import hashlib
     import json
 

@@ -11,3 +11,12 @@ class UserError(Exception):
     """Bad input: the message names the problem and the fix, on one line."""
 
     exit_code = EXIT_USER_ERROR
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C at a point where the CLI's usual advice (resume the run with --resume) is wrong: `hint` says
+    what to run instead (e.g. the page of a run that has finished)."""
+
+    def __init__(self, hint: str):
+        super().__init__(hint)
+        self.hint = hint

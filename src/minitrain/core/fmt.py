@@ -13,3 +13,10 @@ def fmt(x, digits: int = 4) -> str:
     if isinstance(x, float):
         return f"{x:.{digits}g}" if math.isfinite(x) else "non-finite"
     return str(x)
+
+
+def page_number(x, digits: int = 6):
+    """A float rounded to `digits` significant digits for the page; None for missing or non-finite."""
+    if x is None or isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return None
+    return float(f"{x:.{digits}g}")

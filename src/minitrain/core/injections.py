@@ -119,7 +119,7 @@ def corrupt_second_moment(state: dict, ctx: InjectContext):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Realistic training faults beyond the lab's three (issue 12)
+# Realistic training faults beyond the lab's three
 # ---------------------------------------------------------------------------------------------------
 
 

@@ -37,6 +37,12 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> Tokenizer:
     return tok
 
 
+def tokenizer_json(tok: Tokenizer) -> bytes:
+    """The tokenizer as a run's tokenizer.json holds it: the same bytes as `tok.save(path)`, which writes in
+    place (a full disk would leave half a file); the run writes these bytes atomically instead."""
+    return tok.to_str(pretty=True).encode()
+
+
 def training_texts(rows: list[Row]) -> list[str]:
     return ["".join(format_sequence(r.spanish, r.text)) for r in rows]
 

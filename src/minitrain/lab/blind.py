@@ -127,8 +127,9 @@ def make_lab(lab: str, folder: Path, base_overrides: list[str], randomize: bool 
     base = build_config({}, list(base_overrides))  # validate before anything is written
     exists = public_path(folder).exists()
     if exists and force and only is None:
-        for run_id in RUN_IDS:  # none of the old runs may be live (refused before anything is deleted)
-            files.refuse_if_live(folder / run_id)
+        for run_id in RUN_IDS:  # none of the old runs may be live or hold a learner's files (refused before
+            files.refuse_if_live(folder / run_id)  # anything is deleted)
+            files.refuse_foreign_files(folder / run_id, "a new draw")
         for run_id in RUN_IDS:  # a fresh draw replaces every run of the old one
             files.remove_run_dir(folder / run_id)
         (folder / spoilers.REVEALED).unlink(missing_ok=True)
@@ -142,8 +143,8 @@ def make_lab(lab: str, folder: Path, base_overrides: list[str], randomize: bool 
                             "pass the same settings, or --force to draw and run a new lab")
         mapping = open_mapping(folder)
     else:
-        if folder.exists() and any(p.name not in (".sealed", spoilers.SEALED, spoilers.REVEALED, *RUN_IDS)
-                                  for p in folder.iterdir()):
+        lab_files = (".sealed", spoilers.SEALED, spoilers.REVEALED, spoilers.SPOILED, *RUN_IDS)
+        if folder.exists() and any(p.name not in lab_files for p in folder.iterdir()):
             raise UserError(f"{folder} already holds other files; choose another --experiments folder")
         mapping = draw_mapping(lab, randomize, base.steps)
         salt = secrets.token_hex(16)

@@ -13,7 +13,7 @@ run TAIL steps past K. Clip thresholds are relative to the trunk's own healthy n
 `off`. Every run keeps the lab's 2000-step schedule, so the learning rate at K is the lab's, and stops at
 K + TAIL (status "stopped"). Runs are cached by config hash (the folder name carries the trunk hash and each
 manifest the config hash): a re-run trains only what is new. Each run is its own process on lab/runner.py,
-at most one per core.
+at most one per core, or a task on a Ray cluster (`--ray`, lab/ray_backend.py).
 
 The judgments behind the map are analysis/regimes.py's; its page and doc are drawn by views/explore.py.
 """
@@ -150,11 +150,16 @@ def is_done(run: Path, cfg: TrainConfig, stop: int) -> bool:
 
 def train_one(cfg_dict: dict, out: str, stop: int) -> float:
     """Worker process: train one run to `stop` (an injection run forks from its baseline's checkpoint at K),
-    then its dashboard. Returns the CPU seconds it took."""
+    then its dashboard. A run of this config left unfinished (its worker killed: a retry, or explore run
+    again) resumes from its last checkpoint, to the same bytes. Returns the CPU seconds it took."""
     from minitrain.lab import runs
 
     t0, w0 = time.process_time(), time.perf_counter()
-    runs.train_run(build_config(cfg_dict), Path(out), force=True, stop_at=stop)
+    cfg = build_config(cfg_dict)
+    if runs.interrupted(Path(out), cfg):
+        runs.resume_run(Path(out), stop_at=stop)
+    else:
+        runs.train_run(cfg, Path(out), force=True, stop_at=stop)
     cpu = round(time.process_time() - t0, 2)  # the value kept in COST: a cached run counts the same
     files.atomic_write_json(Path(out) / COST, {"cpu_seconds": cpu,
                                                "wall_seconds": round(time.perf_counter() - w0, 2)})
@@ -170,7 +175,7 @@ class Sweep:
     """Trains a grid's runs on the runner, `jobs` at a time, in dependency order: the unclipped baselines
     first (they place median and p99), then the other baselines, then every cell, forked at K."""
 
-    def __init__(self, out: Path, grid: str, jobs: int | None, overrides: list[str], log):
+    def __init__(self, out: Path, grid: str, jobs: int | None, overrides: list[str], log, ray: str | None = None):
         for o in overrides:
             if o.split("=", 1)[0].strip().replace("-", "_") in GRID_FIELDS:
                 raise UserError(f"--set {o}: the grid sets this field itself; leave it out")
@@ -179,6 +184,7 @@ class Sweep:
             raise UserError(f"--jobs must be at least 1, got {jobs}")
         self.out, self.grid, self.overrides, self.log = Path(out), grid, overrides, log
         self.jobs = max(1, jobs or os.cpu_count() or 1)
+        self.jobs_asked, self.ray = jobs, ray  # ray: a Ray cluster's address (lab/ray_backend.py), else local
         self.trunks = trunks_of(grid)
         self.stop = K + TAIL
         self.calib: dict[tuple, dict] = {}
@@ -215,10 +221,17 @@ class Sweep:
         return cfg, self.folder[t.key] / "baseline"
 
     def run(self) -> None:
+        if self.ray is not None:
+            from minitrain.lab.ray_backend import RayCluster
+
+            backend = RayCluster(self.ray, self.jobs_asked)
+            self.jobs = backend.slots
+        else:
+            backend = runner.LocalProcesses(self.jobs)
+        where = f" on the Ray cluster {self.ray}" if self.ray is not None else ""
         self.log(f"explore: grid {self.grid!r}: {len(self.trunks)} trunks, {self.n_cells} cells (K={K}, "
-                 f"{TAIL} steps after K), {self.jobs} worker process{'es' if self.jobs > 1 else ''}")
-        backend = runner.LocalProcesses(self.jobs)
-        warm = not backend.fork
+                 f"{TAIL} steps after K), {self.jobs} worker process{'es' if self.jobs > 1 else ''}{where}")
+        warm = not getattr(backend, "fork", False)  # only a forking backend gains from this process's imports
 
         def warm_up(job: runner.Job) -> None:  # once, after the first run is forked: the others start at once
             nonlocal warm
@@ -350,10 +363,11 @@ def collect(sw: Sweep) -> dict:
 
 
 def run_explore(out: Path, grid: str = "default", jobs: int | None = None, overrides: list[str] | None = None,
-                doc: Path | None = None, log=print) -> dict:
+                doc: Path | None = None, log=print, ray: str | None = None) -> dict:
     """`minitrain explore`: train (or reuse) every cell of GRID under OUT/runs, then write OUT/cells.json,
-    OUT/index.html and OUT/regimes.md (and `doc`, when given). Returns the map's data."""
-    sw = Sweep(Path(out), grid, jobs, list(overrides or []), log)
+    OUT/index.html and OUT/regimes.md (and `doc`, when given). Returns the map's data. `ray`: train on the
+    Ray cluster at this address (`local`: one started here; docs/scale.md)."""
+    sw = Sweep(Path(out), grid, jobs, list(overrides or []), log, ray)
     sw.run()
     data = collect(sw)
     prev = reader.read_optional_json(Path(out) / "cells.json")[0] or {}

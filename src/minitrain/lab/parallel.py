@@ -26,9 +26,10 @@ from pathlib import Path
 
 from minitrain.core.errors import EXIT_NON_FINITE, UserError
 from minitrain.lab import runner
-from minitrain.run import reader
+from minitrain.run import files, reader
 
 LAB_INJECTIONS = ("scale", "bad_batch", "v_corrupt")  # A, B, C
+WARNING = "minitrain: warning:"  # how a run's command starts a warning line (lab/runs.py)
 
 
 def lab_configs(seed: int, k: int, sets: list[str] | None = None) -> list:
@@ -46,10 +47,11 @@ def fork_checkpoint(k: int, ckpt_every: int) -> int:
 
 
 def run_lab(experiments: Path, seed: int, k: int, jobs: int | None = None, sets: list[str] | None = None,
-            force: bool = False, out=None, main=None) -> list[str]:
+            force: bool = False, out=None, main=None, ray: str | None = None) -> list[str]:
     """Train the lab's four runs into `experiments` (up-to-date runs are left alone); returns each run's
     summary line. Raises UserError with the failing run's last message if any run fails. `main`: the CLI's
-    entry point, to fork each run from this process (module docstring) where the platform allows it."""
+    entry point, to fork each run from this process (module docstring) where the platform allows it. `ray`:
+    run them as tasks on the Ray cluster at this address instead (`local`: one started here; docs/scale.md)."""
     experiments, out = Path(experiments), out or sys.stderr
     sets = list(sets or [])
     base_cfg = lab_configs(seed, k, sets)[0]  # every run's config is valid before any process starts
@@ -59,6 +61,10 @@ def run_lab(experiments: Path, seed: int, k: int, jobs: int | None = None, sets:
     if force:
         common.append("--force")
     baseline = reader.lab_run_name("none", seed, k)
+    names = [reader.lab_run_name(inj, seed, k) for inj in ("none", *LAB_INJECTIONS)]
+    if force:  # --force replaces only what minitrain wrote: refused before any run starts (files.RUN_FILES)
+        for name in names:
+            files.refuse_foreign_files(experiments / name)
 
     def job(injection: str) -> runner.Job:
         name = reader.lab_run_name(injection, seed, k)
@@ -68,14 +74,21 @@ def run_lab(experiments: Path, seed: int, k: int, jobs: int | None = None, sets:
         return runner.Job(name, argv=argv, run=experiments / name, steps=base_cfg.steps, donor=donor,
                           donor_step=fork_checkpoint(k, base_cfg.ckpt_every))
 
-    backend = runner.LocalProcesses(jobs, main=main)
+    if ray is not None:
+        from minitrain.lab.ray_backend import RayCluster
+
+        backend = RayCluster(ray, jobs, main=main)
+    else:
+        backend = runner.LocalProcesses(jobs, main=main)
 
     def on_start(j: runner.Job) -> None:
-        if j.name == baseline and main is not None and backend.fork:
+        if j.name == baseline and main is not None and getattr(backend, "fork", False):
             runner.warm_up_runs(base_cfg)  # on the other core, while the baseline starts
 
     done = runner.run_jobs([job(inj) for inj in ("none", *LAB_INJECTIONS)], backend, on_start=on_start,
                            on_tick=Progress(out).update)
+    for line in (line for j in done for line in j.output if line.startswith(WARNING)):
+        out.write(line + "\n")  # a child's warning (a page not written, say) is the user's to read
     failed = [j for j in done if j.failed]
     if failed:
         raise UserError(f"{failed[0].name} failed: {failed[0].error()}")
@@ -87,6 +100,7 @@ def refresh_tails(baseline: Path, tails: list[Path]) -> None:
     """A tail that ended before the baseline did compared itself with a partial baseline: write its
     signature (expected vs observed) and its page (baseline overlay) again against the finished one."""
     from minitrain.analysis import signature
+    from minitrain.lab import spoilers
     from minitrain.lab.runs import write_pages
 
     done = baseline / reader.RESULTS
@@ -96,7 +110,11 @@ def refresh_tails(baseline: Path, tails: list[Path]) -> None:
         sig = tail / "signature.json"
         if not (tail / reader.RESULTS).exists():
             continue
-        if not sig.exists() or sig.stat().st_mtime < done.stat().st_mtime:
+        if spoilers.is_sealed(tail):  # no signature before the reveal; the page against the finished baseline
+            page = tail / "dashboard.html"
+            if not page.exists() or page.stat().st_mtime < done.stat().st_mtime:
+                write_pages(tail)
+        elif not sig.exists() or sig.stat().st_mtime < done.stat().st_mtime:
             try:
                 signature.write(tail)
             except UserError:  # e.g. a run that diverged before K: it has no signature, as when run alone

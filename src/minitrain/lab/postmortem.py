@@ -2,7 +2,7 @@
 
 Every sentence it writes comes from a number in the run folder (metrics, manifest, results), the stability
 walker's verdict, or the baseline run; the learner then edits the file. It never overwrites an existing
-post-mortem unless --force. A blind run's post-mortem reads only what the blind run's files show.
+post-mortem unless --force. A run of a learner lab not revealed yet is refused unless --spoil (lab/spoilers.py).
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from minitrain.core.fmt import fmt
 from minitrain.analysis.causes import CAUSES
 from minitrain.analysis.compare import RECOVERY_RULE, measure, v_jumped
 from minitrain.analysis.detectors import COURSE_RULE, spike_flags
+from minitrain.lab import spoilers
 from minitrain.lab.learner import REPO_ROOT, walk
 
 TEMPLATE = "theory/04-loss-spike-postmortem-template.md"
@@ -117,10 +118,13 @@ def _settings(inj: dict) -> str:
 
 
 def write_postmortem(run: Path, baseline: Path | None = None, out: Path | None = None, force: bool = False,
-                     template: Path | None = None, experiments: Path | None = None) -> Path:
+                     template: Path | None = None, experiments: Path | None = None, spoil: bool = False) -> Path:
+    """The post-mortem names the walker's leaf, cause and path: a run of a lab not revealed yet is refused
+    unless `spoil` (logged, as `minitrain diagnose --spoil` is)."""
     run = Path(run)
     if not (run / "metrics.jsonl").exists():
         raise UserError(f"{run} is not a run folder (no metrics.jsonl); give e.g. experiments/19-injection-B")
+    spoilers.gate(run, "postmortem", spoil)
     if baseline is not None and not (Path(baseline) / "metrics.jsonl").exists():
         raise UserError(f"--baseline {baseline} is not a run folder (no metrics.jsonl)")
     if baseline is None:

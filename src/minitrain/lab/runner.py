@@ -125,8 +125,9 @@ def run_jobs(jobs: list[Job], backend=None, on_start=None, on_end=None, on_tick=
                     elif go:
                         waiting.remove(j)
                         j.state, j.started = "running", time.perf_counter()
-                        j.handle = backend.start(j)
-                        running.append(j)
+                        with stop_signals_held():  # a Ctrl-C now would leave a child no one terminates
+                            j.handle = backend.start(j)
+                            running.append(j)
                         if on_start:
                             on_start(j)
                 if on_tick:
@@ -248,7 +249,7 @@ class CommandProcess:
         with open(log, "w") as out:
             self.process = subprocess.Popen([sys.executable, "-m", "minitrain", *argv], stdout=out,
                                             stderr=subprocess.STDOUT, env=env,
-                                            preexec_fn=functools.partial(die_with_parent, os.getpid()))
+                                            preexec_fn=functools.partial(command_child_setup, os.getpid()))
 
     def poll(self) -> int | None:
         return self.process.poll()
@@ -276,6 +277,7 @@ def child_main(fn, args: tuple, log: str, conn, parent: int) -> None:
     a test's capture, say), then run; a UserError is one line and its exit code, as from the CLI."""
     die_with_parent(parent)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a forked child inherits run_jobs' handler: SIGTERM kills it
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # held by the parent while it started us
     fd = os.open(log, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
@@ -300,6 +302,13 @@ def run_command(main, argv: list[str]) -> None:
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
+def command_child_setup(parent: int) -> None:
+    """A command child between fork and exec: die with the parent; take the stop signals the parent held
+    while starting it (a signal mask survives exec)."""
+    die_with_parent(parent)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
 def die_with_parent(parent: int) -> None:
     """In a child: on Linux, ask the kernel for SIGTERM when the parent dies (by any signal, SIGKILL
     included); then, if the parent is already gone, exit now."""
@@ -309,6 +318,21 @@ def die_with_parent(parent: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent:
         os._exit(1)
+
+
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextmanager
+def stop_signals_held():
+    """Ctrl-C and SIGTERM wait (pending, not lost) while a child is being started, so that the child is among
+    the running jobs run_jobs terminates before the signal's exception can leave it behind (multiprocessing
+    would then join it at exit, and the parent would never die)."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from minitrain import loop
 from minitrain.core.config import TrainConfig
-from minitrain.core.errors import EXIT_NON_FINITE, UserError
+from minitrain.core.errors import EXIT_NON_FINITE, Interrupted, UserError
 from minitrain.lab import spoilers
 from minitrain.run import reader
 from minitrain.views import dashboard
@@ -31,19 +31,38 @@ def summary_line(name: str, res: dict) -> str:
     return f"{name}: {res.get('status')} after {res.get('steps_done')} steps"
 
 
-def write_pages(out: Path, index: bool = True) -> None:
+PAGE = "dashboard.html"
+REMEDIATED = "-remediated"  # RUN-remediated: `minitrain remediate RUN`'s run folder (lab/remediate.py)
+
+
+def write_pages(out: Path, index: bool = True) -> bool:
     """RUN/dashboard.html after a run (its answers sealed if it is a lab exercise not yet revealed), then the
     experiments folder's index.html (`index=False`: the caller writes it once after several runs); a failure
-    here must never cost the run, so it is one warning line."""
+    here must never cost the run, so it is one warning line. Returns whether the page was written.
+    Ctrl-C here interrupts a run that has already ended: the message names the command that finishes the
+    job (a --resume would only say the run has ended)."""
     if out is None or not (Path(out) / reader.METRICS).exists():
-        return
+        return False
+    experiments = spoilers.experiments_of(out)
     try:
         dashboard.write_dashboard(out, sealed=spoilers.is_sealed(out))
-        if index:  # the index, at the end of every command that writes a run
-            spoilers.refresh(spoilers.experiments_of(out))
+    except KeyboardInterrupt:
+        raise Interrupted(f"{out} has ended and is saved, but its page was not written: run "
+                          f"'minitrain dashboard {out}'") from None
     except Exception as e:  # noqa: BLE001 - the run is already safely on disk
-        print(f"minitrain: warning: dashboard.html not written ({type(e).__name__}: {str(e)[:200]}); "
+        print(f"minitrain: warning: {PAGE} not written ({type(e).__name__}: {str(e)[:200]}); "
               f"retry with 'minitrain dashboard {out}'", file=sys.stderr)
+        return False
+    if index:  # the index, at the end of every command that writes a run
+        try:
+            spoilers.refresh(experiments)
+        except KeyboardInterrupt:
+            raise Interrupted(f"{out} and its page are saved, but {experiments / 'index.html'} was not "
+                              f"rewritten: run 'minitrain index {experiments}'") from None
+        except Exception as e:  # noqa: BLE001
+            print(f"minitrain: warning: {experiments / 'index.html'} not written ({type(e).__name__}: "
+                  f"{str(e)[:200]}); retry with 'minitrain index {experiments}'", file=sys.stderr)
+    return True
 
 
 def exit_code(*runs: Path) -> int:
@@ -58,11 +77,27 @@ def train_run(cfg: TrainConfig, out: Path, index: bool = True, **kwargs) -> dict
     return res
 
 
-def resume_run(out: Path, device: str | None = None, index: bool = True) -> dict:
-    res = loop.resume(out, device=device)
+def resume_run(out: Path, device: str | None = None, index: bool = True, stop_at: int | None = None) -> dict:
+    res = loop.resume(out, device=device, stop_at=stop_at)
     if "steps_done" in res:
         write_pages(out, index)
+        note = remediation_note(out)
+        if note:
+            print(note, file=sys.stderr)
     return res
+
+
+def remediation_note(out: Path) -> str | None:
+    """A remediation (RUN-remediated) resumed by `train --resume` has its rows but not its report: the line
+    that says how to write remediation.json (`remediate` reuses the finished run), else None."""
+    out = Path(out)
+    original = out.parent / out.name.removesuffix(REMEDIATED)
+    if not out.name.endswith(REMEDIATED) or not original.is_dir() or (out / "remediation.json").exists():
+        return None
+    remedy = reader.config_of(reader.manifest_of(out)).get("remedy")
+    command = f"minitrain remediate {original}" + (f" --remedy {remedy}" if remedy not in (None, "none") else "")
+    return (f"minitrain: note: {out} is a remediation of {original}; its rows are complete but its "
+            f"remediation.json is not written: run '{command}' (it reuses this run, without training)")
 
 
 def interrupted(out: Path, cfg: TrainConfig) -> bool:
@@ -83,7 +118,8 @@ def interrupted(out: Path, cfg: TrainConfig) -> bool:
 def lab_run(cfg: TrainConfig, experiments: Path, force: bool = False, index: bool = True) -> tuple[Path, str]:
     """One run of the lab into experiments/<lab name>; a finished run of the same config is left alone, an
     interrupted one of the same config is resumed.
-    Returns (folder, summary line). An injection run also gets its signature.json (expected vs observed).
+    Returns (folder, summary line). An injection run also gets its signature.json (expected vs observed), once
+    it is not sealed (a learner lab's run gets it at the reveal).
     `index=False`: leave experiments/index.html to the caller (`minitrain lab` writes it once at the end)."""
     from minitrain.analysis import signature
 
@@ -91,13 +127,16 @@ def lab_run(cfg: TrainConfig, experiments: Path, force: bool = False, index: boo
     if (out / reader.RESULTS).exists() and not force:
         manifest = reader.manifest_of(out)
         if manifest.get("config_hash") == cfg.hash() and manifest.get("status") in ("finished", "non_finite"):
-            return out, f"{out.name}: up to date (same config, already {manifest['status']}); --force re-runs it"
+            line = f"{out.name}: up to date (same config, already {manifest['status']}); --force re-runs it"
+            if not (out / PAGE).exists():  # it ended without its page (a full disk, Ctrl-C): write it now
+                line += f"; wrote its missing {PAGE}" if write_pages(out, index) else f"; its {PAGE} is missing"
+            return out, line
     if not force and interrupted(out, cfg):  # `minitrain lab` again after Ctrl-C or a kill: continue it
         res = resume_run(out, index=index)
     else:
         res = train_run(cfg, out, index=index, force=force)
     line = summary_line(out.name, res)
-    if cfg.injection != "none":  # expected vs observed, when the baseline of the same seed is there
+    if cfg.injection != "none" and not spoilers.is_sealed(out):  # expected vs observed (a sealed run's: at the reveal)
         try:
             signature.write(out)
         except UserError as e:

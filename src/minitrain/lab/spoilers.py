@@ -1,12 +1,16 @@
-"""Which runs' answers are still sealed, and keeping every page in step with it.
+"""Which runs' answers are still sealed, the one gate every command that could name them passes, and keeping
+every page in step with it.
 
 A run belongs to a learner lab when it is one of the lab's diagnosis exercises: the spike lab's injection
 runs (`19-injection-A/B/C`, also with a -kK / -seedS suffix, in the experiments folder) or a run of a
 shuffled blind lab (`19-blind/01`, `19-break-it/02`, ...). A lab is revealed when its folder holds
 REVEALED.json: the experiments folder for the spike lab, the lab's own folder for a blind lab; `minitrain
-reveal NAME [--lab blind|break-it]` writes it. Until then the lab's runs are sealed: the dashboard keeps the
-walker's verdict, the tree's answers and diagnosis.json behind a "reveal" button, the index says "sealed",
-and `minitrain diagnose` asks for --spoil. Every other run (a baseline, a remediation, your own runs) is open.
+reveal NAME [--lab blind|break-it]` writes it. Until then the lab's runs are sealed: their pages carry no
+verdict and none of the stability check's answers (they are written into the pages by the reveal), no
+signature.json or lab-report.md is written, the index says "sealed", and every command that could name a
+leaf, a cause, a path or a signature of them (diagnose, postmortem, signature, report, export's diagnosis
+text) refuses unless --spoil, which is logged in the lab folder's SPOILED.json (grade and check show it).
+Every other run (a baseline, a remediation, your own runs) is open.
 
 `refresh` rewrites the index (and given pages): every command that writes a run calls it at its end.
 """
@@ -16,13 +20,19 @@ import datetime
 import re
 from pathlib import Path
 
+from minitrain.core.errors import UserError
 from minitrain.run import files, reader
-from minitrain.views import dashboard
+from minitrain.views import dashboard, index
 
 SEALED = "SEALED.json"  # a blind lab's folder: the published hash of its sealed mapping
 REVEALED = "REVEALED.json"  # a lab's folder, once revealed
+SPOILED = "SPOILED.json"  # a lab's folder: every answer shown with --spoil before the reveal
 BLIND_RUN_IDS = ("01", "02", "03")  # a blind lab's run folders
 SPIKE_RUN = re.compile(r"^19-injection-[ABC](?:-k\d+)?(?:-seed\d+)?$")
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def lab_folder(run: Path) -> Path:
@@ -43,12 +53,50 @@ def is_sealed(run: Path) -> bool:
     return lab_of(run) is not None and not (lab_folder(run) / REVEALED).exists()
 
 
+def gate(run: Path, command: str, spoil: bool) -> None:
+    """The one rule for a command that could name a sealed run's leaf, cause, path or signature: refuse it, or
+    with --spoil log it (SPOILED.json in the lab folder, read by grade and check) and let it go on."""
+    run = Path(run)
+    if not is_sealed(run):
+        return
+    if not spoil:
+        raise UserError(f"{run} is a run of the {lab_of(run)} lab, which is not revealed yet: walk "
+                        "stability-check.md on its dashboard first and reveal ('minitrain reveal NAME'), or pass "
+                        f"--spoil to see what '{command}' says now (logged in {lab_folder(run) / SPOILED}; "
+                        "grade and check show it)")
+    log_spoil(run, command)
+
+
+def log_spoil(run: Path, command: str) -> None:
+    """Add one entry to the lab folder's SPOILED.json (rewritten whole, atomically)."""
+    path = lab_folder(run) / SPOILED
+    entries = spoils(lab_folder(run))
+    entries.append({"run": Path(run).name, "command": command, "at": utc_now()})
+    files.atomic_write_json(path, {"spoils": entries})
+
+
+def spoils(folder: Path) -> list[dict]:
+    """The answers shown with --spoil in a lab folder before its reveal (a damaged file reads as one entry)."""
+    data, unreadable = reader.read_optional_json(Path(folder) / SPOILED)
+    if unreadable:
+        return [{"run": "?", "command": f"a damaged {SPOILED} ({unreadable})", "at": ""}]
+    entries = (data or {}).get("spoils")
+    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+
+
+def revealed(folder: Path) -> dict | None:
+    """FOLDER/REVEALED.json ({revealed_at, revealed_by, ...}), or None while the lab is sealed."""
+    data, unreadable = reader.read_optional_json(Path(folder) / REVEALED)
+    if unreadable:
+        return {"revealed_at": "", "revealed_by": "?", "damaged": unreadable}
+    return data if isinstance(data, dict) else None
+
+
 def mark_revealed(folder: Path, by: str, extra: dict | None = None) -> None:
     """Publish FOLDER/REVEALED.json (once: the first reveal's time stays)."""
     path = Path(folder) / REVEALED
     if not path.exists():
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        files.atomic_write_json(path, {"revealed_at": now, "revealed_by": by, **(extra or {})})
+        files.atomic_write_json(path, {"revealed_at": utc_now(), "revealed_by": by, **(extra or {})})
 
 
 def experiments_of(run: Path) -> Path:
@@ -62,5 +110,5 @@ def refresh(experiments: Path, pages: list[Path] = ()) -> Path:
     for run in pages:
         if (Path(run) / reader.METRICS).exists():
             dashboard.write_dashboard(run, sealed=is_sealed(run))
-    runs = dashboard.find_runs(experiments) if Path(experiments).is_dir() else []
-    return dashboard.write_index(experiments, sealed={run for run in runs if is_sealed(run)})
+    runs = index.find_runs(experiments) if Path(experiments).is_dir() else []
+    return index.write_index(experiments, sealed={run for run in runs if is_sealed(run)})

@@ -43,7 +43,7 @@ import torch
 from minitrain.core import distributed
 from minitrain.core.errors import UserError
 from minitrain.core.telemetry import RARE_SHARE, Telemetry, composition
-from minitrain.run import files, reader
+from minitrain.run import files, reader, sinks
 
 
 class Probe:
@@ -52,7 +52,7 @@ class Probe:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, out, *, force: bool = False,
                  blocks=None, pad_id: int | None = None, token_counts=None, tokenizer=None,
                  config: dict | None = None, telemetry: str = "full", spectral_every: int = 0, ckpt_every: int = 0,
-                 grads_at: str = "log", source: str = "pytorch loop"):
+                 grads_at: str = "log", source: str = "pytorch loop", log: str = "jsonl"):
         opt = getattr(optimizer, "optimizer", optimizer)  # accelerate (the HF Trainer) wraps the torch optimizer
         if not isinstance(model, torch.nn.Module):
             raise UserError(f"attach() needs a torch.nn.Module, got {type(model).__name__}")
@@ -62,6 +62,8 @@ class Probe:
             raise UserError(f"grads_at must be 'log' or 'backward', not {grads_at!r}")
         if telemetry not in ("full", "basic"):
             raise UserError(f"telemetry must be 'full' or 'basic', not {telemetry!r}")
+        log_to = sinks.parse_log(log)
+        sinks.check_installed(log_to)
         if distributed.world_size() > 1:
             raise UserError("the probe records one process; under torch.distributed it is not supported yet")
         self.model, self.opt, self.out = model, opt, Path(out)
@@ -103,6 +105,7 @@ class Probe:
         self._handles: list = []
         self._reset_step()
         self._open_folder(force, tokenizer, config or {}, source)  # everything is checked before this
+        self.sinks = sinks.open_sinks(",".join(log_to), self.out, self.config)  # run/sinks.py
         self._register()
         atexit.register(_close_at_exit, weakref.ref(self))
 
@@ -294,6 +297,7 @@ class Probe:
         else:
             row["batch"] = batch
         self.metrics.write(row)
+        self.sinks.write(row)
         self.last = row
         self.last_val = row["val_loss"] if row["val_loss"] is not None else self.last_val
         first = step == 0
@@ -340,6 +344,7 @@ class Probe:
         for h in self._handles:
             h.remove()
         self.metrics.close()
+        self.sinks.close()
         if self.status == "running":
             self.status = "finished"
         from minitrain.loop import now_iso
@@ -376,7 +381,8 @@ def attach(model: torch.nn.Module, optimizer: torch.optim.Optimizer, out, **opti
     statistics on minitrain's schedule, as its own runs; 'basic': global signals only), spectral_every (largest singular
     value of each matrix every N steps; 0 = never), ckpt_every (safetensors checkpoints every N steps),
     grads_at ('log': gradient norms measured at probe.log; 'backward': when the last gradient of a backward
-    arrives, for loops that cannot call log() before clipping)."""
+    arrives, for loops that cannot call log() before clipping), log (sinks besides metrics.jsonl, e.g.
+    "tensorboard,mlflow": run/sinks.py)."""
     return Probe(model, optimizer, out, **options)
 
 

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -32,9 +33,11 @@ import yaml
 
 from minitrain import SCHEMA_VERSION
 from minitrain.core.errors import UserError
-from minitrain.run.reader import LOCK_HEADER, LOCK_NAME, holder_pid, live_pid, loads_json
+from minitrain.run.reader import (CONFIG, DIAGNOSIS, LOCK_HEADER, LOCK_NAME, MANIFEST, METRICS, RESULTS, TOKENIZER,
+                                  holder_pid, live_pid, loads_json)
 
 CKPT_PREFIX = "step-"
+CHECKPOINTS = "checkpoints"
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
@@ -48,11 +51,9 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TMP_SUFFIX)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        write_synced(Path(tmp), data)
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
         os.replace(tmp, path)
     except BaseException:
@@ -156,21 +157,58 @@ def refuse_if_live(run: Path) -> None:
 
 
 def lock_run(run: Path) -> RunLock:
-    """Take RUN's lock or refuse, naming the process that holds it. RUN must exist."""
+    """Take RUN's lock or refuse, naming the process that holds it. RUN must exist.
+
+    The lock file is opened without following a link, and rewritten only when it is minitrain's: a regular
+    file with one name, empty or starting with LOCK_HEADER. A run folder received from someone else may hold
+    a `.lock` that links (symbolically or hard) to any file the user can write; that file is never touched
+    (a resume also refuses a linked metrics.jsonl or checkpoints/: refuse_links)."""
     run = Path(run)
     path = run / LOCK_NAME
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~_UMASK)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666 & ~_UMASK)
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _not_our_lock(path, "a symbolic link") from None
         raise disk_error(e, path) from None
     try:
+        _check_our_lock(fd, path)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
         raise _live_error(run, holder_pid(path)) from None
+    except BaseException:
+        os.close(fd)
+        raise
     os.ftruncate(fd, 0)
     os.write(fd, f"{LOCK_HEADER}\npid {os.getpid()}\n".encode())
     return RunLock(run, fd)
+
+
+def _not_our_lock(path: Path, what: str) -> UserError:
+    return UserError(f"{path} is {what}, not minitrain's lock file; nothing was written. Remove it (rm {path}) "
+                     "if the folder is yours, then run again")
+
+
+def _check_our_lock(fd: int, path: Path) -> None:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_our_lock(path, "not a regular file")
+    if st.st_nlink != 1:
+        raise _not_our_lock(path, f"a file with {st.st_nlink} names (a hard link to another file)")
+    head = os.pread(fd, len(LOCK_HEADER), 0)
+    if head and head != LOCK_HEADER.encode():
+        raise _not_our_lock(path, "a file minitrain did not write")
+
+
+def refuse_links(run: Path) -> None:
+    """A resumed run's metrics file and checkpoints folder are not links: a resume truncates and appends to
+    the one and prunes the other, which through a link would change files outside the run folder. (A new or
+    --force run removes a link without following it: clear_run_dir.)"""
+    for name in (METRICS, CHECKPOINTS):
+        if (Path(run) / name).is_symlink():
+            raise UserError(f"{Path(run) / name} is a symbolic link, and a run writes only inside its folder; "
+                            "replace the link by the file it points to, or re-make the run with --force")
 
 
 def is_run_dir(path: Path) -> bool:
@@ -205,10 +243,56 @@ def _refuse_unsafe_force(out: Path) -> None:
                             "choose another --out")
 
 
+# What minitrain writes into a run folder (the writer of each: loop.py, the page, signature, diagnose,
+# remediate, explore's cost file, the lock), and under checkpoints/ only step-NNNNNN folders. --force and a new
+# blind draw delete these and nothing else: a file a learner put there (notes, an edited postmortem.md, which
+# `minitrain postmortem` hands over as theirs) is named and the command refused (docs/reliability.md).
+RUN_FILES = frozenset({MANIFEST, CONFIG, TOKENIZER, METRICS, RESULTS, DIAGNOSIS, CHECKPOINTS, LOCK_NAME,
+                       "dashboard.html", "signature.json", "remediation.json", "explore-cost.json"})
+
+
+def _is_temporary(name: str) -> bool:
+    """An atomic write's temp file (.NAME.*.tmp) or a checkpoint's temp folder (.step-*), as a kill leaves them."""
+    return name.startswith(".") and (name.endswith(TMP_SUFFIX) or name.startswith(f".{CKPT_PREFIX}"))
+
+
+def _is_checkpoint_name(name: str) -> bool:
+    return name.startswith(CKPT_PREFIX) and name[len(CKPT_PREFIX):].isdigit()
+
+
+def foreign_files(run: Path) -> list[str]:
+    """The entries of a run folder minitrain did not write (relative paths, sorted): everything but
+    RUN_FILES, temp files, and step folders under checkpoints/."""
+    run, found = Path(run), []
+    if not run.is_dir():
+        return found
+    for child in run.iterdir():
+        if child.name not in RUN_FILES and not _is_temporary(child.name):
+            found.append(child.name)
+    ckpts = run / CHECKPOINTS
+    if ckpts.is_dir() and not ckpts.is_symlink():
+        for child in ckpts.iterdir():
+            if not (_is_checkpoint_name(child.name) and child.is_dir() and not child.is_symlink()) \
+                    and not _is_temporary(child.name):
+                found.append(f"{CHECKPOINTS}/{child.name}")
+    return sorted(found)
+
+
+def refuse_foreign_files(run: Path, what: str = "--force") -> None:
+    """`what` (--force, a new draw) replaces only what minitrain wrote: refused, naming them, while the
+    folder holds anything else."""
+    found = foreign_files(run)
+    if found:
+        shown = ", ".join(found[:8]) + (f" and {len(found) - 8} more" if len(found) > 8 else "")
+        raise UserError(f"{run} holds files minitrain did not write: {shown}; {what} replaces only a run's own "
+                        f"files, so move them out of {run}, then run again")
+
+
 def clear_run_dir(out: Path) -> None:
-    """Delete everything in a run folder whose lock we hold, except the lock file itself."""
+    """Delete what minitrain wrote in a run folder whose lock we hold (RUN_FILES, temp files), except the
+    lock file itself. A link is removed, never followed."""
     for child in Path(out).iterdir():
-        if child.name == LOCK_NAME:
+        if child.name == LOCK_NAME or (child.name not in RUN_FILES and not _is_temporary(child.name)):
             continue
         if child.is_dir() and not child.is_symlink():
             shutil.rmtree(child)
@@ -236,6 +320,7 @@ def claim_run_dir(out: Path, force: bool) -> RunLock:
             raise UserError(f"{out} already holds a run; pass --force to replace it, --resume to continue it, "
                             "or choose another --out")
         _refuse_unsafe_force(out)
+        refuse_foreign_files(out)
         lock = lock_run(out)
         try:
             clear_run_dir(out)
@@ -257,6 +342,7 @@ def remove_run_dir(out: Path) -> None:
         return
     if not is_minitrain_run(out):
         raise UserError(f"{out} holds files that are not a minitrain run; move them away and run again")
+    refuse_foreign_files(out, "a new draw")
     with lock_run(out):
         clear_run_dir(out)
     shutil.rmtree(out)
@@ -302,7 +388,7 @@ class MetricsWriter:
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.f = open(self.path, "ab")
+        self.f = open(self.path, "ab", opener=_no_follow)
         self.sha = hashlib.sha256()
         if self.f.tell():  # a resumed or forked file: hash the rows already there (verified by the caller)
             with open(self.path, "rb") as old:
@@ -323,6 +409,17 @@ class MetricsWriter:
 
     def close(self) -> None:
         self.f.close()
+
+
+def _no_follow(path: str, flags: int) -> int:
+    """open()'s opener for a run's own files: a link in its place is an error (ELOOP), never followed."""
+    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
+
+
+def truncate_metrics(path: Path, size: int) -> None:
+    """Cut a metrics file back to `size` bytes (a resume drops the rows after its checkpoint)."""
+    with open(path, "ab", opener=_no_follow) as f:
+        f.truncate(size)
 
 
 def last_row(path: Path, end: int) -> dict | None:

@@ -151,14 +151,31 @@ def rows_by_step(run: Path) -> dict[int, dict]:
     return {r["step"]: r for r in rows}
 
 
+def file_bytes(path: Path) -> bytes:
+    """A file a run folder holds, as bytes (a page or image `minitrain serve` hands to the browser)."""
+    return Path(path).read_bytes()
+
+
 def read_config(run: Path) -> dict:
     """A run's config.yaml as a dict (the fields `build_config` takes); a UserError when missing or corrupt."""
     return load_yaml(Path(run) / CONFIG)
 
 
 def tokenizer_of(run: Path) -> tuple[dict | None, str | None]:
-    """A run's tokenizer.json as its JSON object (None when absent), and a note when it is unreadable."""
-    return read_optional_json(Path(run) / TOKENIZER)
+    """A run's tokenizer.json as its JSON object (None when absent), and None. A damaged file (truncated by a
+    full disk, not a tokenizers file) is a UserError: a reader that went on would assume a vocabulary size."""
+    path = Path(run) / TOKENIZER
+    try:
+        tok = loads_json(path.read_bytes())
+        why = None if isinstance(tok, dict) and isinstance(tok.get("model"), dict) else "not a tokenizers file"
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError) as e:
+        why = f"not JSON: {str(e).splitlines()[0][:80]}"
+    if why:
+        raise UserError(f"{path} is damaged ({why}); its vocabulary size cannot be read: restore the file, or "
+                        "re-make the run with --force (a resume rewrites it)")
+    return tok, None
 
 
 # --- is the run live? -----------------------------------------------------------------------------
@@ -184,7 +201,7 @@ def live_pid(run: Path) -> str | None:
     process, SIGKILL included, so this never reports a stale one)."""
     path = Path(run) / LOCK_NAME
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # a link is no lock of ours (files.lock_run refuses it)
     except OSError:
         return None
     try:

@@ -1,47 +1,42 @@
 """dashboard.html: one self-contained page per run, opened by double-click with no network.
 
     write_dashboard(run)        RUN/dashboard.html (written after every run, and by `minitrain dashboard`)
-    write_index(experiments)    EXPERIMENTS/index.html: one row per run folder found at any depth
+
+(EXPERIMENTS/index.html, the runs table, is views/index.py.)
 
 The page is one static HTML file: uPlot (vendored unmodified in assets/vendor/, pinned and checked by
 scripts/fetch_uplot.py), the CSS and the page script (assets/dashboard.css; PAGE_SCRIPTS, one closure) are
 inlined, and the run's data is embedded as one JSON block. The panels, their numbers, titles, units and series
 come from the panel registry (analysis/panels.py), which stability-check.md cites too. What is judged comes
 from analysis (readings.page: the health line, the walker's verdict and every question of the tree, the
-course's spike flags); this module lays it out beside the series, the per-tensor "movers" and the
-differences to a baseline (and whether they exceed float rounding); the script only draws. Every string
+course's spike flags); and from analysis too, the per-tensor "movers" (movers.py) and the differences to a baseline with whether they
+exceed float rounding (compare.py); this module lays them out beside the series; the script only
+draws. Every string
 reaches the page through that JSON block (with <, > and & escaped, so `</script>` in a
 run name stays text) and is put on screen with textContent, never as HTML.
 
-Sealed runs (a blind run before its lab's reveal, or a lab run the caller says is sealed): the page does
-not show the walker's verdict, the tree's answers or diagnosis.json until the learner presses "reveal"
-in the page, and the index says "sealed".
+Sealed runs (a blind run before its lab's reveal, or a lab run the caller says is sealed): the page carries
+neither the walker's verdict nor the tree's answers nor diagnosis.json (the reveal writes the page again with
+them), and the runs table says "sealed".
 """
 from __future__ import annotations
 
 import html
 import json
-import math
 import re
 import time
-import warnings
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
-
-from minitrain.analysis import panels, readings
+from minitrain.analysis import movers, panels, readings
+from minitrain.analysis.compare import step_differences
 from minitrain.core.errors import UserError
+from minitrain.core.fmt import page_number
 from minitrain.run import files, reader
 
 PER_TENSOR_STATS = tuple(panels.tensor_stats())  # per-parameter telemetry the page plots (the panel registry)
-MOVERS = 4  # tensors shown by default in each per-tensor panel
-MOVER_LOOKBACK = 50  # a tensor "moves" when it leaves the median of its own previous 50 steps
-MOVER_WINDOW = 50  # with an injection, movers are ranked over steps K..K+50
-MOVER_MIN_SPAN = 20  # fewer steps than this left after the lookback: rank from the run's second step instead
 SMOOTHING = 0.9  # the smoothing slider's starting value (EMA weight, debiased as TensorBoard does)
 OVERLAY_SERIES = ("loss", "val_loss", "lr", "grad_norm", "act", "loss_regular", "loss_irregular", "logit_max")
-FLOAT_ROUNDING_REL = 32 * 2.0 ** -23  # |a - b| within 32 float32 ulps of |b|: identical up to float rounding
 UPLOT = ("vendor/uPlot.iife.min.js", "vendor/uPlot.min.css")
 PAGE_SCRIPTS = ("helpers.js", "panels.js", "chart.js", "page.js")  # assets/, each using only those before it
 PAGE_CONFIG = ("grad_clip", "vocab_size", "warmup_steps", "steps", "batch_size", "eval_every", "spectral_every",
@@ -51,13 +46,6 @@ PAGE_CONFIG = ("grad_clip", "vocab_size", "warmup_steps", "steps", "batch_size",
 # ---------------------------------------------------------------------------------------------------
 # Reading a run folder
 # ---------------------------------------------------------------------------------------------------
-
-
-def _num(x, digits: int = 6):
-    """A float rounded to `digits` significant digits for the page; None for missing or non-finite."""
-    if x is None or isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-        return None
-    return float(f"{x:.{digits}g}")
 
 
 def _as_is(x):
@@ -87,13 +75,13 @@ def _series(rows: list[dict]) -> dict:
     n_layers = max((len(r.get("act") or []) for r in rows), default=0)
     for r in rows:
         for k in keys:
-            cols[k].append(_num(r.get(k)))
+            cols[k].append(page_number(r.get(k)))
         clipped.append(1 if r.get("clipped") else 0)
         nonfinite.append(int(r.get("nonfinite") or 0))
         a = r.get("act") or []
         act.append([_as_is(a[i]) if i < len(a) else None for i in range(n_layers)])
         if r.get("val_loss") is not None:
-            val.append([r["step"], _num(r["val_loss"])])
+            val.append([r["step"], page_number(r["val_loss"])])
         b = r.get("batch") or {}
         for k in batch:
             batch[k].append(_as_is(b.get(k)))
@@ -126,57 +114,6 @@ def _per_tensor(rows: list[dict]) -> dict | None:
     sigma = {"steps": [r["step"] for r in sigma_rows], "names": sigma_names,
              "values": [[_as_is(r["sigma"].get(n)) for r in sigma_rows] for n in sigma_names]}
     return {"names": names, "stats": stats, "sigma": sigma}
-
-
-def _log_deviation(values: list, keep: np.ndarray, lookback: int = MOVER_LOOKBACK) -> np.ndarray:
-    """|log10(x_t / median(x_{t-lookback..t-1}))| at the steps where `keep` is true (NaN elsewhere and where
-    undefined: x <= 0, missing, no past)."""
-    x = np.array([v if v is not None and v > 0 else np.nan for v in values], dtype=float)
-    lx = np.log10(x)
-    out = np.full(len(lx), np.nan)
-    idx = np.flatnonzero(keep)
-    if not len(idx):
-        return out
-    past = np.concatenate([np.full(lookback, np.nan), lx[:-1]])
-    windows = np.lib.stride_tricks.sliding_window_view(past, lookback)[idx]
-    med = np.median(windows, axis=1)  # fast path; windows holding a gap are redone ignoring the gap
-    redo = np.isnan(med)
-    if redo.any():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows at the start
-            med[redo] = np.nanmedian(windows[redo], axis=1)
-    out[idx] = np.abs(lx[idx] - med)
-    return out
-
-
-def _rank_window(steps: list[int], cfg: dict) -> tuple[int, int, str]:
-    """Steps over which movers are ranked: K..K+50 for an injection run; otherwise from the end of warmup (or,
-    when the warmup is unknown or short, from the first step that has MOVER_LOOKBACK steps of past: a tensor's
-    first steps have almost no past to be compared with) to the last step."""
-    first, last = (steps[0], steps[-1]) if steps else (0, 0)
-    k = cfg.get("injection_step") if cfg.get("injection", "none") not in ("none", None) else None
-    if k is not None and first <= k <= last:
-        return k, k + MOVER_WINDOW, f"over steps {k}-{min(last, k + MOVER_WINDOW)} from K"
-    lo = max(int(cfg.get("warmup_steps") or 0), first + MOVER_LOOKBACK)
-    if last - lo < MOVER_MIN_SPAN:
-        lo = min(last, first + 1)
-    why = ", after warmup" if lo == cfg.get("warmup_steps") else ""
-    return lo, last, f"over steps {lo}-{last}{why}"
-
-
-def _movers(steps: list[int], per_stat: list[list], names: list[str], lo: int, hi: int) -> list[dict]:
-    """Tensors ranked by how far they leave their own recent median within steps [lo, hi]."""
-    s = np.array(steps)
-    in_window = (s >= lo) & (s <= hi)
-    ranked = []
-    for i, values in enumerate(per_stat):
-        dev = _log_deviation(values, in_window)
-        if np.all(np.isnan(dev)):
-            continue
-        j = int(np.nanargmax(dev))
-        ranked.append({"index": i, "name": names[i], "factor": _num(10 ** float(dev[j]), 3), "step": int(s[j])})
-    ranked.sort(key=lambda m: (-m["factor"], m["index"]))
-    return ranked[:MOVERS]
 
 
 def _markers(r: dict, steps: list[int], sealed: bool) -> list[dict]:
@@ -221,48 +158,6 @@ def _injection_words(inj: dict, cfg: dict) -> str:
     return str(name)
 
 
-def _difference(rows: list[dict], ref_rows: list[dict]) -> dict:
-    """The exact difference rows minus ref_rows at every shared step (loss, pre-clip grad norm, validation), and
-    whether every difference is below what float32 rounding of the reference's values explains."""
-    by_step = {row["step"]: row for row in ref_rows}
-    diff: dict = {"steps": [], "loss": [], "grad_norm": [], "val_steps": [], "val_loss": []}
-    first_diff = None
-    worst = {"loss": (0.0, 0.0), "grad_norm": (0.0, 0.0), "val_loss": (0.0, 0.0)}  # (|diff|, its bound)
-
-    beyond = {k: False for k in worst}
-
-    def note(key, a, c):
-        d = a - c
-        bound = FLOAT_ROUNDING_REL * abs(c)
-        if abs(d) > worst[key][0]:
-            worst[key] = (abs(d), bound)
-        beyond[key] = beyond[key] or abs(d) > bound
-        return d
-
-    for row in rows:
-        other = by_step.get(row["step"])
-        if other is None:
-            continue
-        diff["steps"].append(row["step"])
-        for key in ("loss", "grad_norm"):
-            a, c = row.get(key), other.get(key)
-            d = note(key, a, c) if a is not None and c is not None else None
-            beyond[key] = beyond[key] or d is None
-            diff[key].append(_num(d, 5))
-            if first_diff is None and (d is None or d != 0):
-                first_diff = row["step"]
-        if row.get("val_loss") is not None and other.get("val_loss") is not None:
-            d = note("val_loss", row["val_loss"], other["val_loss"])
-            diff["val_steps"].append(row["step"])
-            diff["val_loss"].append(_num(d, 5))
-    diff["first_difference"] = first_diff
-    # per signal: does it differ at all, and is every difference below float32 rounding of the reference?
-    diff["rounding"] = {k: {"within": not beyond[k] and worst[k][0] > 0, "max_abs": _num(worst[k][0], 3),
-                            "bound": _num(worst[k][1], 3)} for k in worst}
-    diff["rounding_rel"] = FLOAT_ROUNDING_REL
-    return diff
-
-
 def _run_payload(r: dict, role: str, with_tensors: bool = False) -> dict:
     """One run as the page draws it: its steps and every per-step column; per-tensor telemetry for the
     page's own run only (the overlays of other runs draw the scalar panels)."""
@@ -288,16 +183,37 @@ def _remedy_items(run: Path) -> list[dict]:
     v = (rep or {}).get("verdict")
     if not isinstance(v, dict) or "line" not in v:
         return []
-    mark = {"better": "ok", "no better": "warn", "worse": "bad"}.get(v.get("verdict"), "info")
-    return [{"label": f"remedy {rep.get('remedy')} vs {rep.get('baseline')}", "value": str(v["line"]).split(":")[0],
-             "verdict": mark, "detail": str(v["line"])}]
+    mark = {"better": "ok", "no better": "info", "worse": "bad"}.get(v.get("verdict"), "info")
+    items = [{"label": f"remedy {rep.get('remedy')} vs {rep.get('baseline')}", "value": str(v["line"]).split(":")[0],
+              "verdict": mark, "detail": str(v["line"])}]
+    fix = rep.get("fix")
+    if isinstance(fix, dict) and "line" in fix:
+        mark = {"fixed": "ok", "undecided": "warn"}.get(fix.get("outcome"), "bad")
+        items.append({"label": "re-walk after the fix", "value": str(fix.get("outcome")), "verdict": mark,
+                      "detail": str(fix["line"])})
+    return items
+
+
+def _explain_items(diagnosis: dict | None, sealed: bool) -> list[dict]:
+    """The counterfactual replays' conclusion beside the walker's verdict (`minitrain explain` writes it into
+    diagnosis.json): ok when they agree with the walker, warn when they disagree, bad when the identical replay
+    did not reproduce the run."""
+    rep = (diagnosis or {}).get("counterfactuals")
+    if sealed or not isinstance(rep, dict) or "conclusion" not in rep:
+        return []
+    mark = "bad" if not rep.get("reproduced") else {True: "ok", False: "warn"}.get(rep.get("agrees_with_walker"), "info")
+    table = "; ".join(f"{row['description']}: " + ("-" if row["verdict"].get("still_there") is None else
+                                                  "still there" if row["verdict"]["still_there"] else "gone")
+                      + f" ({row['verdict'].get('by')})" for row in rep.get("table", []) if row.get("name") != "recorded")
+    return [{"label": f"replays at step {rep.get('step')} (minitrain explain)", "value": str(rep["conclusion"]),
+             "verdict": mark, "detail": " | ".join([*rep.get("lines", []), table])}]
 
 
 def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] = (), sealed: bool | None = None) -> dict:
     """Everything the page shows, as one JSON-able dict. `compare`: further runs drawn beside this one and the
     baseline (e.g. the original run beside its remediation), each with its own colour and difference line.
     `sealed`: the run's diagnosis is not to be shown before the learner asks (the lab layer knows which runs
-    are; default: a blind run). The verdict and the tree's answers are then behind a "reveal" button."""
+    are; default: a blind run). The verdict and the tree's answers are then not in the payload at all."""
     r = reader.load_run(run)
     rows, cfg = r["rows"], _config(r)
     blind = bool(cfg.get("blind"))
@@ -306,11 +222,11 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
     steps = [row["step"] for row in rows]
     me = _run_payload(r, "run", with_tensors=True)
     cols, per_tensor = me["series"], me["per_tensor"]
-    movers, rank_note = {}, ""
+    top_movers, rank_note = {}, ""
     if per_tensor:
-        lo, hi, rank_note = _rank_window(steps, cfg)
+        lo, hi, rank_note = movers.rank_window(steps, cfg)
         for s in PER_TENSOR_STATS:
-            movers[s] = _movers(steps, per_tensor["stats"][s], per_tensor["names"], lo, hi)
+            top_movers[s] = movers.ranked(steps, per_tensor["stats"][s], per_tensor["names"], lo, hi)
     inj = _injection(r)
     judged = readings.page(Path(run), sealed)
     payload = {
@@ -336,11 +252,11 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
         "tensor_stats": list(PER_TENSOR_STATS),
         "runs": [me],
         "diffs": [],
-        "movers": movers,
+        "movers": top_movers,
         "movers_rule": rank_note,
         "spikes": judged["spikes"],
         "markers": _markers(r, steps, sealed),
-        "health": judged["health"] + _remedy_items(Path(run)),
+        "health": judged["health"] + _remedy_items(Path(run)) + _explain_items(r["diagnosis"], sealed),
         "checks": judged["checks"],
         "smoothing": SMOOTHING,
     }
@@ -348,7 +264,7 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
     if baseline is not None:
         b = reader.load_run(baseline)
         payload["runs"].append(_run_payload(b, "baseline"))
-        payload["diffs"].append({"name": r["name"], "baseline": b["name"], **_difference(rows, b["rows"])})
+        payload["diffs"].append({"name": r["name"], "baseline": b["name"], **step_differences(rows, b["rows"])})
         if b["manifest"].get("trunk_hash") != r["manifest"].get("trunk_hash"):
             from minitrain.core.config import INJECTION_FIELDS, NON_NUMERIC_FIELDS
 
@@ -366,7 +282,7 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
         c = reader.load_run(path)
         payload["runs"].append(_run_payload(c, "compare"))
         if b is not None:
-            payload["diffs"].append({"name": c["name"], "baseline": b["name"], **_difference(c["rows"], b["rows"])})
+            payload["diffs"].append({"name": c["name"], "baseline": b["name"], **step_differences(c["rows"], b["rows"])})
     return payload
 
 
@@ -426,89 +342,5 @@ def write_dashboard(run: Path, baseline: Path | None = None, out: Path | None = 
     if out.is_dir():
         raise UserError(f"{out} is a folder; give --out a file name such as {out / 'dashboard.html'}")
     page = render_html(build_payload(run, baseline, compare, sealed))
-    files.atomic_write_text(out, page)
-    return out
-
-
-# ---------------------------------------------------------------------------------------------------
-# experiments/index.html
-# ---------------------------------------------------------------------------------------------------
-
-
-SWEEP_MARK = "cells.json"  # a regime-map sweep (minitrain explore): it has its own page, one index row
-
-
-def find_runs(experiments: Path) -> list[Path]:
-    """Every run folder under `experiments`, at any depth (blind labs, break-it, remediations), sorted by path;
-    a regime-map sweep's folder stands for its runs. A run folder's own subfolders are not searched."""
-    out: list[Path] = []
-    for d in sorted(p for p in Path(experiments).rglob("*") if p.is_dir()):
-        if any(parent in out for parent in d.parents):
-            continue
-        if files.is_run_dir(d) or (d / SWEEP_MARK).exists():
-            out.append(d)
-    return out
-
-
-def run_summary(run: Path, sealed: bool | None = None) -> dict:
-    """One line about a run folder for the index: status, injection, final val loss vs n-gram, and the
-    stability check's verdict (or "sealed" while the run's diagnosis is sealed)."""
-    run = Path(run)
-    manifest, _ = reader.read_optional_json(run / "manifest.json")
-    results, _ = reader.read_optional_json(run / "results.json")
-    manifest, results = manifest or {}, results or {}
-    cfg = manifest.get("config") or {}
-    blind = bool(cfg.get("blind"))
-    if sealed is None:
-        sealed = blind
-    inj = cfg.get("injection", "none")
-    injection = ("withheld (blind run)" if blind else "none" if inj == "none"
-                 else f"{inj} at K={cfg.get('injection_step')}")
-    status = results.get("status") or manifest.get("status") or "unknown"
-    val, ngram = results.get("final_val_loss"), results.get("ngram_val_loss")
-    if val is not None and ngram is not None:
-        loss = f"val {val:.3f} vs n-gram {ngram:.3f} ({'below' if val < ngram else 'ABOVE'} by {abs(ngram - val):.3f})"
-    elif status == "non_finite":
-        loss = f"non-finite at step {results.get('stopped_at_step')}"
-    else:
-        loss = "no final validation"
-    if sealed:
-        check = "sealed (shown after your diagnosis)"
-    else:
-        v = (readings.read(run) or {}).get("verdict")
-        check = ("the walker cannot read this run" if v is None else f"{v['leaf']} {v['title']}" + (
-            f" at step {v['anomaly_step']}" if v.get("anomaly_step") is not None else ""))
-    return {"name": run.name, "status": status, "injection": injection, "steps": results.get("steps_done"),
-            "loss": loss, "check": check, "sealed": sealed, "dashboard": (run / "dashboard.html").exists()}
-
-
-def write_index(experiments: Path, sealed: set[Path] | None = None) -> Path:
-    """EXPERIMENTS/index.html: one row per run folder found at any depth, linking its dashboard; no script.
-    `sealed`: run folders whose diagnosis is sealed (the lab layer knows; default: unrevealed blind runs)."""
-    experiments = Path(experiments)
-    if not experiments.is_dir():
-        raise UserError(f"{experiments} is not a folder; give the folder that holds your run folders")
-    sealed_set = {Path(p).resolve() for p in sealed} if sealed is not None else None
-    e = html.escape
-    lines = []
-    for run in find_runs(experiments):
-        rel = run.relative_to(experiments).as_posix()
-        if (run / SWEEP_MARK).exists():
-            n = sum(1 for _ in (run / "runs").rglob(reader.METRICS))
-            lines.append(f'<tr><td><a href="{e(rel)}/index.html">{e(rel)}</a></td><td>regime map</td>'
-                         f'<td colspan="4">{n} runs of the minitrain explore sweep (their dashboards are linked '
-                         'from the map)</td></tr>')
-            continue
-        s = run_summary(run, None if sealed_set is None else run.resolve() in sealed_set)
-        link = (f'<a href="{e(rel)}/dashboard.html">{e(rel)}</a>' if s["dashboard"]
-                else f'{e(rel)} <span class="hint">(no dashboard: minitrain dashboard {e(str(run))})</span>')
-        cls = ' class="sealed"' if s["sealed"] else ""
-        lines.append(f'<tr class="{e(s["status"])}"><td>{link}</td><td>{e(s["status"])}</td>'
-                     f'<td>{e(s["injection"])}</td><td>{e(str(s["steps"] if s["steps"] is not None else "?"))}</td>'
-                     f'<td>{e(s["loss"])}</td><td{cls}>{e(s["check"])}</td></tr>')
-    body = "\n".join(lines) or '<tr><td colspan="6">no run folders here yet</td></tr>'
-    page = fill(asset("index.html"), {"TITLE": e(f"{experiments.resolve().name}: minitrain runs"),
-                                       "GENERATED": e(time.strftime("%Y-%m-%d %H:%M:%S")), "ROWS": body})
-    out = experiments / "index.html"
     files.atomic_write_text(out, page)
     return out

@@ -10,7 +10,7 @@ DIR/<run name>/events.out.tfevents.* holds, per step:
     logit_max, activation/layer_<i>, nonfinite
     batch/distinct_tokens, batch/top_token_share, batch/rare_share, batch/dup_rows
     <tensor name>/<statistic>                              per parameter tensor, one tag group per tensor
-                                                           (statistics named in TENSOR_STATS)
+                                                           (statistics named in run/sinks.py TENSOR_STATS)
 
 and, as text (the TensorBoard "Text" tab): `run/summary` at step 0 (model, config, status), `events/injection`
 at the step an injection fired, `events/anomaly` at every step the field's spike detectors flag, and
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
 import shutil
 import tempfile
@@ -34,43 +33,9 @@ import numpy as np
 from minitrain.analysis.detectors import run_detectors
 from minitrain.core.errors import UserError
 from minitrain.run import reader
+from minitrain.run.sinks import as_float, row_scalars
 
 EVENTS_GLOB = "events.out.tfevents.*"
-
-# metrics-row key of a per-tensor statistic -> its TensorBoard tag suffix (docs/metrics.md defines them)
-TENSOR_STATS = {"g": "grad_norm_pre_clip", "u": "update_norm", "ur": "update_to_weight", "vm": "adam_v_mean",
-                "vx": "adam_v_max", "vn": "adam_v_norm", "r": "rms_g2_over_v_hat"}
-ROW_SCALARS = {"loss": "loss/train", "val_loss": "loss/val", "loss_regular": "loss/regular",
-               "loss_irregular": "loss/irregular", "lr": "lr", "grad_norm": "grad_norm/pre_clip",
-               "grad_norm_clipped": "grad_norm/post_clip", "logit_max": "logit_max", "nonfinite": "nonfinite"}
-BATCH_SCALARS = ("distinct_tokens", "top_token_share", "rare_share", "dup_rows")
-
-
-def row_scalars(row: dict) -> list[tuple[str, float]]:
-    """(tag, value) of every scalar a metrics row holds; absent keys give no tag, nulls give NaN."""
-    out = []
-    for key, tag in ROW_SCALARS.items():
-        if key in row and (row[key] is not None or key in ("loss", "grad_norm", "grad_norm_clipped")):
-            out.append((tag, _num(row[key])))
-    if "clipped" in row:
-        out.append(("grad_norm/clipped", 1.0 if row["clipped"] else 0.0))
-    for i, a in enumerate(row.get("act") or []):
-        out.append((f"activation/layer_{i}", _num(a)))
-    batch = row.get("batch") if isinstance(row.get("batch"), dict) else {}
-    for key in BATCH_SCALARS:
-        if key in batch:
-            out.append((f"batch/{key}", _num(batch[key])))
-    for name, stats in (row.get("params") or {}).items():
-        for key, value in (stats or {}).items():
-            out.append((f"{name}/{TENSOR_STATS.get(key, key)}", _num(value)))
-    for name, value in (row.get("sigma") or {}).items():
-        out.append((f"{name}/spectral_norm", _num(value)))
-    return out
-
-
-def _num(x) -> float:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else math.nan
-
 
 def export_tensorboard(run: Path, out_dir: Path, force: bool = False) -> dict:
     """Write RUN's metrics as event files under OUT_DIR/<run name>/; returns what was written. The file is
@@ -160,8 +125,8 @@ def run_texts(r: dict) -> list[tuple[int, str, str]]:
         out.append((cfg["injection_step"], "events/injection", f"injection {cfg.get('injection')} fired: {record}"))
     steps = [int(row["step"]) for row in rows]
     flagged: dict[int, list[str]] = {}
-    for name, idx in run_detectors(np.array([_num(row.get("loss")) for row in rows]),
-                                   np.array([_num(row.get("grad_norm")) for row in rows])).items():
+    for name, idx in run_detectors(np.array([as_float(row.get("loss")) for row in rows]),
+                                   np.array([as_float(row.get("grad_norm")) for row in rows])).items():
         for i in idx:
             flagged.setdefault(steps[i], []).append(name)
     for step in sorted(flagged):

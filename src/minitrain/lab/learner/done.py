@@ -11,7 +11,8 @@ from minitrain.core.errors import UserError
 from minitrain.lab import blind, spoilers
 from minitrain.lab.learner.grading import grade
 from minitrain.lab.learner.labs import Lab, blind_folder, expected_runs
-from minitrain.lab.learner.parse import cause_from_words, parse_diagnoses
+from minitrain.lab.learner.meaning import causes_named
+from minitrain.lab.learner.parse import parse_diagnoses
 from minitrain.lab.learner.seal import history_flags, read_seal, sha256_text
 from minitrain.lab.learner.workspace import LESSONS_TEMPLATE, existing_learner, lab_flag
 from minitrain.run import files, reader
@@ -92,18 +93,22 @@ def check(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pat
     else:
         before = seal["sealed_at"] <= (seal.get("revealed_at") or seal["sealed_at"])
         unchanged = sha256_text(text) == seal["sha256"]
-        reveals, flags = history_flags(d, lab, seal)
+        reveals, flags = history_flags(d, lab, seal, experiments)
         items.append((before and unchanged and not flags, f"{lab.file} sealed before the reveal: sealed {seal['sealed_at']}, "
                       f"revealed {seal.get('revealed_at') or 'not yet'} ({len(reveals)} reveal(s) logged)"
                       + ("" if unchanged else "; EDITED after the seal") + "".join(f"; {f}" for f in flags)))
         g = grade(name, lab, learners, experiments, solutions)
-        misses = [v.run or v.fault for v in g.verdicts if not v.correct]
+        misses = [v.run or v.fault for v in g.verdicts if v.status == "miss"]
+        review = [v.run or v.fault for v in g.to_review]
         items.append((g.score == 3, f"the three diagnoses match the faults: {g.score}/3"
-                      + (f" (missed: {', '.join(misses)}; see 'minitrain grade {name}')" if misses else "")))
+                      + (f" (missed: {', '.join(misses)}; see 'minitrain grade {name}{lab_flag(lab)}')" if misses else "")
+                      + (f"; {len(review)} for a teacher's review ({', '.join(review)}): show 'minitrain grade "
+                         f"{name}{lab_flag(lab)}' and your sealed diagnoses to your teacher, who decides"
+                         if review else "")))
     if lab.key == "spike":
         lessons = d / "notes" / "lessons.md"
         new = new_lesson_lines(lessons.read_text()) if lessons.exists() else []
-        covered = sorted({c for line in new for c in cause_from_words(line)[1]} & SPIKE_CAUSES)
+        covered = sorted({c for line in new for c in causes_named(line)} & SPIKE_CAUSES)
         items.append((len(new) >= 3, f"stop condition: notes/lessons.md has {len(new)} new line(s) (3 needed)"
                       + (f"; they name: {', '.join(covered)}" if covered else "")))
     return items

@@ -5,11 +5,9 @@ import re
 from dataclasses import dataclass
 
 from minitrain.analysis.causes import CAUSES as CAUSES_REGISTRY
+from minitrain.lab.learner.meaning import causes_named
 
-# Patterns (regular expressions, lower case, English and Spanish) that name each cause in a learner's text,
-# from the one causes registry. A text names a cause when one of its patterns matches at a word start; it must
-# name exactly one cause (gradient words alongside another cause are taken as mechanism, not cause), or the
-# cause stays unknown.
+# Patterns (regular expressions, lower case, English and Spanish) that name each cause, from the causes registry
 CAUSE_WORDS = {c.name: c.words for c in CAUSES_REGISTRY.values() if c.words}
 CAUSES = tuple(CAUSE_WORDS) + ("unknown",)
 
@@ -22,18 +20,15 @@ def node_key(text: str) -> str | None:
 
 
 def cause_from_words(text: str) -> tuple[str | None, list[str]]:
-    """The one cause a text names (or None) and every cause it matched. A cause written by its name
-    (bad_batch, no_warmup, ...) wins; otherwise the words of CAUSE_WORDS are looked up."""
+    """The one cause a text names (or None) and every cause it names. A cause written by its name (bad_batch,
+    no_warmup, ...) wins; otherwise the causes registry's words are read, negations understood (meaning.py);
+    a gradient spike beside another cause is that cause's mechanism, not a second cause."""
     low = (text or "").strip().lower()
     if low.replace("-", "_").replace(" ", "_") in CAUSES:
         return low.replace("-", "_").replace(" ", "_"), [low]
-    hits = [c for c in CAUSES if "_" in c and re.search(rf"(?<![a-z_]){c}(?![a-z_])", low.replace("-", "_"))]
-    if not hits:
-        hits = [c for c, words in CAUSE_WORDS.items()
-                if any(re.search(r"(?<![a-z])" + w, low) for w in words)]
-        # gradient words in a bad-batch or optimizer-state sentence explain the mechanism, not the cause
-        if len(hits) > 1 and "gradient_explosion" in hits:
-            hits.remove("gradient_explosion")
+    hits = list(causes_named(low))
+    if len(hits) > 1 and "gradient_explosion" in hits:
+        hits.remove("gradient_explosion")
     return (hits[0] if len(hits) == 1 else None), hits
 
 

@@ -2,9 +2,10 @@
 measured on the learner's own runs (and the stability walker's verdict on each)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
-from minitrain.analysis import stability
+from minitrain.analysis import signature, stability
 from minitrain.analysis.compare import measure
 from minitrain.core.errors import UserError
 from minitrain.core.fmt import fmt
@@ -73,6 +74,13 @@ def walk(run: Path) -> dict | None:
         return None
 
 
+def run_seed_k(run: Path, fault: str, mapping: dict | None) -> tuple[int | None, int | None]:
+    """The seed and K a run was trained with: a blind run's from the sealed mapping (its config hides them)."""
+    drawn = (mapping or {}).get(run.name, {}).get("overrides") or {}
+    seed = drawn.get("seed", reader.config_of(reader.manifest_of(run)).get("seed"))
+    return seed, fault_step(run, fault, mapping)
+
+
 def measured_block(fault: str, run_id: str | None, lab: Lab, experiments: Path, mapping: dict | None) -> str:
     if run_id is None:
         return f"**Measured on your run**: no run of the lab carries {fault}."
@@ -82,10 +90,10 @@ def measured_block(fault: str, run_id: str | None, lab: Lab, experiments: Path, 
         return f"**Measured on your run {where}**: not found; train it ('just lab', 'just phase-19-blind' or " \
                "'just break-it-shuffled') and reveal again to see your numbers."
     baseline = reader.find_baseline(run, experiments)
-    k = fault_step(run, fault, mapping)
+    seed, k = run_seed_k(run, fault, mapping)
     m = measure(run, baseline, k)
-    lines = [f"**Measured on your run {where}** against `{m['baseline'] or 'no baseline found'}`"
-             + (f", K = {k}" if k is not None else "") + ":"]
+    lines = [f"**Measured on your run {where}** against `{m['baseline'] or 'no baseline found'}` (seed {seed}"
+             + (f", K = {k}" if k is not None else "") + "):"]
     lines += measured_lines(fault, m)
     verdict = walk(run)
     if verdict:
@@ -96,27 +104,58 @@ def measured_block(fault: str, run_id: str | None, lab: Lab, experiments: Path, 
 
 def complete_reference(ref_text: str, refs: dict[str, Reference], lab: Lab, experiments: Path,
                        mapping: dict | None) -> str:
-    """The reference text with, under each fault's section, the numbers measured on the learner's run."""
+    """The reference text with, under each fault's section, the numbers measured on the learner's run, and
+    each section's {seed} and {K} read as that run's own."""
     runs = expected_runs(lab, experiments, mapping)
-    text = ref_text
-    for fault in lab_faults(lab):
-        block = measured_block(fault, runs.get(fault), lab, experiments, mapping)
-        marker = f"<!-- measured:{fault} -->"
-        text = text.replace(marker, block) if marker in text else text + "\n" + block + "\n"
-    return text
+    sections = re.split(r"(?m)^(?=## )", ref_text)
+    out = []
+    for section in sections:
+        fault = next((f for f in lab_faults(lab) if f"<!-- measured:{f} -->" in section), None)
+        if fault is not None:
+            run_id = runs.get(fault)
+            seed, k = run_seed_k(Path(experiments) / run_id, fault, mapping) if run_id else (None, None)
+            section = section.replace("{seed}", str(seed if seed is not None else "?")).replace(
+                "{K}", str(k if k is not None else "?"))
+            section = section.replace(f"<!-- measured:{fault} -->", measured_block(fault, run_id, lab, experiments,
+                                                                                   mapping))
+        out.append(section)
+    text = "".join(out)
+    missing = [f for f in lab_faults(lab) if f"<!-- measured:{f} -->" not in ref_text]
+    return text + "".join("\n" + measured_block(f, runs.get(f), lab, experiments, mapping) + "\n" for f in missing)
+
+
+def open_lab(name: str, lab: Lab, experiments: Path, mapping: dict | None) -> list[str]:
+    """Unseal the lab (REVEALED.json), write what was withheld (the spike lab's signature.json files and
+    lab-report.md), and rewrite its pages with the answers in them. Returns the files now visible."""
+    runs = [Path(experiments) / r for r in expected_runs(lab, experiments, mapping).values()]
+    shown = []
+    if lab.key == "spike":
+        spoilers.mark_revealed(experiments, by=name)
+        try:
+            signature.report(experiments)
+            shown.append(str(Path(experiments) / "lab-report.md"))
+        except UserError:  # e.g. no baseline yet: the reveal goes on without the report
+            pass
+    else:
+        blind.reveal_mapping(blind_folder(lab, experiments), by=name)
+    spoilers.refresh(experiments, runs)
+    shown += [str(run / "dashboard.html") for run in runs if (run / "dashboard.html").exists()]
+    return shown + [str(Path(experiments) / "index.html")]
 
 
 def reveal(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Path | None = None,
            force: bool = False) -> tuple[str, Path]:
-    """Seal the diagnoses (first time only), then the reference completed with the learner's numbers.
+    """Seal the diagnoses (first time only) and log the reveal in the learner's history (atomically, before
+    anything is unsealed), then open the lab and show the reference completed with the learner's numbers.
     Returns (text to show, file it was also written to)."""
     d = existing_learner(name, learners)
     dfile = d / lab.file
     if not dfile.exists():
         raise UserError(f"{dfile} is missing; restore it from a fresh 'minitrain learner init' of another name")
     read_reference(lab, solutions)  # fail before sealing if the solutions are missing ...
+    mapping = None
     if lab.key != "spike":
-        blind.read_public(blind_folder(lab, experiments))  # ... or the shuffled lab was never made
+        mapping = blind.open_mapping(blind_folder(lab, experiments))  # ... or the shuffled lab is missing or altered
     seal = read_seal(d, lab)
     text = dfile.read_text()
     if seal is None:
@@ -132,22 +171,19 @@ def reveal(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pa
         head = f"{dfile} was sealed at {seal['sealed_at']} (sha256 {seal['sha256'][:16]})"
         if sha256_text(text) != seal["sha256"]:
             head += "; it has been EDITED since: the sealed text is what is graded"
-    mapping = None
-    if lab.key != "spike":
-        mapping = blind.reveal_mapping(blind_folder(lab, experiments), by=name)
-    else:
-        spoilers.mark_revealed(experiments, by=name)
-    # the lab's pages and the index show the walker's answers from here on (they are sealed until the reveal)
-    spoilers.refresh(experiments, [Path(experiments) / r for r in expected_runs(lab, experiments, mapping).values()])
+    log_reveal(d, lab, seal, new_seal)  # the trace first: an interrupt from here on leaves it behind
     mark_revealed(d, lab, seal)
-    log_reveal(d, lab, seal, new_seal)  # before anything is shown
-    _, flags = history_flags(d, lab, seal)
+    visible = open_lab(name, lab, experiments, mapping)
+    _, flags = history_flags(d, lab, seal, experiments)
     ref_text, refs = read_reference(lab, solutions)
     out = [head, *flags, ""]
     problems = check_reference(refs)
     if problems:
         out += ["WARNING: the reference solutions disagree with the stability tree: " + "; ".join(problems), ""]
     out.append(complete_reference(ref_text, refs, lab, experiments, mapping))
+    if lab.key == "spike" and (Path(experiments) / "lab-report.md").exists():
+        out += ["", (Path(experiments) / "lab-report.md").read_text()]
+    out += ["", "Now visible, with the walker's answers in them:", *[f"  {p}" for p in visible]]
     shown = "\n".join(out).rstrip() + "\n"
     path = d / f"reveal-{lab.key}.md"
     files.atomic_write_text(path, shown)

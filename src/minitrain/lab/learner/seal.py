@@ -8,18 +8,19 @@ The reveal history (reveal-history.jsonl) gets one line per reveal: the lab, whe
 solutions against. Each line carries the sha256 of the line before it, so an edited or removed line in the
 middle breaks the chain. Grade and check report the history and flag a seal made after a reveal (delete the
 seal, edit the diagnoses, reveal again). The honest limit (docs/reliability.md): these are local files; a
-learner who deletes or rewrites the whole history (and reveal-LAB.md, which each reveal writes) leaves no trace
-minitrain can see. Only a copy kept elsewhere (an instructor's) can stop that.
+learner who deletes or rewrites the whole history (and reveal-LAB.md, which each reveal writes) still leaves the
+lab folder's REVEALED.json and SPOILED.json, which grade and check read too (lab_traces); deleting those as
+well leaves no trace minitrain can see. Only a copy kept elsewhere (an instructor's) can stop that.
 """
 from __future__ import annotations
 
 import datetime
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from minitrain.core.errors import UserError
+from minitrain.lab import spoilers
 from minitrain.lab.learner.labs import Lab
 from minitrain.run import files, reader
 
@@ -103,24 +104,48 @@ def read_history(d: Path) -> tuple[list[dict], str | None]:
 
 
 def log_reveal(d: Path, lab: Lab, seal: dict, new_seal: bool) -> None:
-    """Append this reveal to the history (appended and flushed to disk, never rewritten)."""
+    """Add this reveal to the history: the file is rewritten whole and atomically (run/files.py), so an
+    interrupt leaves either the old history or the new one, never half a line. The reveal calls it before
+    it unseals anything."""
     path = history_path(d)
     old = path.read_bytes() if path.exists() else b""
     lines = [line for line in old.splitlines() if line.strip()]
     prev = hashlib.sha256(lines[-1]).hexdigest() if lines else None
     entry = {"lab": lab.key, "revealed_at": utc_now(), "seal_sha256": seal["sha256"], "sealed_at": seal["sealed_at"],
              "new_seal": new_seal, "prev": prev}
-    with open(path, "ab") as f:
-        if old and not old.endswith(b"\n"):
-            f.write(b"\n")
-        f.write((json.dumps(entry, sort_keys=True, allow_nan=False) + "\n").encode())
-        f.flush()
-        os.fsync(f.fileno())
+    line = (json.dumps(entry, sort_keys=True, allow_nan=False) + "\n").encode()
+    files.atomic_write_bytes(path, old + (b"\n" if old and not old.endswith(b"\n") else b"") + line)
 
 
-def history_flags(d: Path, lab: Lab, seal: dict | None) -> tuple[list[dict], list[str]]:
+def lab_traces(lab: Lab, experiments: Path, name: str, seal: dict, mine: list[dict]) -> list[str]:
+    """What the lab folder itself says happened before this seal: its reveal (REVEALED.json, whoever made it)
+    and every answer shown with --spoil (SPOILED.json). A learner who deletes their own seal and history
+    leaves these behind."""
+    folder = Path(experiments) if lab.key == "spike" else Path(experiments) / lab.runs[0].split("/")[0]
+    flags = []
+    opened = spoilers.revealed(folder)
+    if opened is not None:
+        at, by = str(opened.get("revealed_at", "")), opened.get("revealed_by", "?")
+        if opened.get("damaged"):
+            flags.append(f"{folder / spoilers.REVEALED} is damaged ({opened['damaged']}): when the lab was revealed "
+                         "cannot be checked")
+        elif at < seal["sealed_at"]:
+            flags.append(f"REVEALED BEFORE THE SEAL: {folder / spoilers.REVEALED} says the lab was revealed at {at} "
+                         f"by {by}; this seal was made at {seal['sealed_at']}")
+        elif by == name and not mine:
+            flags.append(f"{folder / spoilers.REVEALED} says {by} revealed the lab at {at}, but the reveal history "
+                         "has no reveal of it (the history was deleted)")
+    for s in spoilers.spoils(folder):
+        if str(s.get("at", "")) < seal["sealed_at"]:
+            flags.append(f"SPOILED BEFORE THE SEAL: '{s.get('command')}' showed the answer for {s.get('run')} with "
+                         f"--spoil at {s.get('at')} ({folder / spoilers.SPOILED})")
+    return flags
+
+
+def history_flags(d: Path, lab: Lab, seal: dict | None, experiments: Path | None = None) -> tuple[list[dict], list[str]]:
     """This lab's reveals, and what is wrong with them: a seal made after an earlier reveal, a seal that says
-    it was revealed with no reveal logged (the history deleted), an edited history."""
+    it was revealed with no reveal logged (the history deleted), an edited history; with `experiments`, also
+    what the lab folder recorded (lab_traces)."""
     entries, note = read_history(d)
     mine = [e for e in entries if e.get("lab") == lab.key]
     flags = [note] if note else []
@@ -135,4 +160,6 @@ def history_flags(d: Path, lab: Lab, seal: dict | None) -> tuple[list[dict], lis
     if not mine and (seal.get("revealed_at") or (Path(d) / f"reveal-{lab.key}.md").exists()):
         flags.append(f"the reveal history {history_path(d).name} has no reveal of this lab, yet the solutions were "
                      "shown (the history was deleted)")
+    if experiments is not None:
+        flags += lab_traces(lab, experiments, Path(d).parent.name, seal, mine)
     return mine, flags

@@ -6,7 +6,6 @@ from pathlib import Path
 
 from minitrain.core.errors import UserError
 from minitrain.lab.learner.labs import LABS, PHASE, Lab
-from minitrain.lab.learner.parse import CAUSES
 from minitrain.run import files
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
@@ -42,7 +41,6 @@ def lab_flag(lab: Lab) -> str:
 
 
 def diagnoses_template(name: str, lab: Lab) -> str:
-    causes = ", ".join(CAUSES)
     if lab.key == "spike":
         sections = [(f"Injection {letter}", run) for letter, run in zip("ABC", lab.runs)]
     else:
@@ -56,8 +54,9 @@ def diagnoses_template(name: str, lab: Lab) -> str:
         "`minitrain grade` scores the sealed text.\n"
         "For each run: open its dashboard, walk stability-check.md from §1 to the first leaf that matches, and write\n"
         "- run: the run folder under experiments/ (leave it as it is)\n"
-        "- node: the id of the node where you stopped, as stability-check.md prints it (e.g. §4.2)\n"
-        f"- cause: optional; one of {causes} (if empty: the leaf's cause, else read from your diagnosis)\n"
+        "- node: the id of the node where you stopped, as stability-check.md prints it: a leaf, e.g. §8.A\n"
+        "- cause: optional; the cause as the leaf of stability-check.md names it (your diagnosis must say it in "
+        "words too)\n"
         "- diagnosis: one sentence\n"
         "- remediation: one sentence\n"
         "Values may run over several lines; bullets, **bold** and Spanish field names "

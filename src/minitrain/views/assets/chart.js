@@ -95,13 +95,61 @@ var chart = (function () {
       return { hooks: { drawClear: [drawLines], draw: [drawLabels] } };
     }
 
+    // The step the cursor reads (every line at the same step): in the pixel column under the cursor, the step
+    // where some shown line is most extreme (helpers.columnStep), so zoomed out, a spike inside the column is
+    // read and not the step beside it. uPlot asks per series (cursor.dataIdx); one answer per cursor position.
+    function readStep(p) {
+      var at = null, idx = null;
+      return function (u, k, i0, xv) {
+        if (k === 0 || i0 === null || i0 === undefined) return i0;
+        var left = u.valToPos(xv, 'x');
+        if (at !== null && at[0] === left && at[1] === i0 && at[2] === u.data) return idx;
+        var cols = [];
+        for (var j = 1; j < u.series.length; j++) if (u.series[j].show) cols.push(u.data[j]);
+        // the pixel the crosshair is drawn on (left .. left + 1), widened by half a pixel each side: a mouse
+        // position rounded either way still covers it
+        idx = helpers.columnStep(u.data[0], cols, u.posToVal(left - 0.5, 'x'), u.posToVal(left + 1.5, 'x'), i0);
+        at = [left, i0, u.data];
+        return idx;
+      };
+    }
+
+    // The tooltip stays inside its panel: placed beside the cursor, flipped to the other side at an edge, its
+    // rows in columns when they are taller than the panel, and the smallest values left out (counted) when
+    // even the columns do not fit.
+    function placeTip(u, p, tip) {
+      var over = u.over.getBoundingClientRect(), box = p.root.getBoundingClientRect(), pad = 4;
+      var minX = box.left - over.left + pad, maxX = box.right - over.left - pad;
+      var minY = box.top - over.top + pad, maxY = box.bottom - over.top - pad;
+      var availW = maxX - minX, availH = maxY - minY;
+      tip.style.maxWidth = availW + 'px';
+      tip.style.columnCount = '';
+      tip.style.left = minX + 'px'; tip.style.top = minY + 'px';  // measured where nothing squeezes it
+      var fit = function () { return tip.offsetHeight <= availH && tip.offsetWidth <= availW; };
+      for (var n = 2; !fit() && n <= 4; n++) tip.style.columnCount = String(n);
+      var lines = tip.querySelectorAll('.trow'), hidden = 0, more = null;
+      for (var i = lines.length - 1; i > 0 && !fit(); i--) {  // the smallest values go first
+        lines[i].remove(); hidden++;
+        if (!more) { more = el('div', 'tmore'); tip.appendChild(more); }
+        more.textContent = '+ ' + hidden + ' more (hide lines in the legend to see them)';
+      }
+      var w = tip.offsetWidth, h = tip.offsetHeight;
+      var x = u.cursor.left + 14, y = u.cursor.top + 14;
+      if (x + w > maxX) x = u.cursor.left - w - 14;
+      if (y + h > maxY) y = maxY - h;
+      tip.style.left = Math.round(Math.min(Math.max(x, minX), maxX - w)) + 'px';
+      tip.style.top = Math.round(Math.min(Math.max(y, minY), maxY - h)) + 'px';
+    }
+
     // the values at the cursor's step, largest first (a sampled line: its last point at or before the step)
     function tooltip(p) {
       var tip;
       function init(u) { tip = el('div', 'tooltip'); tip.style.display = 'none'; u.over.appendChild(tip); }
       function setCursor(u) {
         if (u.cursor.idx === null || u.cursor.idx === undefined || u.cursor.left < 0) { tip.style.display = 'none'; return; }
-        var xs = u.data[0], i = helpers.nearestIndex(xs, u.posToVal(u.cursor.left, 'x')), step = xs[i], rows = [];
+        var xs = u.data[0], idxs = u.cursor.idxs || [], rows = [], i = u.cursor.idx;
+        for (var j = 1; j < idxs.length; j++) if (u.series[j].show && idxs[j] !== null && idxs[j] !== undefined) { i = idxs[j]; break; }
+        var step = xs[i];
         for (var k = 1; k < u.series.length; k++) {
           var s = u.series[k], m = p.meta[k];
           if (!s.show) continue;
@@ -110,6 +158,7 @@ var chart = (function () {
         }
         rows.sort(function (a, b) { return b.v - a.v; });
         tip.textContent = '';
+        tip.style.display = 'block';
         tip.appendChild(el('div', 'tstep', 'step ' + step));
         (D.markers || []).forEach(function (mk) { if (mk.step === step) tip.appendChild(el('div', 'tmark', mk.label)); });
         rows.forEach(function (r) {
@@ -120,12 +169,7 @@ var chart = (function () {
           line.appendChild(el('span', 'tlab', ' ' + r.label + (r.at !== step ? ' @' + r.at : '')));
           tip.appendChild(line);
         });
-        tip.style.display = 'block';
-        var w = tip.offsetWidth, h = tip.offsetHeight, ow = u.over.clientWidth, oh = u.over.clientHeight;
-        var x = u.cursor.left + 14, y = u.cursor.top + 14;
-        if (x + w > ow) x = u.cursor.left - w - 14;
-        if (y + h > oh) y = Math.max(0, oh - h);
-        tip.style.left = Math.max(0, x) + 'px'; tip.style.top = y + 'px';
+        placeTip(u, p, tip);
       }
       return { hooks: { init: [init], setCursor: [setCursor] } };
     }
@@ -176,7 +220,7 @@ var chart = (function () {
         width: width(p), height: p.spec.wide ? 300 : 230,
         padding: [D.markers && D.markers.length ? 28 : 10, 14, 0, 0],
         cursor: { sync: { key: 'minitrain', setSeries: false }, drag: { x: true, y: false, setScale: false },
-                  points: { size: 6 } },
+                  points: { size: 6 }, dataIdx: readStep(p) },
         select: { show: true },
         legend: { live: false },
         scales: { x: { time: false, range: function () { return state.x || state.full; } },

@@ -74,6 +74,40 @@ var helpers = (function () {
     return x - xs[lo] <= xs[hi] - x ? lo : hi;
   }
 
+  // the first index of sorted xs whose step is >= x (xs.length when none is)
+  function lowerBound(xs, x) {
+    var lo = 0, hi = xs.length;
+    while (lo < hi) { var mid = (lo + hi) >> 1; if (xs[mid] < x) lo = mid + 1; else hi = mid; }
+    return lo;
+  }
+
+  // The step a panel is read at when the cursor stands on the pixel column of steps a..b (i0: the index of the
+  // step nearest the cursor; cols: the drawn lines' y columns over xs). A column holds several steps when the
+  // run has more steps than the plot has pixels, and the lines drawn there reach every one of their values;
+  // the tooltip reads the step where some line is farthest from its own median over the three columns around
+  // the cursor (in units of that line's range there), so a spike inside the column is never skipped. i0 when
+  // the column holds one step or none, or every line is flat around it (ties: the step nearest i0).
+  function columnStep(xs, cols, a, b, i0) {
+    var w = b - a, lo = lowerBound(xs, a - w), first = lowerBound(xs, a), best = i0, top = 0;
+    var hi = lowerBound(xs, b + w + 1e-9), last = lowerBound(xs, b + 1e-9);
+    if (last - first < 2) return i0;
+    cols.forEach(function (ys) {
+      var around = [];
+      for (var j = lo; j < hi; j++) if (isNum(ys[j])) around.push(ys[j]);
+      if (around.length < 2) return;
+      around.sort(function (p, q) { return p - q; });
+      var n = around.length, span = around[n - 1] - around[0];
+      var med = n % 2 ? around[(n - 1) / 2] : (around[n / 2 - 1] + around[n / 2]) / 2;
+      if (!(span > 0)) return;
+      for (var k = first; k < last; k++) {
+        if (!isNum(ys[k])) continue;
+        var z = Math.abs(ys[k] - med) / span;
+        if (z > top || (z === top && z > 0 && Math.abs(k - i0) < Math.abs(best - i0))) { top = z; best = k; }
+      }
+    });
+    return best;
+  }
+
   // the point a series shows at index i: its own value there, or, when it is measured at some steps only
   // (carry), its last value at or before i; null when there is none
   function pointAt(xs, ys, i, carry) {
@@ -102,5 +136,5 @@ var helpers = (function () {
   }
 
   return { isNum: isNum, fmt: fmt, tick: tick, logTickLabels: logTickLabels, ema: ema, yRange: yRange,
-           nearestIndex: nearestIndex, pointAt: pointAt, fade: fade, safeName: safeName, el: el };
+           nearestIndex: nearestIndex, lowerBound: lowerBound, columnStep: columnStep, pointAt: pointAt, fade: fade, safeName: safeName, el: el };
 })();

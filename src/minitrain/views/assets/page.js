@@ -6,7 +6,7 @@
  * in the page, plus any other dashboard.html opened from disk). Every string from the data reaches the screen
  * through textContent, never as HTML. Nothing is fetched. Sets window.__dashboardReady = true once the first
  * screen is drawn (panels further down are drawn as they come near the screen); window.__dashboard exposes the
- * plots (and drawAll) for the tests. */
+ * plots (and drawAll) for the tests, and the data and redraw for assets/live.js (served pages only). */
 (function () {
   'use strict';
   var el = helpers.el, isNum = helpers.isNum;
@@ -302,7 +302,7 @@
       clearTimeout(timer);
       timer = setTimeout(function () { plots.forEach(function (p) { if (p.u) p.u.setSize({ width: charts.width(p), height: p.u.height }); }); }, 120);
     });
-    window.__dashboard = { plots: plots, state: state, zoomTo: zoomTo, drawAll: drawAll };
+    window.__dashboard = { plots: plots, state: state, zoomTo: zoomTo, drawAll: drawAll, data: D, redraw: redrawAll };
     // uPlot paints in a microtask after each plot is made: ready once the first screen is on it
     requestAnimationFrame(function () { window.__dashboardReady = true; });
   }

@@ -1,0 +1,152 @@
+"""The runner's backend on a Ray cluster (`--ray [ADDRESS]`): sweeps past one machine (docs/scale.md).
+
+    RayCluster   one Ray task per job, one CPU each, `slots` at a time (default: the cluster's CPUs)
+
+Ray is an optional extra (`pip install 'minitrain[ray]'`). Without an address (or with `local`) this process
+starts a private cluster on this machine, token-authenticated (Ray 2.60 listens on the machine's address,
+not on 127.0.0.1 alone: docs/scale.md); with one (`auto`, HOST:PORT, ray://HOST:PORT)
+it joins an existing cluster and ships this process's minitrain package to the workers.
+
+What travels is small: the job's function (by name) and its arguments, the driver's working folder and a
+few environment variables. What does not travel is the run folder: a worker writes it where the job says,
+as a local child does. So the experiments folder must be one shared filesystem, mounted at the same path
+on every node: the runner reads a donor's checkpoint there to start its forks, and the progress lines read
+each run's rows there while it trains. Shipping the folders back instead would give a fork nothing to
+start from until its donor ended.
+
+A worker that dies mid-run (killed, its node lost) is retried by Ray, up to RETRIES times. The retry runs
+the same job again, and a run of the same config left unfinished resumes from its last checkpoint
+(lab/runs.py: lab_run, resume_run), so the retried run's metrics are the same bytes as an unkilled one's.
+"""
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import sys
+import traceback
+from contextlib import redirect_stderr, redirect_stdout
+from functools import partial
+from pathlib import Path
+
+from minitrain.core.errors import UserError
+from minitrain.lab import runner
+
+RETRIES = 3  # tries after a worker dies (Ray's default for tasks); an exception in the job is not retried
+# environment variables a worker takes from this process (where the data cache is, say)
+PASSED_ENV = ("MINITRAIN_CACHE", "XDG_CACHE_HOME", "TOKENIZERS_PARALLELISM")
+ADDRESS = re.compile(r"^(local|auto|ray://[^\s]+|[A-Za-z0-9_.\-\[\]:]+:\d+)$")
+
+
+def check_address(address: str | None) -> str:
+    """`local` (a private cluster here), `auto`, HOST:PORT or ray://HOST:PORT; anything else is one line
+    (e.g. `--ray EXPERIMENTS`, where argparse took the folder for the address)."""
+    address = address or "local"
+    if not ADDRESS.match(address):
+        raise UserError(f"--ray {address}: not a Ray address (local, auto, HOST:PORT or ray://HOST:PORT); "
+                        "to use a local cluster, put --ray after the other arguments or write --ray=local")
+    return address
+
+
+class RayCluster:
+    """One Ray task per job (module docstring). Function jobs call their function in the worker; command
+    jobs call `main` (the CLI's entry point) there when given, else run `python -m minitrain` in a child
+    of the worker."""
+
+    def __init__(self, address: str | None = None, jobs: int | None = None, main=None):
+        try:
+            import ray
+        except ImportError:
+            raise UserError("--ray needs Ray: pip install 'minitrain[ray]'") from None
+        address = check_address(address)
+        if jobs is not None and jobs < 1:
+            raise UserError(f"--jobs must be at least 1, got {jobs}")
+        self.ray, self.main = ray, main
+        if not ray.is_initialized():
+            package = Path(__file__).resolve().parents[1]  # src/minitrain
+            env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+            if address == "local":  # same machine: the workers import this very package from where it is
+                env["PYTHONPATH"] = os.pathsep.join([str(package.parent), *filter(None, [os.environ.get("PYTHONPATH")])])
+                ray.init(address="local", num_cpus=jobs or os.cpu_count() or 1, include_dashboard=False,
+                         log_to_driver=False, runtime_env={"env_vars": env})
+            else:  # other machines: Ray uploads the package (a megabyte) once per session
+                try:
+                    ray.init(address=address, log_to_driver=False,
+                             runtime_env={"env_vars": env, "py_modules": [str(package)]})
+                except ConnectionError as e:
+                    raise UserError(f"--ray {address}: no Ray cluster there ({e}); start one with 'ray start "
+                                    "--head' or leave the address out for a local one") from None
+        self.slots = max(1, jobs or int(ray.cluster_resources().get("CPU", 1)))
+        self.task = ray.remote(num_cpus=1, max_retries=RETRIES, retry_exceptions=False)(run_in_worker)
+
+    def start(self, job: runner.Job):
+        if job.argv is not None:
+            fn, args = (runner.run_command, (self.main, job.argv)) if self.main else (run_minitrain, (job.argv,))
+        else:
+            fn, args = job.call, job.args
+        return RayTask(self.ray, self.task.remote(fn, args, os.getcwd()))
+
+
+class RayTask:
+    """A submitted job: its exit code, output lines and result come back with the task's value."""
+
+    def __init__(self, ray, ref):
+        self.ray, self.ref = ray, ref
+        self.code: int | None = None
+        self.output: list[str] = []
+        self.result = None
+
+    def poll(self) -> int | None:
+        if self.code is None:
+            ready, _ = self.ray.wait([self.ref], timeout=0)
+            if ready:
+                self.collect()
+        return self.code
+
+    def wait(self) -> int:
+        if self.code is None:
+            self.collect()
+        return self.code
+
+    def collect(self) -> None:
+        try:
+            self.code, self.output, self.result = self.ray.get(self.ref)
+        except Exception as e:  # noqa: BLE001 - the job raised, was cancelled, or its retries ran out
+            self.code, self.output = 1, str(e).splitlines() or [type(e).__name__]
+
+    def terminate(self) -> None:
+        self.ray.cancel(self.ref, force=True)
+
+    def finish(self) -> tuple[list[str], object]:
+        return self.output, self.result
+
+
+def run_in_worker(fn, args: tuple, cwd: str) -> tuple[int, list[str], object]:
+    """In a Ray worker: run fn(*args) from the driver's working folder (relative run paths mean the same
+    there); returns (exit code, its output lines, its value). A UserError is one line and its exit code, as
+    from the CLI; any other exception is its traceback and exit code 1."""
+    os.chdir(cwd)
+    out = io.StringIO()
+    code, result = 0, None
+    with redirect_stdout(out), redirect_stderr(out):
+        try:
+            result = fn(*args)
+        except UserError as e:
+            print(f"minitrain: error: {e}", file=sys.stderr)
+            code = e.exit_code
+        except SystemExit as e:  # run_command: the CLI's exit code
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except Exception:  # noqa: BLE001 - a crash is the job's failure, not the worker's
+            traceback.print_exc()
+            code = 1
+    return code, out.getvalue().splitlines(), result
+
+
+def run_minitrain(argv: list[str]) -> None:
+    """A command job without `main`: `python -m minitrain ARGV` as a child of the worker (dies with it)."""
+    done = subprocess.run([sys.executable, "-m", "minitrain", *argv], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                          preexec_fn=partial(runner.command_child_setup, os.getpid()))
+    print(done.stdout, end="")
+    sys.exit(done.returncode)

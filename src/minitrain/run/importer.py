@@ -1,0 +1,207 @@
+"""`minitrain import SOURCE --out RUN`: a run made elsewhere as a minitrain run folder, so that `diagnose`,
+`dashboard`, `index` and `serve` read it.
+
+SOURCE is one of:
+    a TensorBoard log folder (or one events.out.tfevents.* file)   read with tensorboard's EventAccumulator
+    a .csv history (W&B's exported run history, a Lightning CSVLogger metrics.csv, ...)
+    a .jsonl history (one JSON object per logged step: nanoGPT's wandb.log dicts, W&B's history export)
+
+Each tag (or column) is mapped to a minitrain signal by its usual names (TAGS; case, "-" and spaces do not
+matter); `--map TAG=SIGNAL` maps any other. A row is written per step that logged a training loss; a
+validation loss logged at a step without one goes to the last training step at or before it. The walker
+needs loss, lr and grad_norm in every row (analysis/evidence.py REQUIRED): a source without one of them is
+refused with the tags it has, so that the user maps it. Everything else minitrain measures (per-tensor
+statistics, batch composition, activations, the n-gram baseline) is absent from an imported run, and the
+walker answers "not measured" where a question reads it; the manifest's `imported.absent` lists them.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+from minitrain.core.errors import UserError
+from minitrain.run import files, reader
+
+SIGNALS = ("loss", "lr", "grad_norm", "val_loss", "grad_norm_clipped", "logit_max")
+REQUIRED = ("loss", "lr", "grad_norm")
+# usual names of each signal in other trainers' logs (compared after norm_tag)
+TAGS = {
+    "loss": ("loss", "train/loss", "train_loss", "loss/train", "training_loss", "train/loss_step", "trainloss",
+             "train/lm_loss", "lm_loss"),
+    "lr": ("lr", "learning_rate", "train/lr", "train/learning_rate", "lr/group_0", "optimizer/lr", "lr-adamw",
+           "lr-adam", "learningrate"),
+    "grad_norm": ("grad_norm", "train/grad_norm", "gradient_norm", "grad_norm/pre_clip", "grad-norm", "total_norm",
+                  "train/gradient_norm", "grad_norm/total", "optimizer/grad_norm", "gradnorm"),
+    "val_loss": ("val_loss", "val/loss", "eval/loss", "eval_loss", "validation_loss", "loss/val", "valid/loss",
+                 "validation/loss", "val/lm_loss", "valloss"),
+    "grad_norm_clipped": ("grad_norm/post_clip", "grad_norm_clipped", "clipped_grad_norm"),
+    "logit_max": ("logit_max", "logits/max", "max_logit"),
+}
+STEP_COLUMNS = ("step", "_step", "iter", "iteration", "global_step", "trainer/global_step", "iter_num")
+ABSENT = {"params": "per-tensor statistics (gradient, update, Adam moments)", "batch": "batch composition",
+          "act": "activations per layer", "ngram": "the n-gram baseline"}
+
+
+def norm_tag(tag: str) -> str:
+    return str(tag).strip().lower().replace(" ", "_").replace("-", "_")
+
+
+def parse_map(items: list[str]) -> dict[str, str]:
+    """--map TAG=SIGNAL options as {normalised tag: signal}."""
+    out = {}
+    for item in items or ():
+        tag, sep, signal = str(item).rpartition("=")
+        if not sep or not tag or signal not in SIGNALS:
+            raise UserError(f"--map {item!r}: write TAG=SIGNAL with SIGNAL one of {', '.join(SIGNALS)}")
+        out[norm_tag(tag)] = signal
+    return out
+
+
+def signal_of(tag: str, mapping: dict[str, str]) -> str | None:
+    t = norm_tag(tag)
+    if t in mapping:
+        return mapping[t]
+    return next((s for s, names in TAGS.items() if t in {norm_tag(n) for n in names}), None)
+
+
+def finite(x) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+# --- reading each kind of source: {tag: {step: value}} ------------------------------------------------
+
+
+def read_tensorboard(source: Path) -> dict[str, dict[int, float | None]]:
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    except ImportError:
+        raise UserError("importing TensorBoard events needs the tensorboard package; install it with "
+                        "pip install -e '.[tensorboard]'") from None
+    acc = EventAccumulator(str(source), size_guidance={"scalars": 0})  # 0: keep every point, not a sample
+    acc.Reload()
+    out: dict[str, dict[int, float | None]] = {}
+    for tag in acc.Tags().get("scalars", []):
+        out[tag] = {int(e.step): finite(e.value) for e in acc.Scalars(tag)}  # a restarted writer's later point wins
+    return out
+
+
+def read_table(records: list[dict], source: Path) -> dict[str, dict[int, float | None]]:
+    """Rows of a CSV or JSONL history; the step is the first STEP_COLUMNS column present, else the row index."""
+    out: dict[str, dict[int, float | None]] = {}
+    for i, rec in enumerate(records):
+        if not isinstance(rec, dict):
+            raise UserError(f"{source} line {i + 1} is not a JSON object; give one logged step per line")
+        keys = {norm_tag(k): k for k in rec}
+        col = next((keys[c] for c in STEP_COLUMNS if c in keys and rec[keys[c]] not in (None, "")), None)
+        step_value = finite(rec[col]) if col else i
+        if step_value is None:
+            raise UserError(f"{source} row {i + 1}: step {rec.get(col)!r} is not a number")
+        step = int(step_value)
+        for k, v in rec.items():
+            if k == col or v is None or v == "" or isinstance(v, (dict, list, bool)):
+                continue  # an empty CSV cell or a key W&B leaves out: not logged at this step
+            if finite(v) is None and str(v).strip().lower() not in ("nan", "inf", "-inf", "infinity", "-infinity"):
+                continue  # text columns (run names, timestamps as text)
+            out.setdefault(k, {})[step] = finite(v)
+    return out
+
+
+def read_source(source: Path) -> tuple[str, dict[str, dict[int, float | None]]]:
+    source = Path(source)
+    if not source.exists():
+        raise UserError(f"{source} does not exist; give a TensorBoard log folder, an events file, a .csv or a .jsonl")
+    if source.is_dir() or source.name.startswith("events.out.tfevents"):
+        return "tensorboard", read_tensorboard(source)
+    text = source.read_text(encoding="utf-8", errors="replace")
+    if source.suffix.lower() == ".csv":
+        return "csv", read_table(list(csv.DictReader(text.splitlines())), source)
+    if source.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        records = []
+        for i, line in enumerate(text.splitlines()):
+            if line.strip():
+                try:
+                    records.append(reader.loads_json(line))
+                except ValueError:
+                    raise UserError(f"{source} line {i + 1} is not JSON; give one JSON object per line") from None
+        return "jsonl", read_table(records, source)
+    raise UserError(f"{source}: unknown kind of history; give a TensorBoard log folder, an events file, a .csv or a .jsonl")
+
+
+# --- building the rows ---------------------------------------------------------------------------------
+
+
+def build_rows(series: dict[str, dict[int, float | None]], mapping: dict[str, str], source: Path) -> tuple[list[dict], dict]:
+    """The metrics rows and {signal: source tag} of the tags that were mapped."""
+    used: dict[str, str] = {}
+    for tag in sorted(series):
+        signal = signal_of(tag, mapping)
+        if signal is not None and signal not in used:
+            used[signal] = tag
+    missing = [s for s in REQUIRED if s not in used]
+    if missing:
+        tags = ", ".join(sorted(series)) or "none"
+        raise UserError(f"{source} has no {' / '.join(missing)} the import recognises (its tags: {tags}); map one "
+                        f"with --map TAG={missing[0]}")
+    cols = {s: series[t] for s, t in used.items()}
+    rows = []
+    for step in sorted(cols["loss"]):
+        if step < 0:
+            continue
+        row = {"step": step}
+        for s in ("loss", "lr", "grad_norm", "grad_norm_clipped", "logit_max"):
+            if s in cols:
+                row[s] = cols[s].get(step, _last_before(cols[s], step))
+        row["val_loss"] = None
+        row["injected"] = None
+        rows.append(row)
+    if not rows:
+        raise UserError(f"{source}: the {used['loss']} tag has no point at a step >= 0; nothing to import")
+    for step, value in sorted(cols.get("val_loss", {}).items()):  # onto the last training step at or before it
+        at = [r for r in rows if r["step"] <= step]
+        if at and value is not None:
+            at[-1]["val_loss"] = value
+    return rows, used
+
+
+def _last_before(col: dict[int, float | None], step: int) -> float | None:
+    """A signal logged less often than the loss (an LR logged every 10 steps): its last value before `step`."""
+    earlier = [s for s in col if s <= step]
+    return col[max(earlier)] if earlier else col[min(col)]
+
+
+def import_run(source: Path, out: Path, mapping: list[str] = (), force: bool = False,
+               vocab_size: int | None = None) -> dict:
+    """Write OUT as a minitrain run folder from SOURCE; returns a summary."""
+    source, out = Path(source), Path(out)
+    maps = parse_map(list(mapping))
+    kind, series = read_source(source)
+    rows, used = build_rows(series, maps, source)
+    nonfinite = next((r["step"] for r in rows if r["loss"] is None or r["grad_norm"] is None), None)
+    cfg = {"injection": "none", **({"vocab_size": int(vocab_size)} if vocab_size else {})}
+    unmapped = sorted(t for t in series if t not in used.values())
+    manifest = {"name": out.resolve().name, "status": "non_finite" if nonfinite is not None else "finished",
+                "seed": None, "config": cfg, "injection": {"injection": "none"},
+                "imported": {"source": str(source), "kind": kind, "signals": used, "unmapped_tags": unmapped,
+                             "absent": {**ABSENT, **{s: "not in the source" for s in SIGNALS if s not in used}}}}
+    from minitrain import SCHEMA_VERSION
+
+    manifest["schema_version"] = SCHEMA_VERSION
+    results = {"status": manifest["status"], "steps_done": len(rows), "final_train_loss": rows[-1]["loss"],
+               "final_val_loss": next((r["val_loss"] for r in reversed(rows) if r["val_loss"] is not None), None),
+               "ngram_val_loss": None}
+    if nonfinite is not None:
+        results["first_nonfinite_step"] = nonfinite
+    lock = files.claim_run_dir(out, force)
+    try:
+        files.atomic_write_bytes(out / reader.METRICS, b"".join(files.dumps_row(r).encode() for r in rows))
+        files.atomic_write_json(out / reader.RESULTS, results)
+        files.atomic_write_json(out / reader.MANIFEST, manifest)
+    finally:
+        lock.release()
+    return {"out": str(out), "kind": kind, "steps": len(rows), "signals": used, "unmapped": unmapped}

@@ -1,0 +1,182 @@
+"""The runs table: EXPERIMENTS/index.html, and the same table `minitrain serve` shows live.
+
+    find_runs(experiments)            every run folder at any depth (a regime-map sweep stands for its runs)
+    run_row(run, experiments, sealed) one run as a table row: seed, K, injection, lr, clip, status, steps, the
+                                      final validation loss and the walker's verdict ("sealed" before a lab's
+                                      reveal), or one line saying why the folder cannot be read
+    write_index(experiments, sealed)  index.html: the rows, sortable by any column, a filter box, a tick per
+                                      run and "compare ticked runs"
+
+The page works from disk with no server: the rows are HTML (readable without script), and the page script
+(assets/index.js) sorts, filters and draws the ticked runs' loss, validation loss, learning rate and
+gradient norm on shared step axes (the rows' compact series are embedded for that). Served by `minitrain
+serve`, the same script polls the server for live step counts and opens the ticked runs in one full
+dashboard instead. The verdict is the walker's (analysis/readings.py); this module lays it out.
+"""
+from __future__ import annotations
+
+import html
+import math
+import time
+from pathlib import Path
+
+from minitrain.analysis import readings
+from minitrain.core.errors import UserError
+from minitrain.run import files, reader
+from minitrain.views.dashboard import asset, embed_json, fill
+
+SWEEP_MARK = "cells.json"  # a regime-map sweep (minitrain explore): it has its own page, one index row
+COMPARE_SERIES = ("loss", "val_loss", "lr", "grad_norm")  # what the static page's comparison draws
+COMPARE_POINTS = 600  # at most this many points per series in the static page (every k-th step, extremes kept)
+UPLOT = ("vendor/uPlot.iife.min.js", "vendor/uPlot.min.css")
+COLUMNS = (("run", "run folder (its dashboard)"), ("status", "finished, running, non_finite, ..."),
+           ("steps", "steps written so far"), ("seed", "seed"), ("K", "injection step"),
+           ("injection", "the injected fault"), ("lr", "peak learning rate (lr_max)"),
+           ("clip", "gradient clipping threshold (0 = off)"), ("val", "final validation loss"),
+           ("verdict", "the walker's verdict (sealed until the lab's reveal)"))
+
+
+def find_runs(experiments: Path) -> list[Path]:
+    """Every run folder under `experiments`, at any depth (blind labs, break-it, remediations), sorted by path;
+    a regime-map sweep's folder stands for its runs. A run folder's own subfolders are not searched."""
+    out: list[Path] = []
+    for d in sorted(p for p in Path(experiments).rglob("*") if p.is_dir()):
+        if any(parent in out for parent in d.parents):
+            continue
+        if files.is_run_dir(d) or (d / SWEEP_MARK).exists():
+            out.append(d)
+    return out
+
+
+def _num(x, digits: int = 4):
+    return float(f"{x:.{digits}g}") if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
+
+
+def verdict_text(run: Path, sealed: bool, live: bool) -> str:
+    if sealed:
+        return "sealed"
+    if live:
+        return "training..."
+    v = (readings.read(run) or {}).get("verdict")
+    if v is None:
+        return "the walker cannot read this run"
+    return f"{v['leaf']} {v['title']}" + (f" at step {v['anomaly_step']}" if v.get("anomaly_step") is not None else "")
+
+
+def run_row(run: Path, experiments: Path, sealed: bool | None = None, verdict=verdict_text) -> dict:
+    """One run folder as a table row. A folder that cannot be read (deleted, corrupt, half-written) gives a
+    row with `error`: one line, never an exception. `sealed`: the lab layer's word (None: a blind run is).
+    `verdict(run, sealed, live)`: the verdict column (the server passes a cached one)."""
+    run = Path(run)
+    rel = run.relative_to(experiments).as_posix()
+    if (run / SWEEP_MARK).exists():
+        n = sum(1 for _ in (run / "runs").rglob(reader.METRICS))
+        return {"run": rel, "kind": "sweep", "status": "regime map", "note": f"{n} runs of the minitrain explore sweep",
+                "link": f"{rel}/index.html"}
+    try:
+        manifest, why = reader.read_optional_json(run / reader.MANIFEST)
+        results, why2 = reader.read_optional_json(run / reader.RESULTS)
+        manifest, results = manifest or {}, results or {}
+        cfg = reader.config_of(manifest)
+        blind = bool(cfg.get("blind"))
+        sealed = blind if sealed is None else sealed
+        live = reader.live_pid(run) is not None
+        last = reader.last_step(run)
+        inj = cfg.get("injection", "none")
+        status = "running" if live else (results.get("status") or manifest.get("status") or "unknown")
+        row = {"run": rel, "kind": "run", "status": status, "live": live,
+               "steps": results.get("steps_done") if not live and results.get("steps_done") is not None
+               else (last + 1 if last is not None else 0),
+               "seed": cfg.get("seed", manifest.get("seed")),
+               "K": cfg.get("injection_step") if inj not in ("none", None) and not blind else None,
+               "injection": "withheld" if blind else ("imported" if manifest.get("imported") else str(inj)),
+               "lr": cfg.get("lr_max"), "clip": cfg.get("grad_clip"),
+               "val": _num(results.get("final_val_loss")),
+               "verdict": verdict(run, sealed, live), "sealed": sealed,
+               "dashboard": (run / "dashboard.html").exists(), "link": f"{rel}/dashboard.html"}
+        if why or why2:
+            row["error"] = why or why2
+        return row
+    except (UserError, OSError, ValueError, KeyError, TypeError) as e:  # damaged while we read it: one line
+        return {"run": rel, "kind": "run", "status": "unreadable", "error": str(e).splitlines()[0][:200],
+                "verdict": "sealed" if sealed is not False else "", "sealed": sealed is not False,
+                "link": f"{rel}/dashboard.html"}
+
+
+def compact_series(run: Path) -> dict | None:
+    """The loss, validation loss, learning rate and gradient norm of a run, thinned to COMPARE_POINTS points
+    per series (each kept point is the extreme of its stride, so a spike survives), for the static page."""
+    try:
+        rows, _ = reader.read_metrics(Path(run) / reader.METRICS)
+    except (UserError, OSError):
+        return None
+    stride = max(1, math.ceil(len(rows) / COMPARE_POINTS))
+    out: dict = {k: [] for k in COMPARE_SERIES}
+    out["steps"] = []
+    for i in range(0, len(rows), stride):
+        chunk = rows[i:i + stride]
+        worst = max(chunk, key=lambda r: abs(r.get("loss") or 0.0))  # the chunk's largest loss (a spike) is kept
+        out["steps"].append(worst["step"])
+        for k in ("loss", "lr", "grad_norm"):
+            out[k].append(_num(worst.get(k), 6))
+        val = [r for r in chunk if r.get("val_loss") is not None]
+        out["val_loss"].append(_num(val[-1]["val_loss"], 6) if val else None)
+    return out
+
+
+def page_rows_html(rows: list[dict]) -> str:
+    """The rows as HTML (readable with no script); every value escaped."""
+    e = html.escape
+    lines = []
+    for r in rows:
+        if r["kind"] == "sweep":
+            lines.append(f'<tr class="sweep" data-run="{e(r["run"])}"><td></td><td><a href="{e(r["link"])}">{e(r["run"])}</a></td>'
+                         f'<td>regime map</td><td colspan="8">{e(r["note"])} (their dashboards are linked from the map)</td></tr>')
+            continue
+        cells = []
+        for key, _ in COLUMNS[1:]:
+            v = r.get(key)
+            cls = ' class="sealed"' if key == "verdict" and r.get("sealed") else ""
+            cells.append(f'<td data-col="{key}"{cls}>{e("" if v is None else str(v))}</td>')
+        link = (f'<a href="{e(r["link"])}">{e(r["run"])}</a>' if r.get("dashboard")
+                else f'{e(r["run"])} <span class="hint">(no dashboard yet)</span>')
+        err = f'<div class="rowerr">{e(r["error"])}</div>' if r.get("error") else ""
+        lines.append(f'<tr class="{e(r["status"])}" data-run="{e(r["run"])}"><td><input type="checkbox" class="tick" '
+                     f'aria-label="compare {e(r["run"])}"></td><td data-col="run">{link}{err}</td>{"".join(cells)}</tr>')
+    return "\n".join(lines) or '<tr><td colspan="11">no run folders here yet</td></tr>'
+
+
+def render_index(title: str, rows: list[dict], series: dict | None, served: bool) -> str:
+    """The runs table page. `series`: {run: compact series} for the static comparison (None when served:
+    the server opens a full comparison dashboard)."""
+    e = html.escape
+    head = "".join(f'<th data-col="{k}" title="{e(t)}">{e(k)}</th>' for k, t in COLUMNS)
+    data = {"served": served, "columns": [k for k, _ in COLUMNS], "rows": rows, "series": series or {}}
+    js = asset(UPLOT[0]) + "\n" + asset("index.js")
+    csp = "connect-src 'self'; " if served else ""
+    assert "</script" not in js.lower()
+    return fill(asset("index.html"), {"TITLE": e(title), "GENERATED": e(time.strftime("%Y-%m-%d %H:%M:%S")),
+                                       "HEAD": head, "ROWS": page_rows_html(rows), "DATA": embed_json(data),
+                                       "CSS": asset(UPLOT[1]), "JS": js, "CONNECT": csp,
+                                       "HOW": "served live by minitrain serve" if served else "written by minitrain index"})
+
+
+def table(experiments: Path, sealed: set[Path] | None, verdict=verdict_text) -> list[dict]:
+    """Every run's row; `sealed`: see write_index."""
+    return [run_row(run, experiments, None if sealed is None else run.resolve() in sealed, verdict)
+            for run in find_runs(experiments)]
+
+
+def write_index(experiments: Path, sealed: set[Path] | None = None) -> Path:
+    """EXPERIMENTS/index.html: the runs table. `sealed`: run folders whose diagnosis is sealed (the lab layer
+    knows; default: blind runs)."""
+    experiments = Path(experiments)
+    if not experiments.is_dir():
+        raise UserError(f"{experiments} is not a folder; give the folder that holds your run folders")
+    sealed_set = None if sealed is None else {Path(p).resolve() for p in sealed}
+    rows = table(experiments, sealed_set)
+    series = {r["run"]: compact_series(experiments / r["run"]) for r in rows if r["kind"] == "run"}
+    page = render_index(f"{experiments.resolve().name}: minitrain runs", rows, series, served=False)
+    out = experiments / "index.html"
+    files.atomic_write_text(out, page)
+    return out

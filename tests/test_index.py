@@ -1,0 +1,127 @@
+"""experiments/index.html, the runs table (views/index.py): one row per run folder at any depth with seed, K,
+injection, lr, clip, status, steps and the walker's verdict ("sealed" where the lab layer says so), and in
+Chromium (file://, every other request aborted): sorting, the filter box and the ticked runs compared."""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import SMALL_K, run_cli
+from minitrain.views import index
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def copy_lab(small_lab: Path, dest: Path) -> Path:
+    """The small lab (no checkpoints) plus a blind run: a copy of B whose manifest says blind."""
+    shutil.copytree(small_lab, dest, ignore=shutil.ignore_patterns("checkpoints"))
+    blind = dest / "19-blind" / "01"
+    shutil.copytree(dest / "19-injection-B", blind)
+    manifest = json.loads((blind / "manifest.json").read_text())
+    manifest["config"]["blind"] = True
+    (blind / "manifest.json").write_text(json.dumps(manifest))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def exp(small_lab, tmp_path_factory):
+    return copy_lab(small_lab, tmp_path_factory.mktemp("index") / "experiments")
+
+
+def cells(page: str) -> dict[str, dict[str, str]]:
+    """{run: {column: text}} of the rows the page holds as HTML."""
+    out = {}
+    for m in re.finditer(r'<tr class="[^"]*" data-run="([^"]+)">(.*?)</tr>', page, re.S):
+        out[m.group(1)] = {c.group(1): c.group(2) for c in re.finditer(r'<td data-col="(\w+)"[^>]*>(.*?)</td>', m.group(2))}
+    return out
+
+
+def test_the_table_has_a_row_per_run_with_its_settings_and_verdict(exp):
+    page = index.write_index(exp).read_text()
+    rows = cells(page)
+    assert sorted(rows) == ["18-baseline", "19-blind/01", "19-injection-A", "19-injection-B", "19-injection-C"]
+    b = rows["19-injection-B"]
+    assert (b["status"], b["steps"], b["seed"], b["K"], b["injection"]) == ("finished", "120", "42", str(SMALL_K), "bad_batch")
+    assert b["lr"] == "0.0003" and b["clip"] == "1.0" and b["verdict"].startswith("§4.A") and f"at step {SMALL_K}" in b["verdict"]
+    assert rows["18-baseline"]["verdict"] == "§8.A healthy" and rows["18-baseline"]["K"] == ""
+    assert rows["19-blind/01"]["verdict"] == "sealed" and rows["19-blind/01"]["injection"] == "withheld"
+    assert rows["19-blind/01"]["K"] == ""  # a blind run's K is withheld too
+    data = json.loads(re.search(r'id="index-data">(.*?)</script>', page, re.S).group(1))
+    assert data["served"] is False and len(data["series"]["19-injection-A"]["steps"]) == 120
+    sealed = cells(index.write_index(exp, sealed={exp / "19-injection-B"}).read_text())  # the lab layer says which
+    assert sealed["19-injection-B"]["verdict"] == "sealed" and sealed["19-blind/01"]["verdict"].startswith("§4.A")
+    page = (exp / "index.html").read_text()
+    assert "§4.A" not in page.split('data-run="19-injection-B"')[1].split("</tr>")[0]
+
+
+def test_a_regime_map_sweep_is_one_row_and_a_damaged_run_one_line(tmp_path, small_baseline):
+    exp = tmp_path / "experiments"
+    shutil.copytree(small_baseline, exp / "18-baseline", ignore=shutil.ignore_patterns("checkpoints"))
+    sweep = exp / "explore"
+    for name in ("lr3e-4-clip1/base", "lr3e-4-clip1/scale-x50"):
+        (sweep / "runs" / name).mkdir(parents=True)
+        (sweep / "runs" / name / "metrics.jsonl").write_text("")
+    (sweep / "cells.json").write_text("{}")
+    bad = exp / "broken"
+    bad.mkdir()
+    (bad / "manifest.json").write_text("{not json")
+    (bad / "metrics.jsonl").write_text('{"step": 0, "loss": 1}\n{"step": 0}\n')
+    r = run_cli("index", str(exp), check=True)
+    page = (exp / "index.html").read_text()
+    assert 'href="explore/index.html"' in page and "2 runs of the minitrain explore sweep" in page
+    assert "scale-x50" not in page and "wrote" in r.stdout
+    row = page.split('data-run="broken"')[1].split("</tr>")[0]
+    assert "manifest.json is unreadable" in row and "the walker cannot read this run" in row
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip(f"chromium is not installed at {CHROMIUM} (Debian: apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def test_in_chromium_the_table_sorts_filters_and_compares_ticked_runs(exp, browser):
+    path = index.write_index(exp)
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    page, errors, network = ctx.new_page(), [], []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
+               else (network.append(route.request.url), route.abort()))
+    page.goto(path.resolve().as_uri())
+    page.wait_for_function("() => window.__indexReady === true")
+    order = lambda: page.eval_on_selector_all("#runs tbody tr", "trs => trs.map(t => t.dataset.run)")  # noqa: E731
+    page.click('th[data-col="run"]')
+    assert order() == sorted(order())
+    page.click('th[data-col="run"]')  # again: reversed
+    assert order() == sorted(order(), reverse=True)
+    page.click('th[data-col="K"]')  # numbers, empty cells last
+    assert order()[:3] == ["19-injection-A", "19-injection-B", "19-injection-C"] or \
+        sorted(order()[:3]) == ["19-injection-A", "19-injection-B", "19-injection-C"]
+    page.fill("#filter", "v_corrupt")
+    visible = page.eval_on_selector_all("#runs tbody tr", "trs => trs.filter(t => !t.hidden).map(t => t.dataset.run)")
+    assert visible == ["19-injection-C"] and "1 of 5" in page.text_content("#shown")
+    page.fill("#filter", "")
+    assert page.is_disabled("#compare-button")
+    for run in ("18-baseline", "19-injection-A"):
+        page.check(f'tr[data-run="{run}"] input.tick')
+    page.click("#compare-button")
+    page.wait_for_selector('#compare .cpanel[data-series="grad_norm"] canvas')
+    panels = page.eval_on_selector_all("#compare .cpanel", "ps => ps.map(p => p.dataset.series)")
+    assert panels == ["loss", "val_loss", "lr", "grad_norm"]
+    legend = page.text_content('#compare .cpanel[data-series="loss"]')
+    assert "18-baseline" in legend and "19-injection-A" in legend and "19-injection-B" not in legend
+    assert not errors and not network, (errors, network)
+    ctx.close()

@@ -1,0 +1,108 @@
+"""Metrics sinks (run/sinks.py): TensorBoard and MLflow mirrors of metrics.jsonl, read back through each
+library's own reader (tensorboard's EventAccumulator, MLflow's MlflowClient), while the metrics bytes stay
+the pinned ones (tests/data/reference.json)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import SMALL_K, run_cli, small_args
+from minitrain.run import reader, sinks
+
+REFERENCE = Path(__file__).resolve().parent / "data" / "reference.json"
+
+
+def tb_scalars(folder: Path, tag: str) -> dict[int, float]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {e.step: e.value for e in acc.Scalars(tag)} if tag in acc.Tags()["scalars"] else {}
+
+
+def mlflow_history(run: Path, metric: str) -> dict[int, float]:
+    import os
+
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=(run / sinks.MLFLOW_DIR).resolve().as_uri())
+    exp = client.get_experiment_by_name(sinks.MLFLOW_EXPERIMENT)
+    (found,) = client.search_runs([exp.experiment_id])
+    assert found.data.tags[sinks.MLFLOW_RUN_TAG] == run.name
+    return {m.step: m.value for m in client.get_metric_history(found.info.run_id, metric)}
+
+
+def close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-6)  # TensorBoard and MLflow keep float32 / float64 of the row's value
+
+
+def test_a_forked_run_logs_to_tensorboard_and_mlflow_with_the_pinned_bytes(small_baseline, tmp_path):
+    exp = tmp_path / "experiments"
+    shutil.copytree(small_baseline, exp / "18-baseline")
+    run = exp / "19-injection-A"
+    run_cli("train", "--out", str(run), "--injection", "scale", "--injection-step", str(SMALL_K),
+            *small_args("log=tensorboard,mlflow"), check=True)
+    pinned = json.loads(REFERENCE.read_text())["small"]["19-injection-A"]
+    assert hashlib.sha256((run / "metrics.jsonl").read_bytes()).hexdigest() == pinned  # sinks change no byte
+    assert json.loads((run / "manifest.json").read_text())["forked_from"]["checkpoint_step"] == SMALL_K
+    rows = reader.read_metrics(run / "metrics.jsonl")[0]
+    # every row, the donor's rows before K included (replayed from metrics.jsonl when the sinks open)
+    for tag, key in (("loss/train", "loss"), ("grad_norm/pre_clip", "grad_norm"), ("lr", "lr")):
+        tb = tb_scalars(run / sinks.TENSORBOARD_DIR, tag)
+        ml = mlflow_history(run, tag)
+        assert sorted(tb) == sorted(ml) == [r["step"] for r in rows], tag
+        assert all(close(tb[r["step"]], r[key]) and close(ml[r["step"]], r[key]) for r in rows), tag
+    val = tb_scalars(run / sinks.TENSORBOARD_DIR, "loss/val")
+    assert sorted(val) == [r["step"] for r in rows if r.get("val_loss") is not None]
+    name = next(iter(rows[0]["params"]))  # per-tensor statistics: at the steps telemetry measured them
+    vx = tb_scalars(run / sinks.TENSORBOARD_DIR, f"{name}/adam_v_max")
+    assert sorted(vx) == [r["step"] for r in rows if "vx" in (r.get("params") or {}).get(name, {})] and len(vx) > 10
+
+
+def test_an_unknown_or_missing_sink_is_one_line_before_any_write(tmp_path):
+    r = run_cli("train", "--out", str(tmp_path / "r"), *small_args("log=tensorboard,wandb"))
+    assert r.returncode == 2 and "unknown sink wandb" in r.stderr and "\n" not in r.stderr.strip()
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(Exception, match="unknown sink"):
+        sinks.parse_log("jsonl,csv")
+    assert sinks.parse_log("jsonl") == () and sinks.parse_log("tensorboard, jsonl,tensorboard") == ("tensorboard",)
+
+
+def test_the_probe_writes_tensorboard_live_and_mlflow(tmp_path):
+    """A foreign loop with the probe: the events are readable while it trains (before close)."""
+    from minitrain.probe import attach
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(16, 8), torch.nn.Linear(8, 16))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    run = tmp_path / "mine"
+    probe = attach(model, opt, run, log="tensorboard,mlflow", config={"lr": 1e-2})
+
+    def step():
+        ids = torch.randint(0, 16, (4, 6))
+        loss = torch.nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
+        opt.zero_grad()
+        loss.backward()
+        probe.log(loss, ids)
+        opt.step()
+
+    for _ in range(5):
+        step()
+    while len(tb_scalars(run / sinks.TENSORBOARD_DIR, "loss/train")) < 5:  # flushed every 2 s, not at close
+        time.sleep(0.1)  # a poll interval: the loop ends on the condition
+    assert sorted(mlflow_history(run, "loss/train")) == [0, 1, 2, 3, 4]
+    for _ in range(3):
+        step()
+    probe.close()
+    rows = reader.read_metrics(run / "metrics.jsonl")[0]
+    tb = tb_scalars(run / sinks.TENSORBOARD_DIR, "loss/train")
+    assert sorted(tb) == list(range(8)) and all(close(tb[r["step"]], r["loss"]) for r in rows)
+    assert sorted(mlflow_history(run, "grad_norm/pre_clip")) == list(range(8))
