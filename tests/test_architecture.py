@@ -231,6 +231,8 @@ ALLOWED_READS = {
     ("lab/learner", "grade"),  # the diagnoses file as it is now, against its seal
     ("lab/learner", "check"),  # the diagnoses file and notes/lessons.md
     ("lab/runner", "read_log"),  # a child process's log: a temporary file the runner made
+    ("bench/eval_diagnosis", "write_docs"),  # docs/diagnosis.md, its generated block replaced
+    ("bench/eval_diagnosis", "read_results"),  # the evaluation's own results.json (--docs-from)
     ("bench/remediation_noise", "write_doc"),  # docs/remediation.md, its measured block replaced
     ("bench/eval_inverse", "write_section"),  # docs/diagnosis.md: its section is spliced between markers
     ("bench/eval_inverse", "main"),  # the bench's own results file (SUITE/results.json), to re-score nothing

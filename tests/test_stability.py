@@ -6,8 +6,8 @@ make are golden-tested on the clean run's metrics edited in one place.
 """
 from __future__ import annotations
 
+import copy
 import importlib
-
 import json
 import shutil
 import sys
@@ -30,7 +30,7 @@ def quick_suite(tmp_path_factory):
     cases = eval_diagnosis.quick_suite()
     eval_diagnosis.ensure_runs(cases, suite, eval_diagnosis.QUICK_BASE, jobs=1)
     eval_diagnosis.evaluate(cases, suite)
-    return suite, {f"seed{c.seed}/{c.name}": c for c in cases}
+    return suite, {c.folder: c for c in cases}
 
 
 def run_of(quick_suite, prefix: str) -> tuple[Path, "eval_diagnosis.Case"]:
@@ -308,13 +308,46 @@ def test_cli_json_text_and_write(quick_suite):
 def test_eval_report_scores_the_quick_suite(quick_suite):
     suite, cases = quick_suite
     cs = list(cases.values())
-    text = eval_diagnosis.render(cs, "quick", 0.0)
-    assert "## Confusion matrix" in text and "| walker |" in text
+    res = eval_diagnosis.results_of(cs, [], 0.0, ["quick"])
+    text = eval_diagnosis.render_report(res)
+    assert "| split |" in text and "| walker |" in text and "Margins of the tuned thresholds" in text
     assert all(eval_diagnosis.correct(c) for c in cs if not c.borderline), \
         [(c.name, c.result["cause"], c.result["anomaly_step"]) for c in cs if not eval_diagnosis.correct(c)]
-    rows = {r["detector"]: r for r in eval_diagnosis.detector_rows(cs)}
-    assert rows["walker"]["clean_runs_alarmed"] == 0
+    assert eval_diagnosis.failures(res) == []
+    rows = {r["detector"]: r for r in res["detectors"]}
+    assert rows["walker"]["quiet_runs_flagged"][0] == 0
     assert set(rows) == {d.name for d in importlib.import_module("minitrain.analysis.detectors").DETECTORS} | {"walker"}
+    # every named verdict carries a confidence; the batch of 2 (outside the vocabulary) names nothing
+    assert all(c.result["confidence"]["level"] in ("exact", "strong", "moderate", "weak")
+               for c in cs if c.result["cause"] not in eval_diagnosis.NO_NAME)
+    assert cases["quick-oov/oov-batch-2"].result["cause"] in eval_diagnosis.NO_NAME
+
+
+def test_eval_fails_loudly_on_a_wrong_name_or_a_missing_run(quick_suite, tmp_path):
+    suite, cases = quick_suite
+    case = copy.deepcopy(cases["seed1/clean"])
+    res = eval_diagnosis.results_of([case], ["seed9/gone"], 0.0, ["quick"])
+    assert eval_diagnosis.failures(res) == ["missing run: seed9/gone"]
+    case.result["cause"] = "bad_batch"  # a clean run named a registered cause
+    res = eval_diagnosis.results_of([case], [], 0.0, ["quick"])
+    assert eval_diagnosis.failures(res) == ["wrong name: seed1/clean"]
+    # a suite folder without the runs: every run missing, exit 1 (nothing trained with --no-train)
+    assert eval_diagnosis.main(["--quick", "--no-train", "--suite", str(tmp_path / "empty")]) == 1
+
+
+def test_verdicts_say_how_strongly_the_deciding_rule_was_crossed(quick_suite):
+    run, case = run_of(quick_suite, "seed1/scale-x50-")
+    out = stability.diagnose_run(run)
+    conf = out["confidence"]
+    assert conf["rule"] == "§7.1" and "σ" in conf["units"] and conf["level"] == "strong"
+    assert conf["crossing"] == pytest.approx(conf["measured"] / conf["threshold"])
+    assert "confidence:" in stability.format_report(out, "x")
+    bad, _ = run_of(quick_suite, "seed1/bad_batch-")
+    conf = stability.diagnose_run(bad)["confidence"]
+    assert conf["rule"] == "§4.1" and conf["level"] in ("strong", "moderate")
+    clean, _ = run_of(quick_suite, "seed1/clean")
+    conf = stability.diagnose_run(clean)["confidence"]
+    assert conf["level"] == "n/a" and conf["nearest_rule"]
 
 
 # --- issue 12: the faults beyond the lab's three, rule-outs, unknown --------------------------------

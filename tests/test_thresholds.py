@@ -1,5 +1,7 @@
 """Every number the stability check judges by lives once, in analysis/thresholds.py."""
 import re
+
+import pytest
 from pathlib import Path
 
 from minitrain.analysis import thresholds
@@ -32,3 +34,32 @@ def test_no_check_restates_a_threshold_as_a_literal():
             value = repr(THRESHOLDS[name].value)
             assert not re.search(rf"(?<![\w.]){re.escape(value)}(?![\w.])", text), (mod, name, value)
     assert thresholds.WINDOW == 50 and thresholds.MIN_HISTORY == 5
+
+
+def test_a_jump_reads_the_same_in_the_runs_own_noise_whatever_that_noise_is():
+    """The robust z of the walker's jump rules: the same spike on a series 10x noisier (a batch of 2 against a
+    batch of 16, roughly) reads the same number of σ, so a threshold in σ is not a number of nats fitted at
+    one batch size."""
+    import numpy as np
+
+    from minitrain.analysis.evidence import in_noise_units, trailing_median_fast, trailing_spread
+
+    noise = np.random.default_rng(0).standard_normal(400)
+    zs = []
+    for sd in (0.05, 0.5):
+        x = 2.0 + sd * noise
+        x[300] += 12 * sd
+        residual = x - trailing_median_fast(x)
+        z = in_noise_units(residual, trailing_spread(residual))
+        assert np.nanmax(np.abs(z[:300])) < 5  # natural steps stay within a few σ
+        zs.append(z[300])
+    assert zs[0] == pytest.approx(zs[1], rel=1e-9) and 8 < zs[0] < 16
+    # the step's own value never enters its spread: a spike does not hide itself
+    residual = np.zeros(60)
+    residual[::2] = 1.0
+    residual[55] = 50.0
+    assert trailing_spread(residual)[55] == trailing_spread(residual)[54]
+
+
+def test_confidence_levels_are_ordered_and_above_the_threshold():
+    assert 1 < thresholds.CONFIDENCE_MODERATE < thresholds.CONFIDENCE_STRONG

@@ -19,6 +19,28 @@ from minitrain.run.nonfinite import non_finite_in
 
 
 @dataclass(frozen=True)
+class Crossing:
+    """How far a matched rule was crossed, in the rule's own units: `measured` against `threshold` (both in
+    `units`; a robust-z rule measures in units of the run's own noise). `ratio` >= 1 means crossed; the walker's
+    confidence reads it. `units` "exact" marks an identity (a NaN, an LR of 0): no degree to it."""
+
+    measured: float
+    threshold: float
+    units: str
+
+    @property
+    def ratio(self) -> float | None:
+        if self.units == "exact" or not (math.isfinite(self.measured) and self.threshold > 0):
+            return None
+        return self.measured / self.threshold
+
+
+EXACT = Crossing(math.nan, math.nan, "exact")
+X_THRESHOLD = "x the threshold's own unit (no noise measure applies)"
+SIGMA = "σ of the run's own trailing noise (robust z)"
+
+
+@dataclass(frozen=True)
 class Finding:
     """One node's measurement: the value, how it reads against the threshold, whether it matched."""
 
@@ -28,6 +50,7 @@ class Finding:
     index: int | None = None  # row index of the step the finding points at
     extra: dict = field(default_factory=dict)
     near: float | None = None  # how close an unmatched finding came to its threshold (1 = at it; None = n/a)
+    crossing: Crossing | None = None  # the reading in the rule's units against its threshold (None: no degree)
 
 
 def miss(why: str) -> Finding:
@@ -48,18 +71,21 @@ def _near(value: float, threshold: float, log: bool = True) -> float | None:
 
 def check_loss0_high(ev: Evidence) -> Finding:
     x = ev.loss[0]
-    return Finding(not math.isfinite(x) or x > T["loss0_high"], x, f"step-0 loss {fmt(x)}", 0)
+    return Finding(not math.isfinite(x) or x > T["loss0_high"], x, f"step-0 loss {fmt(x)}", 0,
+                   crossing=Crossing(x, T["loss0_high"], "nats") if math.isfinite(x) else EXACT)
 
 
 def check_loss0_low(ev: Evidence) -> Finding:
     x = ev.loss[0]
-    return Finding(x < T["loss0_low"], x, f"step-0 loss {fmt(x)}", 0)
+    return Finding(x < T["loss0_low"], x, f"step-0 loss {fmt(x)}", 0,
+                   crossing=Crossing(T["loss0_low"] / x, 1.0, X_THRESHOLD) if x > 0 else EXACT)
 
 
 def check_loss0_band(ev: Evidence) -> Finding:
     x = ev.loss[0]
     return Finding(abs(x - ev.ln_v) > T["loss0_band"], x,
-                   f"step-0 loss {fmt(x)}, ln V = {ev.ln_v:.3f} (V = {ev.vocab}{'' if ev.vocab_size else ', assumed'})", 0)
+                   f"step-0 loss {fmt(x)}, ln V = {ev.ln_v:.3f} (V = {ev.vocab}{'' if ev.vocab_size else ', assumed'})", 0,
+                   crossing=Crossing(abs(x - ev.ln_v), T["loss0_band"], "nats from ln V"))
 
 
 def _gn1(ev: Evidence) -> tuple[float, int]:
@@ -70,12 +96,14 @@ def _gn1(ev: Evidence) -> tuple[float, int]:
 
 def check_gn1_high(ev: Evidence) -> Finding:
     x, i = _gn1(ev)
-    return Finding(math.isfinite(x) and x > T["gn1_high"], x, f"first-step (step {ev.step_at(i)}) grad norm {fmt(x)}", i)
+    return Finding(math.isfinite(x) and x > T["gn1_high"], x, f"first-step (step {ev.step_at(i)}) grad norm {fmt(x)}", i,
+                   crossing=Crossing(x, T["gn1_high"], "L2 norm"))
 
 
 def check_gn1_low(ev: Evidence) -> Finding:
     x, i = _gn1(ev)
-    return Finding(math.isfinite(x) and x < T["gn1_low"], x, f"first-step (step {ev.step_at(i)}) grad norm {fmt(x)}", i)
+    return Finding(math.isfinite(x) and x < T["gn1_low"], x, f"first-step (step {ev.step_at(i)}) grad norm {fmt(x)}", i,
+                   crossing=Crossing(T["gn1_low"] / x, 1.0, X_THRESHOLD) if x > 0 else EXACT)
 
 
 # --- §2 is the LR schedule applying? ---
@@ -91,12 +119,13 @@ def check_lr_constant(ev: Evidence) -> Finding:
     if len(ev.rows) < 3 or not hi > 0:
         return Finding(False, None, f"LR range [{fmt(lo)}, {fmt(hi)}]")
     rel = (hi - lo) / hi
-    return Finding(rel < T["lr_flat"], rel, f"LR {fmt(lo)}..{fmt(hi)}, relative range {fmt(rel, 3)}")
+    return Finding(rel < T["lr_flat"], rel, f"LR {fmt(lo)}..{fmt(hi)}, relative range {fmt(rel, 3)}",
+                   crossing=Crossing(T["lr_flat"] / rel, 1.0, X_THRESHOLD) if rel > 0 else EXACT)
 
 
 def check_lr_zero(ev: Evidence) -> Finding:
     lo, hi = _lr_range(ev)
-    return Finding(hi == 0, hi, f"largest LR {fmt(hi)}")
+    return Finding(hi == 0, hi, f"largest LR {fmt(hi)}", crossing=EXACT)
 
 
 def check_no_warmup(ev: Evidence) -> Finding:
@@ -105,7 +134,8 @@ def check_no_warmup(ev: Evidence) -> Finding:
         return miss("fewer than 10 steps")
     share = ev.lr[0] / hi
     return Finding(share >= T["warmup_share"], share,
-                   f"first-step LR {fmt(ev.lr[0])} = {share:.0%} of the peak {fmt(hi)}", 0)
+                   f"first-step LR {fmt(ev.lr[0])} = {share:.0%} of the peak {fmt(hi)}", 0,
+                   crossing=Crossing(share, T["warmup_share"], "share of the peak LR"))
 
 
 def check_lr_jump(ev: Evidence) -> Finding:
@@ -134,7 +164,8 @@ def check_lr_jump(ev: Evidence) -> Finding:
     span = (f"back {end - start} steps later (step {ev.step_at(end)})" if end is not None else "not back by the end")
     return Finding(True, float(math.exp(abs(log[start]))),
                    f"LR x{fmt(mult, 3)} in one step at step {ev.step_at(start)}, {span}", start,
-                   {"multiplier": mult, "start": ev.step_at(start), "steps": (end - start) if end is not None else None})
+                   {"multiplier": mult, "start": ev.step_at(start), "steps": (end - start) if end is not None else None},
+                   crossing=Crossing(float(math.exp(abs(log[start]))), T["lr_jump"], "x one-step LR change"))
 
 
 def check_update_ratio(ev: Evidence) -> Finding:
@@ -150,7 +181,7 @@ def check_update_ratio(ev: Evidence) -> Finding:
     return Finding(med > T["ur_high"], med,
                    f"median update-to-weight ratio {fmt(med, 3)} (90th percentile {fmt(hi, 3)}); "
                    f"healthy here about 1e-3", None, {"median": med, "p90": hi},
-                   near=med / T["ur_high"])
+                   near=med / T["ur_high"], crossing=Crossing(med, T["ur_high"], "update / weight"))
 
 
 # --- §3 loss health ---
@@ -161,7 +192,7 @@ def check_nonfinite(ev: Evidence) -> Finding:
     if i is None:
         return Finding(False, 0, "no non-finite loss, gradient norm or count")
     what = non_finite_in(ev.rows[i]) or "non-finite count"
-    return Finding(True, 1, f"first non-finite value at step {ev.step_at(i)} ({what})", i)
+    return Finding(True, 1, f"first non-finite value at step {ev.step_at(i)} ({what})", i, crossing=EXACT)
 
 
 def val_points(ev: Evidence) -> tuple[np.ndarray, np.ndarray]:
@@ -201,7 +232,8 @@ def check_mask(ev: Evidence) -> Finding:
                (last_val / best_val) / T["mask_rise"])
     return Finding(matched, best_val / base, shown, int(idx[best_at]),
                    {"train_min": float(np.nanmin(train)), "best_val": best_val, "last_val": last_val,
-                    "ngram_val_loss": base}, near=min(near, 1.0))
+                    "ngram_val_loss": base}, near=min(near, 1.0),
+                   crossing=Crossing(near, 1.0, "x the threshold of its weakest condition"))
 
 
 def check_target_leak(ev: Evidence) -> Finding:
@@ -221,7 +253,7 @@ def check_target_leak(ev: Evidence) -> Finding:
     if first is not None:  # the onset: the first loss jump since validation was last normal (within x1.15 of its best)
         normal = [int(j) for n, j in enumerate(idx) if j < first and val[n] <= T["mask_rise"] * val[:n + 1].min()]
         start = normal[-1] if normal else 0
-        jumps = np.flatnonzero(ev.loss_excess[start:first + 1] >= T["outlier_loss"])
+        jumps = np.flatnonzero(ev.loss_z[start:first + 1] >= T["outlier_z"])
         if len(jumps):
             first = start + int(jumps[0])
         elif ev.loss[0] < ev.ln_v - T["loss0_band"]:  # below chance from step 0: it leaked from the start
@@ -231,7 +263,9 @@ def check_target_leak(ev: Evidence) -> Finding:
                    f"{ev.step_at(int(idx[worst_at]))}; smoothed training loss down to {fmt(low)} = "
                    f"{low / ev.ngram_val_loss:.2f} x the n-gram baseline", first if matched else int(idx[worst_at]),
                    {"worst_val": worst, "ln_v": ev.ln_v, "train_min": low},
-                   near=(worst / ev.ln_v) / T["leak_val"] if worst_at > 0 else None)
+                   near=(worst / ev.ln_v) / T["leak_val"] if worst_at > 0 else None,
+                   crossing=Crossing(float(np.max(val[idx > 0])) / ev.ln_v if (idx > 0).any() else math.nan,
+                                     T["leak_val"], "x ln V (worst validation after step 0)"))
 
 
 def check_not_learning(ev: Evidence) -> Finding:
@@ -240,7 +274,8 @@ def check_not_learning(ev: Evidence) -> Finding:
     tail = ev.loss[len(ev.loss) - max(10, len(ev.loss) // 10):]
     end = float(np.nanmedian(tail))
     share = end / ev.loss[0]
-    return Finding(share > T["not_learning"], share, f"final training loss {fmt(end)} = {share:.0%} of step-0 loss")
+    return Finding(share > T["not_learning"], share, f"final training loss {fmt(end)} = {share:.0%} of step-0 loss",
+                   crossing=Crossing(share, T["not_learning"], "share of the step-0 loss"))
 
 
 # --- §4 batch anomalies ---
@@ -254,36 +289,46 @@ def check_dup_rows(ev: Evidence) -> Finding:
     i = int(np.nanargmax(share))
     return Finding(share[i] >= T["dup_share"], float(share[i]),
                    f"largest duplicated-row share {share[i]:.0%} ({int(dup[i])} of {int(rows[i])} rows) "
-                   f"at step {ev.step_at(i)}", i, near=float(share[i]) / T["dup_share"])
+                   f"at step {ev.step_at(i)}", i, near=float(share[i]) / T["dup_share"],
+                   crossing=Crossing(float(share[i]), T["dup_share"], "share of the batch"))
 
 
 def check_data_outlier(ev: Evidence) -> Finding:
     """One batch whose own loss (measured before the update) is far above the run's recent losses, whose
     gradient jumps with it, and after which the next batch's loss is back to normal: the batch was the
-    outlier, not the model. Needs no duplicated rows, and reads the loss in nats, not as a ratio (late in
-    training the loss is near 0 and ratios blow up)."""
-    excess = ev.loss_excess
-    if not np.isfinite(excess).any():
+    outlier, not the model. Needs no duplicated rows. Both jumps are read in units of the run's own trailing
+    noise (robust z): a batch of 2 has a far noisier loss than a batch of 16, and a fixed number of nats would
+    fit one of them only."""
+    excess, z, gz = ev.loss_excess, ev.loss_z, ev.gn_z
+    if not np.isfinite(z).any():
         return miss("too few steps")
-    gn_ratio = np.exp(ev.gn_log_ratio)
     after = np.append(excess[1:], np.nan)
     before = np.insert(excess[:-1], 0, np.nan)
     # one step: the loss is normal again after it, and was normal before it (a fault that lasts is not one batch)
     back = np.where(np.isfinite(after), after <= T["outlier_back"] * excess, True)
     alone = np.where(np.isfinite(before), before <= T["outlier_back"] * excess, True)
-    hit = (excess >= T["outlier_loss"]) & (gn_ratio >= T["outlier_gn"]) & back & alone
-    i = int(np.nanargmax(np.where(hit, excess, np.nan))) if hit.any() else int(np.nanargmax(excess))
+    # noise alone is not enough: a memorised run's loss (~1e-4) has so little spread that a +0.1 nat wobble reads
+    # hundreds of σ; a bad batch also moves the batch mean by at least a row's worth of chance-level loss
+    big = excess >= T["outlier_rows"] * ev.row_loss_unit
+    hit = (z >= T["outlier_z"]) & (gz >= T["outlier_gn_z"]) & big & back & alone
+    # the step shown: the hit, else the largest jump among those of a row's worth (else the largest of all)
+    pool = hit if hit.any() else big & np.isfinite(z) if (big & np.isfinite(z)).any() else np.isfinite(z)
+    i = int(np.nanargmax(np.where(pool, z, np.nan)))
     rare = ev.batch("rare_share")
     rare_ratio = rare / trailing_median_fast(rare)
     nxt = f"{after[i]:+.2f}" if np.isfinite(after[i]) else "n/a (last step)"
     prv = f"{before[i]:+.2f}" if np.isfinite(before[i]) else "n/a"
-    return Finding(bool(hit[i]), float(excess[i]),
-                   f"{'loss jump' if hit[i] else 'largest loss jump'} +{excess[i]:.2f} nats over its trailing median "
-                   f"at step {ev.step_at(i)}, pre-clip grad norm x{fmt(gn_ratio[i], 3)} its median, previous step "
-                   f"{prv} and next step {nxt} nats; rare-token share x{fmt(rare_ratio[i], 3)} its median", i,
-                   {"next_excess": float(after[i]) if np.isfinite(after[i]) else None,
-                    "grad_norm_ratio": float(gn_ratio[i]), "rare_share_ratio": float(rare_ratio[i])},
-                   near=float(excess[i]) / T["outlier_loss"])
+    return Finding(bool(hit[i]), float(z[i]),
+                   f"{'loss jump' if hit[i] else 'largest loss jump'} +{excess[i]:.2f} nats = {z[i]:.1f} σ of the run's "
+                   f"own loss noise at step {ev.step_at(i)}, pre-clip grad norm x{fmt(math.exp(ev.gn_log_ratio[i]), 3)} "
+                   f"its median = {gz[i]:.1f} σ, {excess[i] / ev.row_loss_unit if ev.row_loss_unit else math.inf:.2g} "
+                   f"rows' worth of chance-level loss (ln V / batch = {ev.row_loss_unit:.3g} nats), previous step "
+                   f"{prv} and next step {nxt} nats; rare-token share "
+                   f"x{fmt(rare_ratio[i], 3)} its median", i,
+                   {"next_excess": float(after[i]) if np.isfinite(after[i]) else None, "loss_z": float(z[i]),
+                    "grad_norm_ratio": float(math.exp(ev.gn_log_ratio[i])), "grad_norm_z": float(gz[i]),
+                    "rare_share_ratio": float(rare_ratio[i])},
+                   near=float(z[i]) / T["outlier_z"], crossing=Crossing(float(z[i]), T["outlier_z"], SIGMA))
 
 
 def check_stuck_loader(ev: Evidence) -> Finding:
@@ -300,7 +345,7 @@ def check_stuck_loader(ev: Evidence) -> Finding:
                    f"{ev.step_at(start)}'s batch, up to step {ev.step_at(i)})" if n else
                    "no batch equals the one before it", start if n else None,
                    {"repeats": n, "first_step": ev.step_at(start), "last_step": ev.step_at(i)},
-                   near=n / T["stuck_steps"])
+                   near=n / T["stuck_steps"], crossing=Crossing(n, T["stuck_steps"], "repeats"))
 
 
 # --- §5 initialisation ---
@@ -312,13 +357,15 @@ def check_logit0(ev: Evidence) -> Finding:
         return miss("no logit_max in the metrics")
     act = ev.rows[0].get("act")
     return Finding(not math.isfinite(x) or x > T["logit0_high"], x,
-                   f"step-0 largest |logit| {fmt(x)}; step-0 activations {act}", 0)
+                   f"step-0 largest |logit| {fmt(x)}; step-0 activations {act}", 0,
+                   crossing=Crossing(x, T["logit0_high"], "|logit|") if math.isfinite(x) else EXACT)
 
 
 def check_came_from_s1(ev: Evidence) -> Finding:
     loss0, (gn, i) = ev.loss[0], _gn1(ev)
     off = not math.isfinite(loss0) or abs(loss0 - ev.ln_v) > T["loss0_band"] or (math.isfinite(gn) and gn > T["gn1_high"])
     return Finding(off, loss0, f"step-0 loss {fmt(loss0)} (ln V {ev.ln_v:.3f}), first-step grad norm {fmt(gn)}", 0)
+    # no crossing of its own: §1 decided, and its finding carries the degree
 
 
 # --- §6 optimizer state / update dynamics ---
@@ -340,7 +387,9 @@ def check_v_factor(ev: Evidence) -> Finding:
     return Finding(abs(vf["log_factor"]) > thr, vf["factor"],
                    f"{vf['tensor']}: v changed by x{fmt(vf['factor'])} beyond g^2 at step {ev.step_at(vf['index'])} "
                    f"(allowed x{math.exp(-thr):.4g}..x{math.exp(thr):.4g}; rounding noise {vf['noise']:.1e})",
-                   vf["index"], {"tensor": vf["tensor"]}, near=abs(vf["log_factor"]) / thr if thr > 0 else None)
+                   vf["index"], {"tensor": vf["tensor"]}, near=abs(vf["log_factor"]) / thr if thr > 0 else None,
+                   crossing=Crossing(abs(vf["log_factor"]) / vf["noise"], thr / vf["noise"],
+                                     "x the run's own rounding noise of log f") if vf["noise"] > 0 else None)
 
 
 def check_v_up(ev: Evidence) -> Finding:
@@ -360,14 +409,16 @@ def check_v_regime(ev: Evidence) -> Finding:
         return miss("no per-parameter optimizer statistics (telemetry: basic?)")
     if not vf["noise"] > T["v_fit_noise"]:
         return Finding(False, vf["noise"], f"v follows one recurrence (fitted β2 {vf['beta2']:.4g}; residual noise "
-                                           f"{vf['noise']:.1e})", near=vf["noise"] / T["v_fit_noise"])
+                                           f"{vf['noise']:.1e})", near=vf["noise"] / T["v_fit_noise"],
+                       crossing=Crossing(vf["noise"], T["v_fit_noise"], "residual |log f| (99th percentile)"))
     split = ev.regime_split()
     if split is None:
         return miss("too few steps to split the run")
     k, before, after = split
     return Finding(True, vf["noise"], f"v stops following one recurrence at step {ev.step_at(k)}: fitted β2 "
                                       f"{fmt(before, 4)} before, {fmt(after, 4)} from then on (residual noise "
-                                      f"{vf['noise']:.1e})", k, {"beta2_before": before, "beta2_after": after})
+                                      f"{vf['noise']:.1e})", k, {"beta2_before": before, "beta2_after": after},
+                   crossing=Crossing(vf["noise"], T["v_fit_noise"], "residual |log f| (99th percentile)"))
 
 
 # --- §7 gradient-norm spikes, before / after clipping ---
@@ -388,52 +439,63 @@ def _describe_gn(ev: Evidence, i: int) -> str:
 
 
 def check_gn_all_up(ev: Evidence) -> Finding:
-    """Every tensor's gradient jumped together, more than the loss explains: the gradient was scaled, not
-    the data changed (a natural spike comes with a surprising batch and moves a few tensors)."""
+    """Every tensor's gradient jumped together, more than the loss explains, each by many times its own natural
+    step-to-step variation: the gradient was scaled, not the data changed (a natural spike comes with a
+    surprising batch and moves a few tensors)."""
     if ev.g_log_ratio is None:
         return miss("no per-parameter gradient norms (telemetry: basic?)")
-    x = ev.g_all_up
-    if not np.isfinite(x).any():
+    z = ev.g_all_up_z
+    if not np.isfinite(z).any():
         return miss("too few steps")
-    i = int(np.nanargmax(x))
-    return Finding(x[i] >= math.log(T["gn_all_up"]), float(math.exp(x[i])),
-                   f"every tensor's g x{math.exp(x[i]):.3g} or more (loss-adjusted) at step {ev.step_at(i)}; "
-                   + _describe_gn(ev, i), i, near=_near(float(math.exp(x[i])), T["gn_all_up"]))
+    i = int(np.nanargmax(z))
+    return Finding(z[i] >= T["gn_all_up_z"], float(z[i]),
+                   f"every tensor's g {z[i]:.1f} σ or more of its own noise above its median, beyond the loss's rise "
+                   f"(x{math.exp(ev.g_all_up[i]):.3g} or more) at step {ev.step_at(i)}; " + _describe_gn(ev, i), i,
+                   near=max(0.0, float(z[i])) / T["gn_all_up_z"], crossing=Crossing(float(z[i]), T["gn_all_up_z"], SIGMA))
 
 
 def check_gn_all_down(ev: Evidence) -> Finding:
     if ev.g_log_ratio is None:
         return miss("no per-parameter gradient norms (telemetry: basic?)")
-    x = ev.g_all_down
-    if not np.isfinite(x).any():
+    z = -ev.g_all_down_z
+    if not np.isfinite(z).any():
         return miss("too few steps")
-    i = int(np.nanargmin(x))
-    return Finding(x[i] <= math.log(T["gn_all_down"]), float(math.exp(x[i])),
-                   f"every tensor's g x{math.exp(x[i]):.3g} or less (loss-adjusted) at step {ev.step_at(i)}; "
-                   + _describe_gn(ev, i), i, near=_near(float(math.exp(-x[i])), 1 / T["gn_all_down"]))
+    i = int(np.nanargmax(z))
+    return Finding(z[i] >= T["gn_all_down_z"], float(-z[i]),
+                   f"every tensor's g {z[i]:.1f} σ or more of its own noise below its median, beyond the loss's fall "
+                   f"(x{math.exp(ev.g_all_down[i]):.3g} or less) at step {ev.step_at(i)}; " + _describe_gn(ev, i), i,
+                   near=max(0.0, float(z[i])) / T["gn_all_down_z"],
+                   crossing=Crossing(float(z[i]), T["gn_all_down_z"], SIGMA + ", downwards"))
 
 
 def check_gn_huge(ev: Evidence) -> Finding:
-    r = ev.gn_log_ratio - np.maximum(np.nan_to_num(ev.loss_log_ratio, nan=0.0), 0)
-    if not np.isfinite(r).any():
+    z = ev.gn_beyond_loss_z
+    if not np.isfinite(z).any():
         return miss("too few steps")
-    j = int(np.nanargmax(r))
-    return Finding(r[j] >= math.log(T["gn_huge"]), float(math.exp(r[j])),
-                   f"largest jump beyond the loss's: x{math.exp(r[j]):.3g}; " + _describe_gn(ev, j), j,
-                   near=_near(float(math.exp(r[j])), T["gn_huge"]))
-
+    j = int(np.nanargmax(z))
+    r = ev.gn_log_ratio[j] - max(0.0, float(np.nan_to_num(ev.loss_log_ratio[j])))
+    return Finding(z[j] >= T["gn_huge_z"], float(z[j]),
+                   f"largest jump beyond the loss's: x{math.exp(r):.3g} = {z[j]:.1f} σ of the norm's own noise; "
+                   + _describe_gn(ev, j), j, near=max(0.0, float(z[j])) / T["gn_huge_z"],
+                   crossing=Crossing(float(z[j]), T["gn_huge_z"], SIGMA))
 
 
 def check_loss_jump(ev: Evidence) -> Finding:
-    """Any loss jump beyond natural variation (clean runs here: at most +0.6 nat over the trailing median) that
-    no question above explained: something happened that this tree has no leaf for."""
-    excess = ev.loss_excess
-    if not np.isfinite(excess).any():
-        return miss("too few steps")
-    i = int(np.nanargmax(excess))
-    return Finding(bool(excess[i] >= T["outlier_loss"]), float(excess[i]),
-                   f"largest loss jump +{excess[i]:.2f} nats over its trailing median at step {ev.step_at(i)}", i,
-                   near=float(excess[i]) / T["outlier_loss"])
+    """Any loss jump far beyond the run's own natural variation that no question above explained: something
+    happened that this tree has no leaf for."""
+    z = np.where(ev.loss_excess >= T["outlier_rows"] * ev.row_loss_unit, ev.loss_z, np.nan)  # as §4.2: a row's worth
+    if not np.isfinite(z).any():
+        z = ev.loss_z
+        if not np.isfinite(z).any():
+            return miss("too few steps")
+    i = int(np.nanargmax(z))
+    big = ev.loss_excess[i] >= T["outlier_rows"] * ev.row_loss_unit
+    return Finding(bool(z[i] >= T["loss_jump_z"] and big), float(z[i]),
+                   f"largest loss jump +{ev.loss_excess[i]:.2f} nats = {z[i]:.1f} σ of the run's own loss noise at "
+                   f"step {ev.step_at(i)}" + ("" if big else f", under a row's worth of chance-level loss "
+                                                            f"({ev.row_loss_unit:.3g} nats)"), i,
+                   near=float(z[i]) / T["loss_jump_z"],
+                   crossing=Crossing(float(z[i]), T["loss_jump_z"], SIGMA))
 
 
 # --- rule-outs: evidence that contradicts a leaf its node led to (each reviewed for what else trips the node) ---
@@ -443,6 +505,19 @@ def rule_out_lr_too_large(ev: Evidence, at: Finding) -> Finding:
     """A run whose LR is far too large also memorises, drives training loss to ~0 and climbs in validation."""
     f = check_update_ratio(ev)
     return Finding(f.matched, f.value, f.shown)
+
+
+def rule_out_val_not_climbing(ev: Evidence, at: Finding) -> Finding:
+    """A too-high LR memorises the training split: validation climbs after an early best. Updates larger than
+    this model's healthy ones whose validation never climbed did not do what the leaf names: another optimizer
+    setting also moves the weights further per step (beta1 0.5: ~2.5x) with no harm to see."""
+    idx, val = val_points(ev)
+    if len(idx) < 3:
+        return Finding(False, None, "fewer than 3 validation points")
+    best, last = float(np.min(val)), float(val[-1])
+    return Finding(last <= T["mask_rise"] * best, last / best,
+                   f"last validation {fmt(last)} = {last / best:.2f} x its best {fmt(best)} (a memorising run climbs "
+                   f"above {T['mask_rise']:g}x)")
 
 
 def rule_out_val_above_untrained(ev: Evidence, at: Finding) -> Finding:

@@ -8,15 +8,16 @@ window, and the DECIDING signal of the leaf's cause, judged by the tree's own th
 
     bad_batch decided by §4.1                the batch's repeated-row share >= dup_share
                                              at S
-    bad_batch (otherwise), target_leak       loss excess at S              >= outlier_loss (nats)
+    bad_batch (otherwise), target_leak       loss excess at S, in σ of the >= outlier_z, and a row's worth
+                                             run's own noise               (outlier_rows x ln V / batch)
     stuck_loader                             the longest run of repeated   >= stuck_steps
                                              batches from S in the window
     lr_spike                                 the LR's one-step change at S outside [1/lr_jump, lr_jump]
-    gradient_explosion                       every tensor's g jump at S    >= gn_all_up (x, beyond the loss)
+    gradient_explosion                       every tensor's g jump at S    >= gn_all_up_z (σ, beyond the loss)
     optimizer_state_corruption / _setting    the tensor's Adam v at the    outside [1/V_JUMP, V_JUMP]
                                              window's end over its v at S-1
-    any other cause                          loss excess at S or the pre-clip norm jump at S (outlier_loss /
-                                             outlier_gn)
+    any other cause                          loss excess at S (as bad_batch) or the pre-clip norm jump at S
+                                             (>= gn_huge_z σ beyond the loss's)
 
 A counterfactual "removes" the anomaly when the identical replay shows it and the counterfactual does not.
 Each counterfactual has a kind: data (a batch replaced or skipped), state (Adam's moments put back), clipping
@@ -121,20 +122,20 @@ def _deciding(ev: Evidence, i: int, end: int, cause: str | None, tensor: str | N
         return {"signal": f"Adam v of {tensor} at step {int(ev.steps[end])} / at step {int(ev.steps[i - 1])}",
                 "value": _f(ratio), "unit": "x", "threshold": f"outside [1/{V_JUMP:g}, {V_JUMP:g}]",
                 "present": present}
-    if cause == "gradient_explosion" and ev.g_log_ratio is not None and np.isfinite(ev.g_all_up[i]):
-        up = math.exp(ev.g_all_up[i])
-        return {"signal": "every tensor's gradient jump at S (beyond the loss's)", "value": up, "unit": "x",
-                "threshold": f">= {T['gn_all_up']:g}", "present": up >= T["gn_all_up"]}
-    loss, gn = m["loss_excess"], m["grad_norm_ratio"]
-    if cause in ("bad_batch", "target_leak") or gn is None:
-        return {"signal": "loss excess at S", "value": loss, "unit": "nats",
-                "threshold": f">= {T['outlier_loss']:g} nats",
-                "present": loss is not None and loss >= T["outlier_loss"]}
-    loss_on = loss is not None and loss >= T["outlier_loss"]
-    return {"signal": "loss excess at S or pre-clip norm jump at S",
-            "value": loss if loss_on else gn, "unit": "nats" if loss_on else "x",
-            "threshold": f">= {T['outlier_loss']:g} nats or >= {T['outlier_gn']:g}x",
-            "present": loss_on or gn >= T["outlier_gn"]}
+    if cause == "gradient_explosion" and ev.g_log_ratio is not None and np.isfinite(ev.g_all_up_z[i]):
+        up = float(ev.g_all_up_z[i])
+        return {"signal": "every tensor's gradient jump at S (beyond the loss's)", "value": up, "unit": "σ",
+                "threshold": f">= {T['gn_all_up_z']:g} σ", "present": up >= T["gn_all_up_z"]}
+    z, gz = _f(ev.loss_z[i]), _f(ev.gn_beyond_loss_z[i])
+    loss_on = z is not None and z >= T["outlier_z"] and ev.loss_excess[i] >= T["outlier_rows"] * ev.row_loss_unit
+    row = f"{T['outlier_rows']:g} x ln V / batch nats"
+    if cause in ("bad_batch", "target_leak") or gz is None:
+        return {"signal": "loss excess at S, in σ of the run's own loss noise", "value": z, "unit": "σ",
+                "threshold": f">= {T['outlier_z']:g} σ and >= {row}", "present": loss_on}
+    return {"signal": "loss excess at S or pre-clip norm jump at S (beyond the loss's)",
+            "value": z if loss_on else gz, "unit": "σ",
+            "threshold": f">= {T['outlier_z']:g} σ and >= {row}, or >= {T['gn_huge_z']:g} σ",
+            "present": loss_on or gz >= T["gn_huge_z"]}
 
 
 def verdict_of(m: dict, identical: dict) -> dict:

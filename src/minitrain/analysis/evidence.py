@@ -10,6 +10,7 @@ loss or norm scale of one run.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -54,6 +55,40 @@ def trailing_median_fast(x: np.ndarray, window: int = WINDOW) -> np.ndarray:
     elif n > window + 1:
         out = trailing_median(x, window)
     return out
+
+
+MAD_TO_SIGMA = 1.4826  # a normal variable's standard deviation over its median absolute deviation
+
+
+def trailing_nanmedian(x: np.ndarray, window: int = WINDOW, min_history: int = MIN_HISTORY) -> np.ndarray:
+    """Median of the finite values among the `window` before each step, along the first axis (NaN where fewer
+    than `min_history` are finite): trailing_median for series with gaps and for [steps, k] arrays at once."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    pad = np.full((window, *x.shape[1:]), np.nan)
+    past = sliding_window_view(np.concatenate([pad, x])[:-1], window, axis=0)  # past[t] = x[t-window:t]
+    count = np.isfinite(past).sum(axis=-1)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN window is NaN, as documented
+        med = np.nanmedian(past, axis=-1)
+    return np.where(count >= min_history, med, np.nan)
+
+
+def trailing_spread(residual: np.ndarray, window: int = WINDOW) -> np.ndarray:
+    """The run's own step-to-step noise of a series at each step: 1.4826 / sqrt(2) x the median |change from one
+    step to the next| over the `window` steps before it (a robust standard deviation read from differences, so a
+    falling loss's trend does not count as noise). A step's own value never enters its spread, and one outlier
+    among the 50 barely moves it."""
+    change = np.abs(np.diff(residual, axis=0, prepend=np.full((1, *residual.shape[1:]), np.nan)))
+    return MAD_TO_SIGMA / math.sqrt(2) * trailing_nanmedian(change, window)
+
+
+def in_noise_units(x: np.ndarray, spread: np.ndarray) -> np.ndarray:
+    """x / spread (NaN where the spread is 0 or unknown): a robust z-score when x is the residual itself. A
+    threshold in these units widens by itself where the run is noisier (a smaller batch, early training): it is
+    not a number of nats fitted at one batch size."""
+    with np.errstate(all="ignore"):
+        return np.where(spread > 0, x / spread, np.nan)
 
 
 def row_keys(rows: list[dict], field: str, skip: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -190,6 +225,52 @@ class Evidence:
         if self.g_log_ratio is None:
             return np.full(len(self.rows), np.nan)
         return np.nanmax(self.g_log_ratio, axis=1) - np.minimum(np.nan_to_num(self.loss_log_ratio, nan=0.0), 0)
+
+    @cached_property
+    def row_loss_unit(self) -> float:
+        """ln V / the run's batch size (median rows per step): how much one row of chance-level loss (ln V per
+        token) adds to a batch's mean loss. 0 when the metrics carry no batch composition."""
+        rows = self.batch_rows[self.batch_rows > 0]
+        return self.ln_v / float(np.median(rows)) if len(rows) else 0.0
+
+    # --- the same jumps in units of the run's own noise (robust z-scores over the trailing window) ---
+    @cached_property
+    def loss_z(self) -> np.ndarray:
+        """The loss's excess over its trailing median in units of its own trailing spread."""
+        return in_noise_units(self.loss_excess, trailing_spread(self.loss_excess))
+
+    @cached_property
+    def gn_z(self) -> np.ndarray:
+        """The pre-clip grad norm's log ratio to its trailing median, in units of its own trailing spread."""
+        return in_noise_units(self.gn_log_ratio, trailing_spread(self.gn_log_ratio))
+
+    @cached_property
+    def gn_beyond_loss_z(self) -> np.ndarray:
+        """gn_z less the loss's own rise (its log ratio, when > 0): a jump of the norm the batch does not explain."""
+        rise = np.maximum(np.nan_to_num(self.loss_log_ratio, nan=0.0), 0)
+        return in_noise_units(self.gn_log_ratio - rise, trailing_spread(self.gn_log_ratio))
+
+    @cached_property
+    def _g_spread(self) -> np.ndarray | None:
+        return None if self.g_log_ratio is None else trailing_spread(self.g_log_ratio)
+
+    @cached_property
+    def g_all_up_z(self) -> np.ndarray:
+        """The smallest over tensors of (log g ratio less the loss's own rise) / that tensor's own spread: large
+        only when EVERY tensor's gradient jumped, each by many times its natural step-to-step variation."""
+        if self.g_log_ratio is None:
+            return np.full(len(self.rows), np.nan)
+        rise = np.maximum(np.nan_to_num(self.loss_log_ratio, nan=0.0), 0)[:, None]
+        return _nan_reduce(np.nanmin, in_noise_units(self.g_log_ratio - rise, self._g_spread))
+
+    @cached_property
+    def g_all_down_z(self) -> np.ndarray:
+        """The largest over tensors of (log g ratio less the loss's own fall) / that tensor's spread: very
+        negative only when every tensor's gradient fell."""
+        if self.g_log_ratio is None:
+            return np.full(len(self.rows), np.nan)
+        fall = np.minimum(np.nan_to_num(self.loss_log_ratio, nan=0.0), 0)[:, None]
+        return _nan_reduce(np.nanmax, in_noise_units(self.g_log_ratio - fall, self._g_spread))
 
     @cached_property
     def v_factor(self) -> dict | None:
@@ -330,6 +411,14 @@ class Evidence:
                 out[i] = out[i - 1] + 1
         return out
 
+
+
+def _nan_reduce(f, x: np.ndarray) -> np.ndarray:
+    """f over axis 1, NaN for an all-NaN row (without numpy's warning)."""
+    out = np.full(x.shape[0], np.nan)
+    ok = np.isfinite(x).any(axis=1)
+    out[ok] = f(x[ok], axis=1)
+    return out
 
 
 REQUIRED = ("step", "loss", "lr", "grad_norm")

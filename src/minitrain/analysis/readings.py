@@ -42,8 +42,8 @@ def questions(ev: stability.Evidence) -> list[dict]:
 
 def signals(ev: stability.Evidence) -> dict:
     """Per-step signals of §6.1 (f, the factor by which Adam's v moved beyond g², farthest from 1 over the
-    tensors) and §7.1/§7.2 (smallest and largest per-tensor g / trailing median, the loss's own jump divided
-    out), with their thresholds; empty without per-tensor telemetry."""
+    tensors) and §7.1/§7.2 (smallest and largest per-tensor log g / trailing median, the loss's own jump taken
+    out, each in σ of that tensor's own noise), with their thresholds; empty without per-tensor telemetry."""
     out: dict = {"steps": [int(s) for s in ev.steps]}
     vf = ev.v_factor
     if vf:
@@ -54,9 +54,9 @@ def signals(ev: stability.Evidence) -> dict:
         out["v_factor_noise"] = [_num(math.exp(-vf["noise"])), _num(math.exp(vf["noise"]))]
         out["v_factor_beta2"] = _num(vf["beta2"], 6)
     if ev.g_log_ratio is not None:
-        out["g_all_up"] = _ratio_series(ev.g_all_up)
-        out["g_all_down"] = _ratio_series(ev.g_all_down)
-        out["g_all_thresholds"] = [stability.T["gn_all_down"], stability.T["gn_all_up"]]
+        out["g_all_up"] = [_num(float(x), 4) for x in ev.g_all_up_z]
+        out["g_all_down"] = [_num(float(x), 4) for x in ev.g_all_down_z]
+        out["g_all_thresholds"] = [-stability.T["gn_all_down_z"], stability.T["gn_all_up_z"]]
     return out
 
 

@@ -35,6 +35,8 @@ def format_report(result: dict, run_name: str) -> str:
               f"  diagnosis:   {result['diagnosis']}", f"  remediation: {result['remediation']}"]
     if result.get("case"):
         lines.insert(-2, f"  (texts for a run with {result['case']})")
+    if result.get("confidence"):
+        lines.append(f"  confidence:  {result['confidence']['text']}")
     for c in result.get("closest", []):
         lines.append(f"  closest: {c['leaf']} {c['title']} (cause {c['cause']}"
                      + (f", step {c['step']}" if c.get("step") is not None else "") + f"); ruled out: {c['ruled_out_by']}")

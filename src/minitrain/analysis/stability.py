@@ -22,9 +22,10 @@ from minitrain.analysis.report import (DIAGNOSIS_NAME, MD_NAME, format_report, r
 from minitrain.analysis.thresholds import GN1_HEALTHY, MIN_HISTORY, THRESHOLDS, WINDOW, T
 from minitrain.analysis.tree import (ITEMS, ORDER, RULE, SECTIONS, TREE, Leaf, Node, Section, iter_nodes,
                                      next_node)
-from minitrain.analysis.walk import compare, diagnose_run, leaf_evidence, walk
+from minitrain.analysis.walk import compare, confidence, diagnose_run, leaf_evidence, rule_readings, walk
 
 __all__ = ["CAUSES", "Cause", "Finding", "v_threshold", "Evidence", "load_evidence", "trailing_median", "trailing_median_fast",
            "DIAGNOSIS_NAME", "MD_NAME", "format_report", "render_markdown", "write_diagnosis", "write_markdown",
            "GN1_HEALTHY", "MIN_HISTORY", "THRESHOLDS", "WINDOW", "T", "ITEMS", "ORDER", "RULE", "SECTIONS", "TREE",
-           "Leaf", "Node", "Section", "iter_nodes", "next_node", "compare", "diagnose_run", "leaf_evidence", "walk"]
+           "Leaf", "Node", "Section", "iter_nodes", "next_node", "compare", "diagnose_run", "leaf_evidence", "walk",
+           "confidence", "rule_readings"]

@@ -53,8 +53,13 @@ THRESHOLDS: dict[str, Threshold] = {
     "dup_share": Threshold(0.5, "tuned", "share of a batch's rows that repeat an earlier row of it"),
     "stuck_steps": Threshold(3, "tuned", "consecutive steps whose batch composition equals the previous step's "
                                           "(clean runs: at most 1, by coincidence)"),
-    "outlier_loss": Threshold(1.0, "tuned", "a batch's own loss this many nats above its trailing median ..."),
-    "outlier_gn": Threshold(1.5, "tuned", "... with the pre-clip gradient norm at least this many times its median ..."),
+    "outlier_z": Threshold(10.0, "tuned", "a batch's own loss this many σ of the run's own loss noise above its "
+                                          "trailing median (robust z) ..."),
+    "outlier_rows": Threshold(1.0, "exact", "... and at least this many rows' worth of a chance-level loss over the "
+                                            "batch (ln V / batch size nats per row: the batch mean's own unit, so "
+                                            "the bar falls as the batch grows) ..."),
+    "outlier_gn_z": Threshold(1.0, "tuned", "... with the pre-clip gradient norm this many σ of its own noise above "
+                                            "its median ..."),
     "outlier_back": Threshold(0.5, "tuned", "... and the previous and next steps' loss excess below this share of "
                                             "the jump (a bad batch is one step: the model was not damaged)"),
     # §5 initialisation
@@ -67,10 +72,13 @@ THRESHOLDS: dict[str, Threshold] = {
     "v_spread": Threshold(0.25, "tuned", "share of tensors whose v departs from the recurrence at the same step "
                                          "above which it is a changed optimizer setting, not one corrupted tensor"),
     # §7 gradient-norm spikes
-    "gn_all_up": Threshold(2.0, "tuned", "every tensor's g at least this many times its trailing median, beyond "
-                                         "the batch loss's own jump (clean runs: at most 1.2)"),
-    "gn_all_down": Threshold(0.4, "tuned", "every tensor's g at most this share of its trailing median (clean: >= 0.8)"),
-    "gn_huge": Threshold(30.0, "tuned", "a pre-clip jump this large (beyond the loss's) is never natural here"),
+    "gn_all_up_z": Threshold(3.0, "tuned", "every tensor's g this many σ of its own noise above its trailing "
+                                           "median, beyond the batch loss's own jump"),
+    "gn_all_down_z": Threshold(3.0, "tuned", "every tensor's g this many σ of its own noise below its trailing "
+                                             "median, beyond the loss's own fall"),
+    "gn_huge_z": Threshold(20.0, "tuned", "a pre-clip jump (beyond the loss's) this many σ of the norm's own noise"),
+    "loss_jump_z": Threshold(10.0, "tuned", "a loss jump this many σ of the run's own loss noise that no question "
+                                            "explained: unknown, not healthy"),
 }
 
 # The values, by name: what the checks read.
@@ -78,6 +86,11 @@ T: dict[str, float] = {name: t.value for name, t in THRESHOLDS.items()}
 
 # The course's healthy range of the step-1 gradient norm, as one pair (the dashboard's health line, health.py).
 GN1_HEALTHY = (T["gn1_healthy_low"], T["gn1_healthy_high"])
+
+# A verdict's confidence: the deciding rule's reading over its threshold, in the rule's own units (for a
+# robust-z rule: σ of the run's own noise). Not tuned: a reporting convention (docs/diagnosis.md).
+CONFIDENCE_STRONG = 2.0  # at least twice the threshold: strong evidence
+CONFIDENCE_MODERATE = 1.25  # below 1.25x the threshold: weak evidence, said so
 
 WINDOW = 50        # trailing window (steps) of the robust statistics
 MIN_HISTORY = 5    # a step needs this many earlier steps before it can be called an outlier

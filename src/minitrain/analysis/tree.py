@@ -144,7 +144,9 @@ TREE: tuple[Section, ...] = (
              "well above 1e-3): the model memorises its training split (training loss near 0) and validation "
              "climbs after an early best.",
              "Lower lr_max (the course default is 3e-4) and re-run from step 0; keep the update-to-weight ratio "
-             "near 1e-3."),
+             "near 1e-3.",
+             rule_out=(("validation never climbed after its best: the large updates did not make the model memorise",
+                        C.rule_out_val_not_climbing),)),
     )),
     Section("§3", "Is the loss healthy?",
             "Non-finite values end a run; a training loss that falls while validation does not means the "
@@ -200,9 +202,11 @@ TREE: tuple[Section, ...] = (
              needs=("batch.dup_rows",)),
         Node("§4.2", "Is one batch's own loss far above the run's recent losses, with its gradient norm up and the "
              "batches before and after it normal?",
-             "loss - trailing median (nats), grad_norm / trailing median, the previous and next steps' loss excess",
-             P_LOSS + "; " + P_GN, f"loss >= +{T['outlier_loss']:g} nat, grad norm >= {T['outlier_gn']:g}x, previous "
-             f"and next excess <= {T['outlier_back']:g} x the jump", C.check_data_outlier, yes="§4.A"),
+             "loss - trailing median, in σ of the run's own loss noise (1.4826 x the median absolute excess of the "
+             "50 steps before); grad_norm / trailing median, in σ of its own noise; the previous and next steps' "
+             "loss excess", P_LOSS + "; " + P_GN, f"loss >= {T['outlier_z']:g} σ and >= {T['outlier_rows']:g} x ln V / batch "
+             f"size nats, grad norm >= {T['outlier_gn_z']:g} σ, "
+             f"previous and next excess <= {T['outlier_back']:g} x the jump", C.check_data_outlier, yes="§4.A"),
         Node("§4.3", "Is the same batch served on several consecutive steps?",
              "batch.rows and the batch's token statistics equal to the previous step's", P_BATCH,
              f">= {T['stuck_steps']:g} repeats in a row", C.check_stuck_loader, yes="§4.B"),
@@ -276,21 +280,25 @@ TREE: tuple[Section, ...] = (
             "the pre-clip norm. With clipping off (grad_clip=0) the two norms are equal and every spike reaches "
             "Adam's moments. Natural spikes late in training reach several times the median but move a few "
             "tensors, not all.", (
-        Node("§7.1", f"Did every tensor's gradient norm jump at least {T['gn_all_up']:g}x its own trailing median at one step, "
-             "beyond the batch loss's own jump?",
-             "min over tensors of params[*].g / its 50-step trailing median, divided by loss / its trailing "
-             "median when that is > 1", P_GN + "; " + P_G, f">= {T['gn_all_up']:g}x", C.check_gn_all_up, yes="§7.A",
+        Node("§7.1", f"Did every tensor's gradient norm jump at least {T['gn_all_up_z']:g} σ of its own noise above its "
+             "trailing median at one step, beyond the batch loss's own jump?",
+             "min over tensors of log(params[*].g / its 50-step trailing median) less the loss's log rise (when > 0), "
+             "over that tensor's own trailing spread (robust z)", P_GN + "; " + P_G, f">= {T['gn_all_up_z']:g} σ",
+             C.check_gn_all_up, yes="§7.A",
              needs=("params.g",)),
-        Node("§7.2", f"Did every tensor's gradient norm fall to {T['gn_all_down']:g}x its trailing median at one step, beyond the "
-             "loss's own fall?", "max over tensors of params[*].g / its trailing median, divided by loss / its "
-             "trailing median when that is < 1", P_GN + "; " + P_G, f"<= {T['gn_all_down']:g}x", C.check_gn_all_down,
+        Node("§7.2", f"Did every tensor's gradient norm fall at least {T['gn_all_down_z']:g} σ of its own noise below its "
+             "trailing median at one step, beyond the loss's own fall?", "max over tensors of log(params[*].g / its "
+             "trailing median) less the loss's log fall (when < 0), over that tensor's own trailing spread",
+             P_GN + "; " + P_G, f"<= -{T['gn_all_down_z']:g} σ", C.check_gn_all_down,
              yes="§7.B", needs=("params.g",)),
-        Node("§7.3", f"Is there any pre-clip jump of {T['gn_huge']:g}x its trailing median beyond what the loss explains?",
-             "(grad_norm / trailing median) / (loss / its trailing median, if > 1)",
-             P_GN, f">= {T['gn_huge']:g}x", C.check_gn_huge, yes="§7.C"),
-        Node("§7.4", f"Is there any loss jump of {T['outlier_loss']:g} nat or more over its trailing median that nothing above "
-             "explained?",
-             "loss - trailing median (nats)", P_LOSS, f">= +{T['outlier_loss']:g} nat", C.check_loss_jump,
+        Node("§7.3", f"Is there any pre-clip jump of {T['gn_huge_z']:g} σ of the norm's own noise beyond what the loss "
+             "explains?", "log(grad_norm / trailing median) less the loss's log rise (if > 0), over the norm's own "
+             "trailing spread", P_GN, f">= {T['gn_huge_z']:g} σ", C.check_gn_huge, yes="§7.C"),
+        Node("§7.4", f"Is there any loss jump of {T['loss_jump_z']:g} σ of the run's own loss noise or more over its "
+             "trailing median that nothing above explained?",
+             "loss - trailing median, in σ of the run's own loss noise (and nats)", P_LOSS,
+             f">= {T['loss_jump_z']:g} σ and >= {T['outlier_rows']:g} x ln V / batch size nats",
+             C.check_loss_jump,
              yes="§8.B", no="§8.A"),
         Leaf("§7.A", "gradient_explosion", "transient gradient explosion",
              "Every gradient was multiplied by one common factor at one step; clipping cut the update back to "

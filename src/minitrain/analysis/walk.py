@@ -18,7 +18,9 @@ import numpy as np
 
 from minitrain.analysis.checks import Finding, train_smooth, val_points
 from minitrain.analysis.evidence import Evidence, load_evidence, trailing_median_fast
+from minitrain.analysis.thresholds import CONFIDENCE_MODERATE, CONFIDENCE_STRONG
 from minitrain.analysis.tree import ITEMS, Leaf, Node, next_node
+from minitrain.core.fmt import fmt
 
 # ---------------------------------------------------------------------------------------------------
 # Walking the tree
@@ -55,7 +57,8 @@ def _walk(ev: Evidence) -> dict:
             current = target
         leaf = ITEMS[current]
         led = path[-1] if path else None
-        hits = _rule_outs(leaf, ev, led["_finding"]) if led is not None else []
+        checked = _rule_outs(leaf, ev, led["_finding"]) if led is not None else []
+        hits = [f"{why} ({f.shown})" for why, f in checked if f.matched]
         if not hits:
             break
         ruled.append({"leaf": leaf.id, "title": leaf.title, "cause": leaf.cause, "step": led["step"],
@@ -75,6 +78,7 @@ def _walk(ev: Evidence) -> dict:
         out["case"] = leaf.case_of(ev)
     if leaf.cause == "unknown":
         out["closest"] = _closest(path, ruled)
+    out["confidence"] = confidence(leaf, path, checked if leaf.rule_out else [])
     for p in path:
         p.pop("_finding")
     return {**out, "path": [p["node"] for p in path] + [leaf.id],
@@ -94,14 +98,61 @@ def answer(node: Node, ev: Evidence) -> tuple[Finding, list[str]]:
     return node.check(ev), []
 
 
-def _rule_outs(leaf: Leaf, ev: Evidence, led: Finding) -> list[str]:
-    """The rule-outs of `leaf` that hold on this run, each as 'what it means (what was measured)'."""
-    hits = []
-    for why, check in leaf.rule_out:
-        f = check(ev, led)
-        if f.matched:
-            hits.append(f"{why} ({f.shown})")
-    return hits
+def rule_readings(ev: Evidence) -> dict[str, list[float | None]]:
+    """Every question's reading on this run as [measured, threshold] in its rule's own units (the crossing's; a
+    question without one: [its value, None]): what the evaluation's margins are made of. A question that did
+    not match reads its nearest approach over the run (the largest jump, the farthest factor)."""
+    out = {}
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for nid, it in ITEMS.items():
+            if isinstance(it, Node):
+                f, _ = answer(it, ev)
+                c = f.crossing
+                out[nid] = ([_jsonable(c.measured), _jsonable(c.threshold)] if c is not None and c.units != "exact"
+                            else [_jsonable(f.value), None])
+    return out
+
+
+def _rule_outs(leaf: Leaf, ev: Evidence, led: Finding) -> list[tuple[str, Finding]]:
+    """Every rule-out of `leaf` checked on this run: (what it means, its finding; matched = it contradicts)."""
+    return [(why, check(ev, led)) for why, check in leaf.rule_out]
+
+
+def confidence(leaf: Leaf, path: list[dict], checked: list[tuple[str, Finding]]) -> dict:
+    """How strongly the run supports the verdict: the deciding rule's reading against its threshold, in the
+    rule's own units (σ of the run's own noise for the robust-z rules), and the rule-outs checked that did not
+    contradict the leaf. Level: exact (an identity: a NaN, an LR of 0), strong (read at >= 2x the threshold),
+    moderate, or weak (< 1.25x: a crossing this small is weak evidence and is reported as such). A verdict that
+    names nothing (healthy) gives the rule that came nearest instead."""
+    held = [{"rule_out": why, "contradicts": f.matched, "measured": f.shown} for why, f in checked]
+    if leaf.cause == "healthy":
+        near = max((p for p in path if p["_finding"].near is not None), key=lambda p: p["_finding"].near, default=None)
+        return {"level": "n/a", "nearest_rule": near["node"] if near else None,
+                "nearest_share_of_threshold": _jsonable(near["_finding"].near) if near else None,
+                "text": (f"no rule crossed; nearest: {near['node']} at {near['_finding'].near:.0%} of its threshold"
+                         if near else "no rule crossed")}
+    deciding = next((p for p in reversed(path) if p["answer"] == "yes" and "ruled_out" not in p
+                     and p["_finding"].crossing is not None), None)
+    if deciding is None:
+        return {"level": "n/a", "rule": None, "rule_outs": held, "text": "no single rule decided"}
+    c = deciding["_finding"].crossing
+    ratio = c.ratio
+    if c.units == "exact":
+        lvl = "exact"
+    elif ratio is None:
+        lvl = "n/a"
+    else:
+        lvl = "strong" if ratio >= CONFIDENCE_STRONG else "moderate" if ratio >= CONFIDENCE_MODERATE else "weak"
+    text = (f"{lvl}: {deciding['node']} is an identity (no degree)" if lvl == "exact" else
+            f"{lvl}: {deciding['node']} read {fmt(c.measured, 3)} against {fmt(c.threshold, 3)} ({c.units}), "
+            f"{fmt(ratio, 3)}x its threshold" + (" - weak evidence" if lvl == "weak" else ""))
+    if held:
+        text += "; rule-outs that did not contradict it: " + "; ".join(
+            f"{h['rule_out']} ({h['measured']})" for h in held if not h["contradicts"])
+    return {"level": lvl, "rule": deciding["node"], "measured": _jsonable(c.measured),
+            "threshold": _jsonable(c.threshold), "units": c.units, "crossing": _jsonable(ratio),
+            "rule_outs": held, "text": text}
 
 
 def _first_leaf(target: str) -> Leaf:

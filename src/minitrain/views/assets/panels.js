@@ -153,8 +153,8 @@ var panels = (function () {
       },
       g_all_thresholds: function () {
         if (!SIG || !SIG.g_all_thresholds) return [];
-        return [{ y: SIG.g_all_thresholds[1], label: '\u00a77.1 threshold ' + SIG.g_all_thresholds[1] + 'x', color: '#cf222e', dash: [6, 3] },
-                { y: SIG.g_all_thresholds[0], label: '\u00a77.2 threshold ' + SIG.g_all_thresholds[0] + 'x', color: '#9a6700', dash: [6, 3] }];
+        return [{ y: SIG.g_all_thresholds[1], label: '\u00a77.1 threshold ' + SIG.g_all_thresholds[1] + '\u03c3', color: '#cf222e', dash: [6, 3] },
+                { y: SIG.g_all_thresholds[0], label: '\u00a77.2 threshold ' + SIG.g_all_thresholds[0] + '\u03c3', color: '#9a6700', dash: [6, 3] }];
       },
     };
     function refsOf(spec) {
@@ -186,7 +186,7 @@ var panels = (function () {
         return '\u00a76.1: Adam obeys v_t = \u03b22\u00b7v_(t-1) + (1-\u03b22)\u00b7g_t\u00b2; f is the factor by which a tensor\u2019s v moved beyond that (\u03b22 fitted from the run: ' + SIG.v_factor_beta2 + '), for the tensor farthest from 1 at each step';
       },
       g_all: function () {
-        return '\u00a77.1 / \u00a77.2: each tensor\u2019s gradient norm over its own 50-step trailing median, the batch loss\u2019s own jump divided out; every tensor jumped when even the smallest ratio is high (and fell when even the largest is low)';
+        return '\u00a77.1 / \u00a77.2: each tensor\u2019s log gradient norm over its own 50-step trailing median, the batch loss\u2019s own jump taken out, in \u03c3 of that tensor\u2019s own trailing noise (robust z); every tensor jumped when even the smallest is high (and fell when even the largest is low)';
       },
     };
     function noteOf(spec) { return spec.note ? NOTES[spec.note](spec) : ''; }
