@@ -86,6 +86,21 @@ _ALL = (
                           r"lr (?:alto|grande)"),
           "Start from the course's LR (3e-4 here) and watch the update-to-weight ratio (about 1e-3 is healthy); "
           "raise the LR only while validation still improves.", config_fix="lr_max=0.0003"),
+    Cause("attention_logit_growth",
+          (r"attention[- ]logit", r"attention (?:scores?|logits?) (?:grow|grew|explod)", r"entropy collapse",
+           r"qk[-_ ]?(?:layer)?norm", r"logits? de (?:la )?atenci[oó]n", r"colapso de (?:la )?entrop[ií]a"),
+          "Use qk-layernorm in the attention (OLMo 2 and the small-scale proxies do) and log the largest attention "
+          "logit per layer on detail steps; raise the LR only while it stays bounded.", config_fix="qk_norm=true"),
+    Cause("output_logit_divergence",
+          (r"output[- ]logit (?:divergence|drift)", r"log ?z\b", r"logsumexp", r"z[-_ ]?loss",
+           r"divergencia de (?:los )?logits", r"logits de salida"),
+          "Add the auxiliary z-loss (PaLM: 1e-4, OLMo 2: 1e-5) and log the mean log Z of the output logits.",
+          config_fix="z_loss=0.0001"),
+    Cause("second_moment_underestimate",
+          (r"(?:second moment|\bv\b)" + _NEAR + r"under-?estimat", r"under-?estimat\w*" + _NEAR + r"(?:g\^?2|squared gradient)",
+           r"update rms", r"stableadamw", r"update[-_ ]clip", r"subestima"),
+          "Log the per-tensor update RMS sqrt(mean(g^2/v_hat)) and clip updates where it exceeds 1 (StableAdamW); "
+          "a lower beta2 lets v follow a growing gradient sooner.", config_fix="update_clip=true"),
     Cause("unknown", (), "Find the cause first: the tree did not name one."),
 )
 

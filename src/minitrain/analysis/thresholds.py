@@ -71,6 +71,19 @@ THRESHOLDS: dict[str, Threshold] = {
                                          "the batch loss's own jump (clean runs: at most 1.2)"),
     "gn_all_down": Threshold(0.4, "tuned", "every tensor's g at most this share of its trailing median (clean: >= 0.8)"),
     "gn_huge": Threshold(30.0, "tuned", "a pre-clip jump this large (beyond the loss's) is never natural here"),
+    # §2 natural instabilities (Wortsman et al. 2023 and 2023b), set on the LR sweep's seed-42 runs
+    # (docs/natural-instabilities.md); the natural suite's other seeds only measured them
+    "loss_rise": Threshold(0.5, "tuned", "the smoothed training loss (21-step median) this many nats above its running "
+                                         "minimum: the loss got worse on its own (a healthy run here only falls)"),
+    "attn_logit_high": Threshold(50.0, "tuned", "largest pre-softmax attention logit above this: attention-logit "
+                                                "growth (a healthy run here stays far below)"),
+    "attn_entropy_low": Threshold(0.1, "tuned", "smallest attention entropy over heads (nats) at or below this: "
+                                                "near one-hot attention (entropy collapse)"),
+    "logz_far": Threshold(20.0, "tuned", "|mean log Z| of the output logits above this: the logits drifted far "
+                                         "from log-probabilities (an untrained model's log Z is ln V, about 6)"),
+    "rms_high": Threshold(2.0, "tuned", "a tensor's update RMS, sqrt(mean(g^2 / v_hat)), above this: Adam's second "
+                                        "moment under-estimates the squared gradient (StableAdamW's statistic; "
+                                        "1 when v tracks g^2)"),
 }
 
 # The values, by name: what the checks read.

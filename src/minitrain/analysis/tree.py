@@ -89,6 +89,9 @@ P_UPD = cite("vm", "v-factor")
 P_UR = cite("ur")
 P_G = cite("g", "g-all")
 P_BATCH = cite("batch-shares") + " (duplicated rows / batch size, rare-token share)"
+P_ATTN = cite("attn-logit", "attn-entropy")
+P_LOGZ = cite("logz")
+P_RMS = cite("rms") + "; " + P_LOSS
 
 # shared by the two one-tensor corruption leaves (§6.A inflated, §6.B deflated)
 RULE_OUT_OPTIMIZER_CHANGED = ("many tensors' v left the recurrence at the same step: the optimizer changed, not one "
@@ -220,6 +223,72 @@ TREE: tuple[Section, ...] = (
                  ),
                  remediation=(
                      ("lower the learning rate", r"lower|reduc|smaller|3e-4|lr_max|baj|menor"),
+                 ),
+             )),
+        Node("§2.6", "Did the attention logits grow far beyond a healthy run's while the loss got worse?",
+             "largest pre-softmax attention logit over layers (attn_logit_max, detail steps); the loss: a non-finite "
+             f"value, a loss spike, or the smoothed loss {T['loss_rise']:g} nats above its running minimum", P_ATTN,
+             f"> {T['attn_logit_high']:g} and the loss got worse", C.check_attn_logit_growth, yes="§2.F",
+             needs=("attn_logit_max",)),
+        Node("§2.7", "Did the output logits drift far from log-probabilities (log Z far from 0) while the loss got worse?",
+             "|mean log Z| of the output logits over target positions (logz_mean, detail steps); the loss as in §2.6",
+             P_LOGZ, f"> {T['logz_far']:g} nats and the loss got worse", C.check_logz_drift, yes="§2.G",
+             needs=("logz_mean",)),
+        Node("§2.8", f"Did a loss spike start {C.RMS_LEAD[0]}-{C.RMS_LEAD[1]} steps after some tensor's update RMS rose "
+             "well above 1?", "params[*].r = sqrt(mean(g² / v̂)) per tensor (detail steps), then a loss spike (+"
+             f"{T['outlier_loss']:g} nat over the trailing median, not back the next step)", P_RMS,
+             f"RMS > {T['rms_high']:g}, then a spike {C.RMS_LEAD[0]}-{C.RMS_LEAD[1]} steps later",
+             C.check_rms_before_spike, yes="§2.H", needs=("params.r",)),
+        Leaf("§2.F", "attention_logit_growth", "attention-logit growth",
+             "The LR is too high for this attention: the pre-softmax attention logits grew far beyond a healthy "
+             "run's, attention went near one-hot (its entropy collapsed), and the loss degraded or diverged. "
+             "Queries and keys grow with the weights, and their dot product grows with both.",
+             "Turn qk-layernorm on (qk_norm=true: a LayerNorm on each head's queries and keys bounds the logits "
+             "whatever the weights do) and re-run from step 0; or lower lr_max.",
+             rule_out=(("the attention logits were already that large at their first measurement: an "
+                        "initialisation, not growth", C.rule_out_logits_large_from_start),),
+             concepts=Concepts(
+                 diagnosis=(
+                     ("attention logits grew", r"attention\W+(?:\w+\W+){0,3}(?:logit|score)|(?:logit|score)s? de (?:la )?atenci|q\W?k|qk"),
+                     ("near one-hot attention / entropy collapse", r"entrop|one-?hot|collaps|grew|grow|large|crec|grande|colaps"),
+                 ),
+                 remediation=(
+                     ("qk-layernorm", r"qk[-_ ]?(?:layer)?norm|layer ?norm\w* (?:on|of|en|de) (?:the )?(?:queries|keys|consultas|claves)|normaliz\w* (?:q|queries|consultas)"),
+                     ("or a lower learning rate", r"lower|reduc|smaller|lr_max|baj|menor"),
+                 ),
+             )),
+        Leaf("§2.G", "output_logit_divergence", "output-logit divergence",
+             "The output logits drifted away from log-probabilities: log Z (the logsumexp of the logits, 0 for "
+             "normalised log-probabilities) moved far from 0 and the loss degraded or diverged. The softmax cannot "
+             "see a common shift of the logits, so nothing in the loss holds it back at a high LR.",
+             "Add the auxiliary z-loss (z_loss=1e-4, PaLM's coefficient: it pulls log Z towards 0) and re-run from "
+             "step 0; or lower lr_max.",
+             concepts=Concepts(
+                 diagnosis=(
+                     ("the output logits drifted (log Z)", r"log ?z|logsumexp|partition|output logit|logits? de salida|normaliz"),
+                     ("far from 0 / diverged", r"drift|diverg|far|grew|grow|large|deriv|lejos|crec|grande"),
+                 ),
+                 remediation=(
+                     ("the z-loss", r"z[-_ ]?loss|p[eé]rdida z|log ?z"),
+                     ("or a lower learning rate", r"lower|reduc|smaller|lr_max|baj|menor"),
+                 ),
+             )),
+        Leaf("§2.H", "second_moment_underestimate", "second moment under-estimates g²: a natural spike",
+             "Adam's second moment v under-estimated the squared gradient of some tensor (update RMS "
+             "sqrt(mean(g²/v̂)) well above 1: the gradient grew faster than v, which follows it at β2), so that "
+             "tensor's update was larger than Adam's design allows, and the loss spiked a few steps later (the "
+             "StableAdamW mechanism). Nothing corrupted v: it followed its recurrence.",
+             "Turn update clipping on (update_clip=true: each tensor's LR divided by max(1, RMS), as StableAdamW "
+             "does) and re-run; or lower lr_max or beta2.",
+             rule_out=(("v left its recurrence near that step: something changed Adam's state (§6), not the "
+                        "gradient outrunning it", C.rule_out_v_left_recurrence),),
+             concepts=Concepts(
+                 diagnosis=(
+                     CONCEPT_ADAM_V,
+                     ("under-estimates g² / update RMS", r"under-?estim|rms|g\^?2|g²|squared gradient|too small|subestim|gradiente al cuadrado|peque"),
+                 ),
+                 remediation=(
+                     ("update clipping (StableAdamW)", r"update[-_ ]?clip|stableadamw|clip\w* (?:the )?update|recort\w* (?:de )?(?:la )?actualizaci"),
                  ),
              )),
     )),
