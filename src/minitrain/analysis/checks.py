@@ -573,7 +573,9 @@ def check_rms_before_spike(ev: Evidence) -> Finding:
     rms = rms_series(ev)
     if not np.isfinite(rms).any():
         return miss("no per-tensor update RMS (params.r) in the metrics")
-    spikes = loss_spikes(ev)
+    # before v has averaged a few of its own memories (1 / (1 - beta2) steps) its bias-corrected estimate is
+    # from a handful of gradients, and a large RMS there is the start of training, not an under-estimate
+    spikes = [s for s in loss_spikes(ev) if ev.steps[s] >= T["rms_from_step"]]
     lo, hi = RMS_LEAD
     for s in spikes:
         window = rms[max(0, s - hi):max(0, s - lo + 1)]

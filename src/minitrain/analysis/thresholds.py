@@ -84,6 +84,8 @@ THRESHOLDS: dict[str, Threshold] = {
     "rms_high": Threshold(2.0, "tuned", "a tensor's update RMS, sqrt(mean(g^2 / v_hat)), above this: Adam's second "
                                         "moment under-estimates the squared gradient (StableAdamW's statistic; "
                                         "1 when v tracks g^2)"),
+    "rms_from_step": Threshold(60, "tuned", "§2.8 reads spikes from this step on: three of v's memories at beta2 = 0.95 "
+                                            "(20 steps each); earlier, v is an average of a handful of gradients"),
 }
 
 # The values, by name: what the checks read.

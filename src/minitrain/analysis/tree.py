@@ -226,12 +226,14 @@ TREE: tuple[Section, ...] = (
                  ),
              )),
         Node("§2.6", "Did the attention logits grow far beyond a healthy run's while the loss got worse?",
-             "largest pre-softmax attention logit over layers (attn_logit_max, detail steps); the loss: a non-finite "
+             "largest pre-softmax attention logit over layers (attn_logit_max, detail steps of runs trained with "
+             "natural_signals=true; a run without it: no, and its panels are absent); the loss: a non-finite "
              f"value, a loss spike, or the smoothed loss {T['loss_rise']:g} nats above its running minimum", P_ATTN,
              f"> {T['attn_logit_high']:g} and the loss got worse", C.check_attn_logit_growth, yes="§2.F",
              needs=("attn_logit_max",)),
         Node("§2.7", "Did the output logits drift far from log-probabilities (log Z far from 0) while the loss got worse?",
-             "|mean log Z| of the output logits over target positions (logz_mean, detail steps); the loss as in §2.6",
+             "|mean log Z| of the output logits over target positions (logz_mean, detail steps of natural_signals "
+             "runs; a run without it: no); the loss as in §2.6",
              P_LOGZ, f"> {T['logz_far']:g} nats and the loss got worse", C.check_logz_drift, yes="§2.G",
              needs=("logz_mean",)),
         Node("§2.8", f"Did a loss spike start {C.RMS_LEAD[0]}-{C.RMS_LEAD[1]} steps after some tensor's update RMS rose "
