@@ -153,6 +153,24 @@ TREE: tuple[Section, ...] = (
         Node("§2.4", f"Does the LR jump (up or down) by more than x{T['lr_jump']:g} from one step to the next, after step 1?",
              "lr[t] / lr[t-1] from step 2 on (a linear warmup gives at most x1.5 there, a cosine far less)", P_LR,
              f"> x{T['lr_jump']:g} or < 1/{T['lr_jump']:g}", C.check_lr_jump, yes="§2.D"),
+        # §2.6-§2.8 come before §2.5: a high LR's natural instabilities (Wortsman et al. 2023) are named by
+        # their mechanism before the LR's size alone (§2.5) is judged; their "no" leads on to §2.5
+        Node("§2.6", "Did the attention logits grow far beyond a healthy run's while the loss got worse?",
+             "largest pre-softmax attention logit over layers (attn_logit_max, detail steps of runs trained with "
+             "natural_signals=true; a run without it: no, and its panels are absent); the loss: a non-finite "
+             f"value, a loss spike, or the smoothed loss {T['loss_rise']:g} nats above its running minimum", P_ATTN,
+             f"> {T['attn_logit_high']:g} and the loss got worse", C.check_attn_logit_growth, yes="§2.F",
+             needs=("attn_logit_max",)),
+        Node("§2.7", "Did the output logits drift far from log-probabilities (log Z far from 0) while the loss got worse?",
+             "|mean log Z| of the output logits over target positions (logz_mean, detail steps of natural_signals "
+             "runs; a run without it: no); the loss as in §2.6",
+             P_LOGZ, f"> {T['logz_far']:g} nats and the loss got worse", C.check_logz_drift, yes="§2.G",
+             needs=("logz_mean",)),
+        Node("§2.8", f"Did a loss spike start {C.RMS_LEAD[0]}-{C.RMS_LEAD[1]} steps after some tensor's update RMS rose "
+             "well above 1?", "params[*].r = sqrt(mean(g² / v̂)) per tensor (detail steps), then a loss spike (+"
+             f"{T['outlier_loss']:g} nat over the trailing median, not back the next step)", P_RMS,
+             f"RMS > {T['rms_high']:g}, then a spike {C.RMS_LEAD[0]}-{C.RMS_LEAD[1]} steps later",
+             C.check_rms_before_spike, yes="§2.H", needs=("params.r",)),
         Node("§2.5", "Are the updates far larger than healthy over the run?",
              "median over steps of the median over tensors of params[*].ur (update / weight), on runs of "
              f"{T['ur_run_steps']:g}+ steps", P_UR,
@@ -225,22 +243,6 @@ TREE: tuple[Section, ...] = (
                      ("lower the learning rate", r"lower|reduc|smaller|3e-4|lr_max|baj|menor"),
                  ),
              )),
-        Node("§2.6", "Did the attention logits grow far beyond a healthy run's while the loss got worse?",
-             "largest pre-softmax attention logit over layers (attn_logit_max, detail steps of runs trained with "
-             "natural_signals=true; a run without it: no, and its panels are absent); the loss: a non-finite "
-             f"value, a loss spike, or the smoothed loss {T['loss_rise']:g} nats above its running minimum", P_ATTN,
-             f"> {T['attn_logit_high']:g} and the loss got worse", C.check_attn_logit_growth, yes="§2.F",
-             needs=("attn_logit_max",)),
-        Node("§2.7", "Did the output logits drift far from log-probabilities (log Z far from 0) while the loss got worse?",
-             "|mean log Z| of the output logits over target positions (logz_mean, detail steps of natural_signals "
-             "runs; a run without it: no); the loss as in §2.6",
-             P_LOGZ, f"> {T['logz_far']:g} nats and the loss got worse", C.check_logz_drift, yes="§2.G",
-             needs=("logz_mean",)),
-        Node("§2.8", f"Did a loss spike start {C.RMS_LEAD[0]}-{C.RMS_LEAD[1]} steps after some tensor's update RMS rose "
-             "well above 1?", "params[*].r = sqrt(mean(g² / v̂)) per tensor (detail steps), then a loss spike (+"
-             f"{T['outlier_loss']:g} nat over the trailing median, not back the next step)", P_RMS,
-             f"RMS > {T['rms_high']:g}, then a spike {C.RMS_LEAD[0]}-{C.RMS_LEAD[1]} steps later",
-             C.check_rms_before_spike, yes="§2.H", needs=("params.r",)),
         Leaf("§2.F", "attention_logit_growth", "attention-logit growth",
              "The LR is too high for this attention: the pre-softmax attention logits grew far beyond a healthy "
              "run's, attention went near one-hot (its entropy collapsed), and the loss degraded or diverged. "

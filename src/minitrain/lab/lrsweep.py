@@ -162,16 +162,21 @@ def collect(sw: Sweep) -> dict:
         "commit": _commit(), "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "seconds": round(time.perf_counter() - sw.t0, 1), "cpu_seconds": round(sw.cpu_seconds, 1),
         "trained": sw.trained, "reused": sw.reused, "jobs": sw.jobs,
+        "cold_cpu_seconds": round(sum(r.get("cpu_seconds") or 0.0 for r in runs), 1),
     }
 
 
 def _commit() -> str | None:
+    """The code's commit (short sha, "-dirty" with uncommitted changes to tracked files), or None."""
+    here = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
-                             capture_output=True, text=True, timeout=10)
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    return (sha + ("-dirty" if dirty else "")) or None
 
 
 def run_lrsweep(out: Path, grid: str = "default", jobs: int | None = None, overrides: list[str] | None = None,
