@@ -4,8 +4,8 @@
     python bench/natural_suite.py --seeds 1 2 3 --jobs 2 --suite DIR --doc docs/natural-suite.md
 
 Where the cases come from: the LR sweep (`minitrain lr-sweep`, seed 42, where the §2.6-§2.8 thresholds were
-set: analysis/thresholds.py). Every LR at which the sweep's plain model failed is a case, and the plain
-model's best LR is a healthy case. Each case is trained again on HELD-OUT seeds, the plain config and each
+set: analysis/thresholds.py). Every LR at which the sweep's plain model failed is a case; the plain model at
+the sweep's best LR and at the lab's LR are healthy controls. Each case is trained again on HELD-OUT seeds, the plain config and each
 intervention alone (qk_norm, z_loss, update_clip) at the same seed and LR; the case's truth is the cause whose
 intervention alone removes the failure (analysis/lrsweep.py: failed, CAUSE_OF_REMEDY). A plain run that does
 not fail on that seed is a healthy case; one that several or no interventions fix has no single cause, and any
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -91,14 +92,15 @@ def cases(suite: Path, sweep: Path = Path("experiments/lr-sweep"), seeds=SEEDS, 
     """Train what is missing and return the suite's labelled plain runs."""
     grid, failed_lrs, best_lr = sweep_lrs(sweep)
     plan = [(s, lr, ("default", *INTERVENTIONS)) for s in seeds for lr in failed_lrs]
-    plan += [(s, best_lr, ("default",)) for s in seeds if best_lr not in failed_lrs]
+    controls = sorted({best_lr, build_config({}).lr_max} - set(failed_lrs))  # the best LR and the lab's own
+    plan += [(s, lr, ("default",)) for s in seeds for lr in controls]
     train_all(suite, grid, plan, jobs)
     out = []
     for seed in seeds:
         # the failure bar of this seed: its own plain run at the sweep's best LR (analysis/lrsweep.py: failed)
         ref = summary(suite, seed, best_lr, "default")
         bar = ref["final_loss"] if ref["final_loss"] is not None else ref["initial_loss"]
-        for lr in sorted({*failed_lrs, best_lr}):
+        for lr in sorted({*failed_lrs, *controls}):
             plain = summary(suite, seed, lr, "default")
             why = judge.failed(plain, bar, best_lr)
             if why is None:
@@ -133,6 +135,11 @@ def render(found: list[Case], seeds, secs: float) -> str:
              "fixing cause is right).", "",
              f"**{right} of {len(found)} right; {wrong} wrong names; {len(labelled)} cases with a single cause, "
              f"{sum(c.result['right'] for c in labelled)} of them named.** ({secs:.0f} s)", "",
+             "Wrong names by leaf: " + (", ".join(f"{leaf} x{n}" for leaf, n in sorted(Counter(
+                 c.result["leaf"] for c in found if c.result["wrong_name"]).items())) or "none") + ". Healthy "
+             "controls: the plain model at the sweep's best LR and at the lab's LR; a control is healthy by this "
+             "suite's definition of a failure (the training loss), which is not §2.5's (the update-to-weight ratio "
+             "and memorisation).", "",
              "| run | why the plain run failed | fixed alone by | truth | walker | leaf | right |",
              "|---|---|---|---|---|---|---|"]
     for c in found:

@@ -27,6 +27,11 @@ def write(out_dir: Path, data: dict) -> Path:
     return out
 
 
+def _cell(text: str) -> str:
+    """Text for a markdown table cell (a '|' of its own, as in |log Z|, would end the cell)."""
+    return str(text).replace("|", "\\|")
+
+
 def _table(data: dict, key: str, digits: int = 3) -> list[str]:
     """A variants x LRs table of one run field (a diverged run's final loss reads 'diverged at N')."""
     runs = {(r["variant"], r["lr"]): r for r in data["runs"]}
@@ -72,7 +77,7 @@ def natural_md(data: dict) -> str:
         "as its initial loss). The definitions and every verdict: `src/minitrain/analysis/lrsweep.py`.", "",
         "## The claims", "",
         "| claim | what the paper reports | what this model shows | verdict |", "|---|---|---|---|",
-        *(f"| {c['id']} | {c['paper']} | {c['observed']} | **{c['verdict']}** |" for c in data["claims"]), "",
+        *(f"| {c['id']} | {_cell(c['paper'])} | {_cell(c['observed'])} | **{c['verdict']}** |" for c in data["claims"]), "",
         "## Final loss against the learning rate", "",
         *_table(data, "final_loss"), "",
         "| variant | LR sensitivity (nats) | best final loss | at LR |", "|---|---|---|---|",
@@ -95,7 +100,7 @@ def natural_md(data: dict) -> str:
         "LR, does not fail. These are the cases `bench/natural_suite.py` trains on other seeds for the walker's "
         "evaluation.", "",
         "| LR | why it failed | interventions that alone remove it | label |", "|---|---|---|---|",
-        *(f"| {fmt_lr(c['lr'])} | {c['why']} | {', '.join(c['removed_by']) or 'none'} | "
+        *(f"| {fmt_lr(c['lr'])} | {_cell(c['why'])} | {', '.join(c['removed_by']) or 'none'} | "
           f"{c['cause'] or 'none (several or no intervention)'} |" for c in data["natural_cases"]),
         *([] if data["natural_cases"] else ["| - | no plain run failed | | |"]), "",
         "## Scale: what was not run", "",
