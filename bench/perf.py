@@ -4,7 +4,7 @@ default telemetry, and the lab's wall time against four sequential bare runs.
     python bench/perf.py step [--rounds 9] [--steps-per-block 100]
     python bench/perf.py lab [--rounds 2]
 
-`step` builds five loops in ONE process and runs them interleaved step by step (each round: n steps, every
+`step` builds six loops in ONE process and runs them interleaved step by step (each round: n steps, every
 loop taking each step in turn, the order rotated every step), timing every step:
   reference  a plain GPT written here with nanoGPT's shapes and training step (learned positions, pre-norm
              blocks, GELU MLP, tied head, `is_causal` attention, AdamW with decay on matrices only (not
@@ -19,6 +19,7 @@ loop taking each step in turn, the order rotated every step), timing every step:
              step, validation every 100 steps, a checkpoint every 100, spectral norms every 50)
   telemetry  the same loop with validation and checkpoints switched off: the default telemetry (and its
              metrics row, written and flushed every step) against the bare step, the issue's 1.15x target
+  natural    the telemetry loop with `natural_signals` on (docs/natural-instabilities.md)
 Each ratio is taken per round, then the median over rounds (the shared machine's load drifts). Times are
 the process's CPU time (one torch thread: other jobs' share of the cores does not count) and wall time.
 
@@ -206,7 +207,9 @@ def _bench_step(args, cfg, bare, run, batches, tmp: Path) -> int:
              f"reference GPT step at the course shape (B {cfg.batch_size}, T {cfg.context})":
                  reference_loop(cfg, course_shape_batches(run.data, cfg, total)),
              "minitrain default telemetry and metrics rows (no validation pass, no checkpoints)":
-                 default_loop(telemetry_cfg, tmp / "telemetry")}
+                 default_loop(telemetry_cfg, tmp / "telemetry"),
+             "the same with natural_signals on (attention logits and entropy, log Z on detail steps)":
+                 default_loop(telemetry_cfg.replace(natural_signals=True), tmp / "natural")}
     load0 = load()
     for fn in loops.values():  # warm up: one block each
         fn(0, n)
@@ -229,7 +232,7 @@ def _bench_step(args, cfg, bare, run, batches, tmp: Path) -> int:
             times[name].append(cpu[name] / n * 1000)
             walls[name].append(wall[name] / n * 1000)
         print(f"round {r + 1}/{rounds}", file=sys.stderr)
-    ref, bare_t, default_t, course, telemetry_t = (times[k] for k in loops)
+    ref, bare_t, default_t, course, telemetry_t, natural_t = (times[k] for k in loops)
 
     def ratio(a, b) -> float:
         return statistics.median(x / y for x, y in zip(a, b))
@@ -253,6 +256,8 @@ def _bench_step(args, cfg, bare, run, batches, tmp: Path) -> int:
     print(f"per-round telemetry / bare: {', '.join(f'{r:.3f}' for r in spread)}")
     print(f"default telemetry and metrics / bare step: {ratio(telemetry_t, bare_t):.3f}x CPU, "
           f"{ratio(walls[list(loops)[4]], wbare):.3f}x wall (target <= 1.15x)")
+    print(f"natural_signals on / bare step: {ratio(natural_t, bare_t):.3f}x CPU, "
+          f"{ratio(walls[list(loops)[5]], wbare):.3f}x wall")
     print(f"default run (telemetry, metrics, validation every {cfg.eval_every} steps, checkpoints every "
           f"{cfg.ckpt_every}) / bare step: {ratio(default_t, bare_t):.3f}x CPU, "
           f"{ratio(walls[list(loops)[2]], wbare):.3f}x wall")

@@ -24,7 +24,7 @@ def test_every_command_and_argument_has_help():
             for a in spec.args:
                 assert a.options.get("help"), (spec.name, a.names)
     commands = cli_commands()
-    assert len(commands) == 26
+    assert len(commands) == 27
     for cmd in commands:
         proc = run_cli(*cmd, "--help")
         assert proc.returncode == 0 and "usage:" in proc.stdout, cmd

@@ -28,6 +28,7 @@ from minitrain.core.remedy import (RemedyContext, apply_remedy, make_context, re
                                 remedy_restore)
 from minitrain.core.telemetry import Telemetry
 from minitrain.core.tokenizer import tokenizer_json
+from minitrain.core.update_clip import clip_updates, make_param_groups
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -42,10 +43,9 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices and embeddings only (not on biases or norm gains). The fused
     kernel: one pass per tensor instead of a dozen, deterministic, and resumed runs stay byte-identical
-    (tests/test_loop.py); the numbers differ from the foreach kernel's in the last bits."""
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    (tests/test_loop.py); the numbers differ from the foreach kernel's in the last bits. With `update_clip`
+    every tensor has its own group, so that each can take its own LR (core/update_clip.py)."""
+    groups = make_param_groups(list(model.named_parameters()), cfg.weight_decay, per_tensor=cfg.update_clip)
     return torch.optim.AdamW(groups, lr=cfg.lr_max, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
 
 
@@ -72,6 +72,12 @@ def masked_loss(logits: torch.Tensor, batch,
     per_target = F.cross_entropy(logits.float(), batch.y.flatten().index_select(0, at), reduction="none")
     count = batch.loss_mask.sum() if target_tokens is None else target_tokens
     return per_target.sum() / count, per_target.detach()
+
+
+def z_loss_term(logits: torch.Tensor, coef: float, target_tokens: torch.Tensor) -> torch.Tensor:
+    """The auxiliary z-loss (PaLM): coef * (log Z)^2 summed over the target positions' logits [N, V], divided by
+    the target-token count (so a token mean, as the loss); it pulls log Z = logsumexp(logits) towards 0."""
+    return coef * torch.logsumexp(logits.float(), dim=-1).square().sum() / target_tokens
 
 
 @torch.no_grad()
@@ -140,11 +146,14 @@ def train_step(run: Run, step: int) -> dict:
         logits = run.forward(local.x, local.key_pad, causal=cfg.causal_mask, at=local.target_index())
     # this rank's share of the GLOBAL token mean: every rank holds the global batch, so its target-token
     # count needs no all-reduce
-    loss, per_target = masked_loss(logits, local, batch.loss_mask.sum().to(run.device))
+    target_tokens = batch.loss_mask.sum().to(run.device)
+    loss, per_target = masked_loss(logits, local, target_tokens)
+    # z_loss: the objective adds it; the logged loss stays the cross-entropy alone (comparable across runs)
+    objective = loss + z_loss_term(logits, cfg.z_loss, target_tokens) if cfg.z_loss else loss
     for p in run.params.values():  # opt.zero_grad(set_to_none=True), without its per-call dynamo wrapper
         p.grad = None
     scale = distributed.backward_scale()  # x world size: DDP averages gradients (1 alone: no multiply)
-    (loss * scale if scale != 1 else loss).backward()
+    (objective * scale if scale != 1 else objective).backward()
     # 3. INJECT at the gradients (A: scale; after backward, i.e. after DDP's all-reduce), then clip-and-step
     params = run.params
     grads = maybe_inject("grads", step, {n: p.grad for n, p in params.items()}, run.inject)
@@ -158,6 +167,8 @@ def train_step(run: Run, step: int) -> dict:
     # 4. INJECT at the optimizer state (C: v_corrupt), then the optimizer step
     if run.inject:  # (the view of the moments is only built when an injection is configured)
         maybe_inject("optimizer_state", step, optimizer_moments(model, opt), run.inject)
+    if take_step and cfg.update_clip:  # StableAdamW: each tensor's LR / max(1, RMS(g^2 / v_hat))
+        clip_updates(opt, lr)
     run.telemetry.before_step(take_step)
     if take_step:  # False only when a remedy skips this batch
         opt.step()

@@ -204,6 +204,34 @@ _ALL = (
           "raise the LR only while validation still improves.", config_fix="lr_max=0.0003",
           fixes=(("lowering the learning rate", near(r"lower|reduc|decreas|smaller|cut|baj|reduc|disminu", LR, 3)
                                                 + r"|lr_max\s*=\s*0?\.0003|3e-4"),)),
+    Cause("attention_logit_growth",
+          (("attention logits that grew (entropy collapse)",
+            either(near(r"attention|atenci[oó]n", r"logits?|scores?", 2) + r"|logits? de (?:la )?atenci[oó]n",
+                   r"grow|grew|large|huge|explod|blew|crec|grande|enorm", 5)
+            + r"|entropy collapse|colapso de (?:la )?entrop[ií]a|"
+            + near(r"attention|atenci[oó]n", r"one-?hot|collaps|colaps", 4)),),
+          "Use qk-layernorm in the attention (OLMo 2 and the small-scale proxies do) and log the largest attention "
+          "logit per layer on detail steps; raise the LR only while it stays bounded.", config_fix="qk_norm=true",
+          signs=(("the attention", r"attention|atenci[oó]n"),),
+          fixes=(("qk-layernorm", r"qk[-_ ]?(?:layer)?[-_ ]?norm|" + near(r"normali[sz]|layer ?norm|norm",
+                                                                           r"quer|keys?|q\b|k\b|consultas|claves", 4)),
+                 ("lowering the learning rate", near(r"lower|reduc|decreas|smaller|cut|baj|disminu", LR, 3)))),
+    Cause("output_logit_divergence",
+          (("output logits drifting from the log-probabilities (log Z)",
+            either(near(r"output|salida", r"logits?", 2) + r"|logits de salida|log ?z\b|logsumexp",
+                   r"drift|diverg|deriv|far from|lejos|grew|grow|crec", 5)
+            + r"|divergencia de (?:los )?logits|output[- ]logit divergence"),),
+          "Add the auxiliary z-loss (PaLM: 1e-4, OLMo 2: 1e-5) and log the mean log Z of the output logits.",
+          config_fix="z_loss=0.0001",
+          signs=(("the output logits", r"logits?"),),
+          fixes=(("an auxiliary z-loss", r"z[-_ ]?loss|p[eé]rdida z"),)),
+    Cause("second_moment_underestimate",
+          (("Adam's second moment under-estimating the squared gradient",
+            near(V, r"under-?estimat|too (?:small|low)|subestim|lag", 6) + r"|update rms|stableadamw"),),
+          "Log the per-tensor update RMS sqrt(mean(g^2/v_hat)) and clip updates where it exceeds 1 (StableAdamW); "
+          "a lower beta2 lets v follow a growing gradient sooner.", config_fix="update_clip=true",
+          signs=(("Adam's second moment", V),),
+          fixes=(("update clipping (StableAdamW)", r"update[-_ ]?clip|stableadamw|" + near(r"clip|recort", r"updates?|actualizaci", 3)),)),
     Cause("unknown", (), "Find the cause first: the tree did not name one."),
 )
 

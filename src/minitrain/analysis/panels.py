@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from minitrain.analysis.thresholds import T
+
 
 @dataclass(frozen=True)
 class Series:
@@ -31,6 +33,7 @@ class Series:
     own: bool = False  # this run only, never for the baseline or a compared run
     dash_others: bool = False  # dashed when drawn for another run (its colour alone does not tell it apart)
     divide_by: str = ""  # a page config field every value is divided by (a count made a share)
+    span: bool = False  # measured on detail steps only: joined across the steps between
 
 
 @dataclass(frozen=True)
@@ -42,7 +45,8 @@ class Panel:
     signals: tuple[str, ...]
     series: tuple[Series, ...] = ()
     log: bool = False  # log y axis by default (the page has a toggle)
-    needs: str = ""  # "" always drawn; "baseline": only with a baseline run; "params": only with full telemetry
+    needs: str = ""  # "" always drawn; "baseline": only with a baseline run; "params": only with full telemetry;
+    #                  "measured": only when the run carries its first series' signal (natural_signals)
     y_range: str = "data"  # "data": around the data; "zero": from 0; "symmetric": around 0, never narrower
     #                        than float rounding (a difference)
     refs: tuple[str, ...] = ()  # reference lines, by name (the page script's table of reference lines)
@@ -111,6 +115,24 @@ PANELS: tuple[Panel, ...] = (
                   Series("check.g_all_down", "largest over tensors (\u00a77.2)", ORANGE))),
 )
 
+PANELS += (
+    # the natural-instability signals (Wortsman et al. 2023, 2023b; docs/natural-instabilities.md), on detail steps
+    Panel(17, "attn-logit", "Largest pre-softmax attention logit per layer", "max q\u00b7k/\u221ad_head",
+          ("attn_logit_max",), log=True, needs="measured", refs=("attn_logit_high",),
+          series=(Series("attn_logit_max", "layer", per="layer", dash_others=True, span=True),)),
+    Panel(18, "attn-entropy", "Smallest attention entropy over heads, per layer", "entropy (nats)",
+          ("attn_entropy_min",), y_range="zero", needs="measured", refs=("attn_entropy_low",),
+          series=(Series("attn_entropy_min", "layer", per="layer", dash_others=True, span=True),)),
+    Panel(19, "logz", "Output log Z (logsumexp of the logits) and mean logit", "nats",
+          ("logz_mean", "logz_max", "logit_mean"), needs="measured", refs=("zero", "logz_far"),
+          series=(Series("logz_mean", "mean log Z over targets", BLUE, span=True),
+                  Series("logz_max", "largest log Z", ORANGE, span=True, dash_others=True),
+                  Series("logit_mean", "mean logit", GREEN, span=True, dash_others=True))),
+    Panel(20, "rms", "Update RMS per tensor: sqrt(mean(g\u00b2 / v\u0302))", "RMS (1 = v tracks g\u00b2)",
+          ("params.r",), log=True, needs="params", refs=("rms_high",), note="movers",
+          series=(Series("params.r", "", per="tensor"),)),
+)
+
 BY_KEY: dict[str, Panel] = {p.key: p for p in PANELS}
 
 
@@ -127,6 +149,11 @@ def tensor_stats() -> list[str]:
 def batch_stats() -> list[str]:
     """The batch-composition fields the page plots (batch.X signals), in panel order."""
     return [s.split(".", 1)[1] for p in PANELS for s in p.signals if s.startswith("batch.")]
+
+
+def reference_values() -> dict[str, float]:
+    """The tree's thresholds that panels draw as reference lines (refs of the same name)."""
+    return {name: T[name] for name in ("attn_logit_high", "attn_entropy_low", "logz_far", "rms_high")}
 
 
 def as_json() -> list[dict]:

@@ -79,6 +79,24 @@ THRESHOLDS: dict[str, Threshold] = {
     "gn_huge_z": Threshold(20.0, "tuned", "a pre-clip jump (beyond the loss's) this many σ of the norm's own noise"),
     "loss_jump_z": Threshold(10.0, "tuned", "a loss jump this many σ of the run's own loss noise that no question "
                                             "explained: unknown, not healthy"),
+    # §2 natural instabilities (Wortsman et al. 2023 and 2023b), set on the LR sweep's seed-42 runs
+    # (docs/natural-instabilities.md); the natural suite's other seeds only measured them
+    "loss_rise": Threshold(0.5, "tuned", "the smoothed training loss (21-step median) this many nats above its running "
+                                         "minimum: the loss got worse on its own (a healthy run here only falls)"),
+    "attn_logit_high": Threshold(2500.0, "tuned", "largest pre-softmax attention logit above this: attention-logit "
+                                                  "growth. Seed-42 sweep: at most 1185 in a run that did not fail, "
+                                                  "at least 6461 in a failed plain run; 31 at the best LR"),
+    "attn_entropy_low": Threshold(0.1, "tuned", "smallest attention entropy over heads (nats) at or below this: "
+                                                "near one-hot attention (entropy collapse)"),
+    "logz_far": Threshold(30.0, "tuned", "|mean log Z| of the output logits above this: the logits drifted far from "
+                                         "log-probabilities. Seed-42 sweep: at most 18.9 in any run, and no larger in "
+                                         "failed runs than in healthy ones (no drift at this scale)"),
+    "rms_high": Threshold(4.0, "tuned", "a tensor's update RMS, sqrt(mean(g^2 / v_hat)), above this: Adam's second "
+                                        "moment under-estimates the squared gradient (StableAdamW's statistic; 1 when "
+                                        "v tracks g^2, at most 4.47 at beta2 0.95). Seed-42 sweep: up to 3.85 in runs "
+                                        "that did not fail"),
+    "rms_from_step": Threshold(60, "tuned", "§2.8 reads spikes from this step on: three of v's memories at beta2 = 0.95 "
+                                            "(20 steps each); earlier, v is an average of a handful of gradients"),
 }
 
 # The values, by name: what the checks read.

@@ -80,6 +80,9 @@ P_UPD = cite("vm", "v-factor")
 P_UR = cite("ur")
 P_G = cite("g", "g-all")
 P_BATCH = cite("batch-shares") + " (duplicated rows / batch size, rare-token share)"
+P_ATTN = cite("attn-logit", "attn-entropy")
+P_LOGZ = cite("logz")
+P_RMS = cite("rms") + "; " + P_LOSS
 
 # shared by the two one-tensor corruption leaves (§6.A inflated, §6.B deflated)
 RULE_OUT_OPTIMIZER_CHANGED = ("many tensors' v left the recurrence at the same step: the optimizer changed, not one "
@@ -118,6 +121,24 @@ TREE: tuple[Section, ...] = (
         Node("§2.4", f"Does the LR jump (up or down) by more than x{T['lr_jump']:g} from one step to the next, after step 1?",
              "lr[t] / lr[t-1] from step 2 on (a linear warmup gives at most x1.5 there, a cosine far less)", P_LR,
              f"> x{T['lr_jump']:g} or < 1/{T['lr_jump']:g}", C.check_lr_jump, yes="§2.D"),
+        # §2.6-§2.8 come before §2.5: a high LR's natural instabilities (Wortsman et al. 2023) are named by
+        # their mechanism before the LR's size alone (§2.5) is judged; their "no" leads on to §2.5
+        Node("§2.6", "Did the attention logits grow far beyond a healthy run's while the loss got worse?",
+             "largest pre-softmax attention logit over layers (attn_logit_max, detail steps of runs trained with "
+             "natural_signals=true; a run without it: no, and its panels are absent); the loss: a non-finite "
+             f"value, a loss spike, or the smoothed loss {T['loss_rise']:g} nats above its running minimum", P_ATTN,
+             f"> {T['attn_logit_high']:g} and the loss got worse", C.check_attn_logit_growth, yes="§2.F",
+             needs=("attn_logit_max",)),
+        Node("§2.7", "Did the output logits drift far from log-probabilities (log Z far from 0) while the loss got worse?",
+             "|mean log Z| of the output logits over target positions (logz_mean, detail steps of natural_signals "
+             "runs; a run without it: no); the loss as in §2.6",
+             P_LOGZ, f"> {T['logz_far']:g} nats and the loss got worse", C.check_logz_drift, yes="§2.G",
+             needs=("logz_mean",)),
+        Node("§2.8", f"Did a loss spike start {C.RMS_LEAD[0]}-{C.RMS_LEAD[1]} steps after some tensor's update RMS rose "
+             "well above 1?", "params[*].r = sqrt(mean(g² / v̂)) per tensor (detail steps), then a loss spike (+"
+             f"{T['outlier_z']:g} σ of the run's own loss noise over the trailing median, not back the next step)", P_RMS,
+             f"RMS > {T['rms_high']:g}, then a spike {C.RMS_LEAD[0]}-{C.RMS_LEAD[1]} steps later",
+             C.check_rms_before_spike, yes="§2.H", needs=("params.r",)),
         Node("§2.5", "Are the updates far larger than healthy over the run?",
              "median over steps of the median over tensors of params[*].ur (update / weight), on runs of "
              f"{T['ur_run_steps']:g}+ steps", P_UR,
@@ -147,6 +168,29 @@ TREE: tuple[Section, ...] = (
              "near 1e-3.",
              rule_out=(("validation never climbed after its best: the large updates did not make the model memorise",
                         C.rule_out_val_not_climbing),)),
+        Leaf("§2.F", "attention_logit_growth", "attention-logit growth",
+             "The LR is too high for this attention: the pre-softmax attention logits grew far beyond a healthy "
+             "run's, attention went near one-hot (its entropy collapsed), and the loss degraded or diverged. "
+             "Queries and keys grow with the weights, and their dot product grows with both.",
+             "Turn qk-layernorm on (qk_norm=true: a LayerNorm on each head's queries and keys bounds the logits "
+             "whatever the weights do) and re-run from step 0; or lower lr_max.",
+             rule_out=(("the attention logits were already that large at their first measurement: an "
+                        "initialisation, not growth", C.rule_out_logits_large_from_start),)),
+        Leaf("§2.G", "output_logit_divergence", "output-logit divergence",
+             "The output logits drifted away from log-probabilities: log Z (the logsumexp of the logits, 0 for "
+             "normalised log-probabilities) moved far from 0 and the loss degraded or diverged. The softmax cannot "
+             "see a common shift of the logits, so nothing in the loss holds it back at a high LR.",
+             "Add the auxiliary z-loss (z_loss=1e-4, PaLM's coefficient: it pulls log Z towards 0) and re-run from "
+             "step 0; or lower lr_max."),
+        Leaf("§2.H", "second_moment_underestimate", "second moment under-estimates g²: a natural spike",
+             "Adam's second moment v under-estimated the squared gradient of some tensor (update RMS "
+             "sqrt(mean(g²/v̂)) well above 1: the gradient grew faster than v, which follows it at β2), so that "
+             "tensor's update was larger than Adam's design allows, and the loss spiked a few steps later (the "
+             "StableAdamW mechanism). Nothing corrupted v: it followed its recurrence.",
+             "Turn update clipping on (update_clip=true: each tensor's LR divided by max(1, RMS), as StableAdamW "
+             "does) and re-run; or lower lr_max or beta2.",
+             rule_out=(("v left its recurrence near that step: something changed Adam's state (§6), not the "
+                        "gradient outrunning it", C.rule_out_v_left_recurrence),)),
     )),
     Section("§3", "Is the loss healthy?",
             "Non-finite values end a run; a training loss that falls while validation does not means the "

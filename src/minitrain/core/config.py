@@ -40,12 +40,14 @@ INJECTION_FIELDS = (
 NON_NUMERIC_FIELDS = ("progress", "device", "blind", "preset", "ckpt_keep_last", "ckpt_keep_steps", "log")
 # Where a run's metrics rows go (the `log` field, run/sinks.py): metrics.jsonl always, the others on request.
 LOG_SINKS = ("jsonl", "tensorboard", "mlflow")
-# Remedy fields (remedy.py), corpus_scale and precision stay out of the hash while at their defaults, so
-# every run made before they existed keeps its config hash (and stays resumable and "up to date").
+# Remedy fields (remedy.py), corpus_scale, precision, the replay swaps and the natural-instability options stay
+# out of the hash while at their defaults, so every run made before they existed keeps its config hash (and
+# stays resumable and "up to date").
 HASH_OMIT_AT_DEFAULT = ("injection_span", "injection_mult", "injection_mode", "injection_rows", "injection_beta2",
                         "injection_eps",
                         "remedy", "remedy_step", "remedy_param", "remedy_zclip_z", "remedy_zclip_alpha", "remedy_zclip_warmup",
-                        "corpus_scale", "precision", "swap_steps", "swap_offset")
+                        "corpus_scale", "precision", "swap_steps", "swap_offset", "qk_norm", "z_loss", "update_clip",
+                        "natural_signals")
 
 # Named sets of defaults (`--preset NAME` or `preset: NAME`); any field given explicitly overrides them.
 # Measured memory and step time of each: docs/benchmarks.md, "Devices and presets".
@@ -92,6 +94,7 @@ class TrainConfig:
     init_std: float = 0.02
     init_scale: float = 1.0  # multiplies every weight at init (the break-it lab's "weights x100")
     causal_mask: bool = True  # False = the break-it lab's all-ones mask (padding still masked)
+    qk_norm: bool = False  # LayerNorm on each head's queries and keys before RoPE (Wortsman et al. 2023)
     # optimisation
     steps: int = 2000
     batch_size: int = 8
@@ -103,6 +106,8 @@ class TrainConfig:
     eps: float = 1e-8
     weight_decay: float = 0.1
     grad_clip: float = 1.0  # global L2-norm clipping; 0 (or none / off) = no clipping
+    z_loss: float = 0.0  # coefficient of the auxiliary z-loss, c * mean(logsumexp(logits)^2) (PaLM: 1e-4; 0 = off)
+    update_clip: bool = False  # StableAdamW's update clipping: per tensor lr / max(1, RMS(g^2 / max(v_hat, eps^2)))
     # telemetry and files
     eval_every: int = 100
     val_max_rows: int = 256  # fixed validation subset (every k-th row), so evaluation stays cheap
@@ -113,6 +118,7 @@ class TrainConfig:
     ckpt_keep_steps: list[int] = field(default_factory=lambda: [LAB_K])
     telemetry: str = "full"  # full | basic (basic: no per-parameter stats, no spectral norms)
     spectral_every: int = 50  # largest singular value of each matrix every N steps (0 = never)
+    natural_signals: bool = False  # attention logits and entropy, log Z of the output, on detail steps (full only)
     threads: int = 1  # torch CPU threads; fixed so results do not depend on the machine
     device: str = "cpu"  # cpu | cuda | auto (auto: cuda when PyTorch sees a GPU)
     precision: str = "fp32"  # fp32 | bf16 (bf16 autocast of the training forward; GPU only)
@@ -373,6 +379,9 @@ def validate(cfg: TrainConfig) -> None:
     need(0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1, "beta1 and beta2 must be in [0, 1)")
     need(cfg.eps > 0, "eps must be positive")
     need(cfg.weight_decay >= 0, "weight_decay must be >= 0")
+    need(cfg.z_loss >= 0, f"z_loss must be >= 0 (0 = off; PaLM used 1e-4), got {cfg.z_loss}")
+    need(not cfg.natural_signals or cfg.telemetry == "full",
+         "natural_signals rides on full telemetry's detail steps; set telemetry=full or natural_signals=false")
     need(cfg.grad_clip >= 0, f"grad_clip must be >= 0 (0 or none = no clipping), got {cfg.grad_clip}")
     need(cfg.init_std > 0 and cfg.init_scale > 0, "init_std and init_scale must be positive")
     need(cfg.eval_every > 0, "eval_every must be positive")

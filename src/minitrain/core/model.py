@@ -11,6 +11,9 @@ Parameter names are stable (injections and telemetry address them):
     blocks.{i}.mlp.proj.weight   [d, d_ff]
     ln_f.weight                  [d]      final norm gain
     lm_head.bias                 [V]      output bias, zero at init
+  with qk_norm on, also:
+    blocks.{i}.attn.q_ln.weight  [d/h]    query norm gain (one LayerNorm over each head's query)
+    blocks.{i}.attn.k_ln.weight  [d/h]    key norm gain
 
 `lm_head.weight` is accepted as an alias of `tok_emb.weight`.
 """
@@ -40,24 +43,35 @@ def apply_rope(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, d_model: int, n_head: int):
+    def __init__(self, d_model: int, n_head: int, qk_norm: bool = False):
         super().__init__()
         self.n_head = n_head
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj = nn.Linear(d_model, d_model, bias=False)
+        self.qk_norm = qk_norm
+        if qk_norm:  # qk-layernorm (Wortsman et al. 2023): bounds the attention logits whatever the weights' growth
+            self.q_ln = nn.LayerNorm(d_model // n_head, bias=False)
+            self.k_ln = nn.LayerNorm(d_model // n_head, bias=False)
+        self.record_qk = False  # keep q and k of each forward in last_qk (GPT.record_attention)
+        self.last_qk: torch.Tensor | None = None
 
     def forward(self, x, mask, rot, at=None):
         """[B, T, C]; or, given `at` (flat indices into [B*T]), the output at those positions only, [len(at), C]
         (every position is still a key and value)."""
         B, T, C = x.shape
         qk, v = self.qkv(x).split([2 * C, C], dim=2)
-        qk = apply_rope(qk.view(B, T, 2 * self.n_head, C // self.n_head), rot)  # q and k in one multiply
+        qk = qk.view(B, T, 2 * self.n_head, C // self.n_head)
+        if self.qk_norm:
+            qk = torch.cat([self.q_ln(qk[:, :, :self.n_head]), self.k_ln(qk[:, :, self.n_head:])], dim=2)
+        qk = apply_rope(qk, rot)  # q and k in one multiply
         q, k = qk.transpose(1, 2).split(self.n_head, dim=1)
         v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         if mask is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if self.record_qk:  # a reference, no copy: [B, T, 2 * heads, d_head], queries then keys, after RoPE
+            self.last_qk = qk.detach()
         y = y.transpose(1, 2).reshape(B, T, C)
         return self.proj(y if at is None else y.flatten(0, 1).index_select(0, at))
 
@@ -73,10 +87,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d_model: int, n_head: int, d_ff: int):
+    def __init__(self, d_model: int, n_head: int, d_ff: int, qk_norm: bool = False):
         super().__init__()
         self.ln1 = nn.LayerNorm(d_model, bias=False)
-        self.attn = Attention(d_model, n_head)
+        self.attn = Attention(d_model, n_head, qk_norm)
         self.ln2 = nn.LayerNorm(d_model, bias=False)
         self.mlp = MLP(d_model, d_ff)
 
@@ -96,17 +110,26 @@ class LMHeadBias(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab_size: int, n_layer: int, d_model: int, n_head: int, d_ff: int, context: int):
+    def __init__(self, vocab_size: int, n_layer: int, d_model: int, n_head: int, d_ff: int, context: int,
+                 qk_norm: bool = False):
         super().__init__()
         self.context = context
         self.tok_emb = nn.Embedding(vocab_size, d_model)
-        self.blocks = nn.ModuleList(Block(d_model, n_head, d_ff) for _ in range(n_layer))
+        self.blocks = nn.ModuleList(Block(d_model, n_head, d_ff, qk_norm) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(d_model, bias=False)
         self.lm_head = LMHeadBias(vocab_size)
         self.register_buffer("rope", rope_table(context, d_model // n_head)[:, None, :], persistent=False)
         # mean |activation| per layer of the last forward (telemetry reads it; no autograd graph kept)
         self.record_activations = True
         self.last_activations: list[torch.Tensor] = []
+        # what the attention logits of the last training forward need (record_attention): its mask and padding
+        self.last_mask: torch.Tensor | None = None  # None: causal
+        self.last_key_pad: torch.Tensor | None = None
+
+    def record_attention(self, on: bool = True) -> None:
+        """Keep each block's q and k (and the mask) of every forward, for telemetry's attention logits."""
+        for block in self.blocks:
+            block.attn.record_qk = on
 
     def init_weights(self, std: float, scale: float, generator: torch.Generator) -> None:
         """GPT-2 style init: N(0, std) for matrices and embeddings, residual projections scaled by
@@ -148,6 +171,8 @@ class GPT(nn.Module):
         reads the rest; training does not, since telemetry's `act` reads every position of every block)."""
         T = x.shape[1]
         mask = None if causal else self.attention_mask(key_pad, causal)  # None: is_causal (see attention_mask)
+        if self.blocks[0].attn.record_qk:
+            self.last_mask, self.last_key_pad = mask, key_pad
         rot = self.rope[:T]
         h = self.tok_emb(x)
         acts = []
@@ -164,7 +189,7 @@ class GPT(nn.Module):
 
 
 def build_model(cfg, generator: torch.Generator) -> GPT:
-    model = GPT(cfg.vocab_size, cfg.n_layer, cfg.d_model, cfg.n_head, cfg.d_ff, cfg.context)
+    model = GPT(cfg.vocab_size, cfg.n_layer, cfg.d_model, cfg.n_head, cfg.d_ff, cfg.context, cfg.qk_norm)
     model.init_weights(cfg.init_std, cfg.init_scale, generator)
     return model
 
@@ -173,5 +198,5 @@ def build_model(cfg, generator: torch.Generator) -> GPT:
 def param_names(cfg) -> list[str]:
     """The model's parameter names for a config, without allocating or initialising any weights."""
     with torch.device("meta"):
-        model = GPT(cfg.vocab_size, cfg.n_layer, cfg.d_model, cfg.n_head, cfg.d_ff, cfg.context)
+        model = GPT(cfg.vocab_size, cfg.n_layer, cfg.d_model, cfg.n_head, cfg.d_ff, cfg.context, cfg.qk_norm)
     return [n for n, _ in model.named_parameters()]

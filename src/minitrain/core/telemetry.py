@@ -38,6 +38,11 @@ Row fields written by `Telemetry.row` (see docs/metrics.md for the full schema):
                  r   RMS(g / (sqrt(v_hat) + eps)): StableAdamW's statistic (g clipped, v bias-corrected,
                      after the step; denominator as in Adam)
   sigma          largest singular value of each matrix, every `spectral_every` steps (full telemetry only)
+  natural_signals (config option, off by default), on detail steps only:
+  attn_logit_max    largest pre-softmax attention logit q.k/sqrt(d_head) of each layer    (list, one per layer)
+  attn_entropy_min  smallest over heads of the mean attention entropy (nats) of each layer (list, one per layer)
+  logz_mean, logz_max  log Z = logsumexp of the output logits, mean and max over target positions
+  logit_mean        mean output logit over target positions and the vocabulary
 """
 from __future__ import annotations
 
@@ -141,6 +146,11 @@ class Telemetry:
         # other optimizer (the probe's), or an LR so large that AdamW's decay factor 1 - lr * wd is below
         # REBUILD_MIN_KEEP (dividing by it would amplify rounding), the weights are copied before the step
         self.rebuild = self.full and _plain_adamw(optimizer)
+        # the natural-instability signals (Wortsman et al. 2023) ride on the detail steps: attention logits from
+        # each block's q and k of the step's forward (kept by reference, no copy), log Z from the step's logits
+        self.natural = self.full and getattr(cfg, "natural_signals", False) and hasattr(model, "record_attention")
+        if self.natural:
+            model.record_attention(True)
         self.prev: list[torch.Tensor] = []  # the copy, allocated when first needed
         self.copied = False  # was the copy taken before this step
         self.stepped = True  # did the optimizer step (a remedy may skip it)
@@ -239,11 +249,32 @@ class Telemetry:
                                  for i, name in enumerate(self.names)}
                 if self.cfg.spectral_every and step % self.cfg.spectral_every == 0:
                     out["sigma"] = self._spectral()
+                if self.natural and keys != EVERY_STEP:  # a detail step
+                    out.update(self.natural_row(logits))
             out["nonfinite"] = int(not math.isfinite(loss_f)) + (
                 0 if math.isfinite(norm_f) else sum(int((~torch.isfinite(p.grad)).sum()) for p in self.params))
             if composition is not None:  # None: the caller has no batch of token ids (the probe without ids)
                 out["batch"] = composition
         return out, host
+
+    def natural_row(self, logits: torch.Tensor) -> dict:
+        """The natural-instability signals of this step's forward (module docstring), global over ranks."""
+        z = logits.detach().float()
+        z = z.flatten(0, -2)  # [targets, V]
+        lz = torch.logsumexp(z, dim=-1)
+        blocks = [attention_stats(b.attn.last_qk, self.model.last_mask, self.model.last_key_pad)
+                  for b in self.model.blocks]
+        n_layer = len(blocks)
+        maxes = distributed.all_reduce(torch.stack([*(m for m, _, _ in blocks), lz.max()]), "max")
+        sums = distributed.all_reduce(torch.cat([*(e for _, e, _ in blocks), blocks[0][2].reshape(1),
+                                                 torch.stack([lz.sum(), z.mean(-1).sum(),
+                                                              torch.tensor(float(len(lz)), device=z.device)])]), "sum")
+        host_max, host_sum = maxes.tolist(), sums.tolist()
+        n_head = len(blocks[0][1])
+        queries, (lz_sum, mean_sum, targets) = host_sum[n_layer * n_head], host_sum[-3:]
+        entropy = [min(host_sum[i * n_head:(i + 1) * n_head]) / queries for i in range(n_layer)]
+        return {"attn_logit_max": rnd_all(host_max[:n_layer]), "attn_entropy_min": rnd_all(entropy),
+                "logz_mean": rnd(lz_sum / targets), "logz_max": rnd(host_max[-1]), "logit_mean": rnd(mean_sum / targets)}
 
     def _stats(self, moments: "_Moments | None", keys: tuple[str, ...]) -> torch.Tensor:
         """[n_params, len(keys)]: those statistics of PARAM_STATS for every tensor (zeros before the
@@ -346,6 +377,24 @@ def block_token_stats(x: torch.Tensor, widths: list[int], rare_mask: torch.Tenso
     dup = same.tril(-1).any(-1).sum(1)  # rows equal to an earlier row of their batch
     columns = (real.sum((1, 2)), (counts > 0).sum(1), counts.max(1).values, counts[:, rare_mask].sum(1), dup)
     return list(zip(*(c.tolist() for c in columns)))
+
+
+def attention_stats(qk: torch.Tensor, mask: torch.Tensor | None,
+                    key_pad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One layer's attention from its q and k ([B, T, 2 heads, d_head], queries then keys, as the forward used
+    them): the largest pre-softmax logit q.k/sqrt(d_head) over real query positions and the keys each may see,
+    each head's attention entropy (nats) summed over real query positions [heads], and how many there are.
+    `mask`: [B, 1, T, T] True = may attend, or None for the causal mask."""
+    B, T, h2, d = qk.shape
+    q, k = qk.float().transpose(1, 2).split(h2 // 2, dim=1)  # [B, heads, T, d_head]
+    scores = q @ k.transpose(-1, -2) / math.sqrt(d)  # [B, heads, T, T]
+    allowed = torch.ones(T, T, dtype=torch.bool, device=qk.device).tril() if mask is None else mask
+    scores = scores.masked_fill(~allowed, -math.inf)
+    real = ~key_pad  # [B, T]: a query at a padding position is no token's
+    top = scores.masked_fill(~real[:, None, :, None], -math.inf).amax()
+    entropy = torch.special.entr(torch.softmax(scores, dim=-1)).sum(-1)  # [B, heads, T]
+    per_head = (entropy * real[:, None, :]).sum((0, 2))
+    return top, per_head, real.sum().float()
 
 
 def largest_singular_values(mats: list[tuple[str, torch.Tensor]]) -> dict[str, float]:

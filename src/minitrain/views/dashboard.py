@@ -36,7 +36,8 @@ from minitrain.run import files, reader
 
 PER_TENSOR_STATS = tuple(panels.tensor_stats())  # per-parameter telemetry the page plots (the panel registry)
 SMOOTHING = 0.9  # the smoothing slider's starting value (EMA weight, debiased as TensorBoard does)
-OVERLAY_SERIES = ("loss", "val_loss", "lr", "grad_norm", "act", "loss_regular", "loss_irregular", "logit_max")
+OVERLAY_SERIES = ("loss", "val_loss", "lr", "grad_norm", "act", "loss_regular", "loss_irregular", "logit_max",
+                  "attn_logit_max", "attn_entropy_min", "logz_mean", "logz_max", "logit_mean")
 UPLOT = ("vendor/uPlot.iife.min.js", "vendor/uPlot.min.css")
 PAGE_SCRIPTS = ("helpers.js", "panels.js", "chart.js", "page.js")  # assets/, each using only those before it
 PAGE_CONFIG = ("grad_clip", "vocab_size", "warmup_steps", "steps", "batch_size", "eval_every", "spectral_every",
@@ -85,12 +86,28 @@ def _series(rows: list[dict]) -> dict:
         b = r.get("batch") or {}
         for k in batch:
             batch[k].append(_as_is(b.get(k)))
+    for k in NATURAL_SERIES:  # natural_signals runs only (detail steps): absent from the page data otherwise
+        if any(k in r for r in rows):
+            cols[k] = _natural_column(rows, k)
     cols["clipped"] = clipped
     cols["nonfinite"] = nonfinite
     cols["act"] = [list(layer) for layer in zip(*act)] if n_layers else []
     cols["val_loss"] = val  # [step, value] pairs: measured every eval_every steps
     cols["batch"] = batch
     return cols
+
+
+NATURAL_SERIES = ("attn_logit_max", "attn_entropy_min", "logz_mean", "logz_max", "logit_mean")
+
+
+def _natural_column(rows: list[dict], key: str) -> list:
+    """A natural-instability signal as the page draws it: a value per step (None off detail steps), or per layer
+    a list of such columns."""
+    vals = [r.get(key) for r in rows]
+    if not any(isinstance(v, list) for v in vals):
+        return [_as_is(v) for v in vals]
+    n = max(len(v) for v in vals if isinstance(v, list))
+    return [[_as_is(v[i]) if isinstance(v, list) and i < len(v) else None for v in vals] for i in range(n)]
 
 
 def _per_tensor(rows: list[dict]) -> dict | None:
@@ -249,6 +266,7 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
         "ngram_val_loss": (r["results"] or {}).get("ngram_val_loss",
                                                    (r["manifest"].get("ngram_baseline") or {}).get("val_loss")),
         "panels": panels.as_json(),
+        "thresholds": panels.reference_values(),
         "tensor_stats": list(PER_TENSOR_STATS),
         "runs": [me],
         "diffs": [],

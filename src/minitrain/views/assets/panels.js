@@ -20,7 +20,7 @@ var panels = (function () {
     // A line: {label, x, y, color, width, dash, smooth (raw + EMA), sparse (points, bridged), span (bridged)}
     function line(s, label, x, y, colr, extra) {
       var out = { label: label, x: x, y: y, color: colr, width: s.width, dash: null, smooth: s.smooth,
-                  sparse: s.per === 'sample' };
+                  sparse: s.per === 'sample', span: !!s.span };
       for (var k in extra || {}) out[k] = extra[k];
       return out;
     }
@@ -106,6 +106,7 @@ var panels = (function () {
     }
     function wanted(spec) {
       if (spec.needs === 'baseline') return D.diffs.length > 0;
+      if (spec.needs === 'measured') return !!ME.series[spec.series[0].signal];
       if (spec.needs === 'params') return !!ME.per_tensor && sourceOf(spec.series[0].signal).present(spec.series[0].signal);
       return true;
     }
@@ -151,12 +152,25 @@ var panels = (function () {
                 { y: nz[1], label: 'rounding noise of this run (99th percentile) x' + fmt(nz[0], 6) + ' .. x' + fmt(nz[1], 6), color: '#2da44e', dash: [3, 3] },
                 { y: nz[0], label: '', color: '#2da44e', dash: [3, 3], nolegend: true }];
       },
+      attn_logit_high: function () { return threshold('attn_logit_high', '\u00a72.6 threshold'); },
+      attn_entropy_low: function () { return threshold('attn_entropy_low', 'entropy collapse at'); },
+      logz_far: function () {
+        var t = (D.thresholds || {}).logz_far;
+        return isNum(t) ? [{ y: t, label: '\u00a72.7 |log Z| threshold ' + t, color: '#cf222e', dash: [6, 3] },
+                           { y: -t, label: '', color: '#cf222e', dash: [6, 3], nolegend: true }] : [];
+      },
+      rms_high: function () { return threshold('rms_high', '\u00a72.8 threshold'); },
       g_all_thresholds: function () {
         if (!SIG || !SIG.g_all_thresholds) return [];
         return [{ y: SIG.g_all_thresholds[1], label: '\u00a77.1 threshold ' + SIG.g_all_thresholds[1] + '\u03c3', color: '#cf222e', dash: [6, 3] },
                 { y: SIG.g_all_thresholds[0], label: '\u00a77.2 threshold ' + SIG.g_all_thresholds[0] + '\u03c3', color: '#9a6700', dash: [6, 3] }];
       },
     };
+    // a tree threshold as a reference line (the page data's `thresholds`, from analysis/thresholds.py)
+    function threshold(name, words) {
+      var t = (D.thresholds || {})[name];
+      return isNum(t) ? [{ y: t, label: words + ' ' + t, color: '#cf222e', dash: [6, 3] }] : [];
+    }
     function refsOf(spec) {
       var out = [];
       spec.refs.forEach(function (name) { out = out.concat(REFS[name](spec)); });
