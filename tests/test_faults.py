@@ -624,7 +624,7 @@ def test_reveal_history_flags_a_reseal_after_the_reveal(lab, tmp_path, monkeypat
     assert [h["new_seal"] for h in history] == [True, True] and history[1]["prev"] is not None
 
 
-def test_reveal_history_deleted_or_edited_is_flagged_and_the_honest_limit(lab, tmp_path, monkeypatch):
+def test_reveal_history_deleted_or_edited_is_flagged_even_with_every_learner_trace_gone(lab, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     exp = ["--experiments", str(lab)]
     run_cli("learner", "init", "max", check=True)
@@ -637,12 +637,12 @@ def test_reveal_history_deleted_or_edited_is_flagged_and_the_honest_limit(lab, t
     assert "was edited" in run_cli("grade", "max", *exp).stdout
     hist.unlink()  # deleted: the seal still says it was revealed
     assert "the history was deleted" in run_cli("grade", "max", *exp).stdout
-    # the honest limit (docs/reliability.md): delete every trace and minitrain cannot tell
+    # every trace in the learner's folder deleted: the lab's own REVEALED.json still dates the first reveal
     for name in ("spike-diagnoses.seal.json", "reveal-spike.md", "grade-spike.json"):
         (d / name).unlink()
     run_cli("reveal", "max", "--force", *exp, check=True)
     out = run_cli("grade", "max", *exp).stdout
-    assert "reveals logged: 1" in out and "RE-SEALED" not in out and "deleted" not in out
+    assert "REVEALED.json says the lab was revealed at" in out and "this seal was made at" in out
 
 
 # ---------------------------------------------------------------------------------------------------

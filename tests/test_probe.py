@@ -200,7 +200,8 @@ def test_diagnose_names_the_users_x50_at_k(runs, capsys):
 def test_diagnose_calls_the_trainer_run_healthy(runs, capsys):
     d = cli_json(capsys, "diagnose", str(runs["hf"]))
     assert d["cause"] == "healthy", d["path"]
-    assert d["not_measured"] == ["§3.2", "§3.4"]  # no validation loss and no n-gram baseline on a foreign run
+    # no natural-instability signals (§2.6, §2.7), validation loss or n-gram baseline on a foreign run
+    assert d["not_measured"] == ["§2.6", "§2.7", "§3.2", "§3.4"]
 
 
 def test_index_lists_probe_runs(runs, capsys):
