@@ -204,13 +204,14 @@ def test_a_child_forked_by_the_writer_does_not_keep_its_run_live(tmp_path):
     workers) is SIGKILLed: the lock dies with the writer, not with the child, and --resume may take it."""
     run = tmp_path / "run"
     run.mkdir()
+    # the child says so once its fork handler has run, so the test never races the child's first steps
     code = ("import os, sys, time; from pathlib import Path; from minitrain.run import files; "
             "files.lock_run(Path(sys.argv[1])); pid = os.fork()\n"
-            "if pid == 0: time.sleep(3600); os._exit(0)\n"
-            "print(pid, flush=True); time.sleep(3600)")
+            "if pid == 0: print('child', os.getpid(), flush=True); time.sleep(3600); os._exit(0)\n"
+            "time.sleep(3600)")
     writer = subprocess.Popen([sys.executable, "-c", code, str(run)], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
-    child = int(writer.stdout.readline())
+    child = int(writer.stdout.readline().split()[1])
     try:
         assert reader.live_pid(run) == str(writer.pid)
         writer.kill()
