@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SMALL_K, assert_one_line_error, run_cli, small_args, small_config
+from conftest import ROOT, SMALL_K, ForkedCLI, assert_one_line_error, run_cli, small_args, small_config
 from minitrain import loop
 from minitrain.core.config import build_config
 from minitrain.core.errors import EXIT_NON_FINITE
@@ -103,10 +103,8 @@ def hold_lock(run: Path) -> subprocess.Popen:
     return proc
 
 
-def start_train(out: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "minitrain", "train", "--out", str(out), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+def start_train(out: Path, *args: str) -> ForkedCLI:
+    return ForkedCLI("train", "--out", str(out), *args)
 
 
 def rows_written(run: Path) -> int:

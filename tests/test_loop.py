@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import assert_one_line_error, run_cli, small_args, small_config
+from conftest import ForkedCLI, assert_one_line_error, run_cli, small_args, small_config
 from minitrain import loop
 from minitrain.run import reader
 
@@ -60,8 +60,7 @@ def test_existing_run_folder_is_refused_unless_force(small_baseline, tmp_path):
 def test_kill_and_resume_gives_identical_bytes(tmp_path, small_baseline):
     """A real SIGKILL in the middle of the run, then --resume: the metrics file is byte-identical."""
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "minitrain", "train", "--out", str(out), *small_args()],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = ForkedCLI("train", "--out", str(out), *small_args())
     metrics = out / "metrics.jsonl"
     while proc.poll() is None:  # kill once it is past two checkpoints, wherever it is in a step
         if metrics.exists() and metrics.read_bytes().count(b"\n") >= 50:
