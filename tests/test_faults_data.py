@@ -273,6 +273,7 @@ def test_a_killed_remediation_continues_and_writes_its_report(tmp_path, small_la
     exp = tmp_path / "exp"
     for name in ("18-baseline", "19-injection-B"):
         shutil.copytree(small_lab / name, exp / name)
+    (exp / "REVEALED.json").write_text('{"revealed_at": "2000-01-01T00:00:00.000000Z", "revealed_by": "t"}')
     original = exp / "19-injection-B"
     out = exp / "19-injection-B-remediated"
     real = loop.train_step
@@ -315,6 +316,7 @@ def test_a_remediation_of_another_remedy_is_not_replaced_without_force(tmp_path,
     exp = tmp_path / "exp"
     for name in ("18-baseline", "19-injection-B"):
         shutil.copytree(small_lab / name, exp / name)
+    (exp / "REVEALED.json").write_text('{"revealed_at": "2000-01-01T00:00:00.000000Z", "revealed_by": "t"}')
     out = copy_run(small_lab / "18-baseline", exp / "19-injection-B-remediated")
     before = snapshot(out)
     proc = run_cli("remediate", str(exp / "19-injection-B"))

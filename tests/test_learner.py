@@ -444,6 +444,10 @@ def test_postmortem_fills_the_template_and_never_overwrites(lab):
 @pytest.mark.parametrize("fault,remedy", [("bad_batch", "skip_batch"), ("v_corrupt", "restore_moments")])
 def test_remediate_reruns_from_before_the_anomaly(lab, fault, remedy):
     run = lab / f"19-injection-{learner.LAB_LETTERS[fault]}"
+    # the remedy it picks names the cause: refused on a sealed run, as diagnose and postmortem are
+    assert_one_line_error(run_cli("remediate", str(run)), "not revealed yet", "--spoil")
+    assert not (lab / f"{run.name}-remediated").exists()
+    (lab / "REVEALED.json").write_text('{"revealed_at": "2000-01-01T00:00:00.000000Z", "revealed_by": "t"}')
     rep = remediate(run, remedy, force=True)
     out = lab / f"{run.name}-remediated"
     assert rep["remedy"] == remedy and (out / "remediation.json").exists()

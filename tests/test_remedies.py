@@ -79,6 +79,7 @@ def test_a_successful_fix_is_reported_as_one(small_lab, tmp_path):
     does not, and remediate reports it fixed; the unremediated run judged the same way is not."""
     exp = tmp_path / "experiments"
     shutil.copytree(small_lab, exp)
+    (exp / "REVEALED.json").write_text('{"revealed_at": "2000-01-01T00:00:00.000000Z", "revealed_by": "t"}')
     rep = remediate(exp / "19-injection-C", force=True)
     assert rep["remedy"] == "restore_moments" and rep["fix_step"] == SMALL_K + 1
     assert (rep["walker_after"]["leaf"], rep["walker_after"]["anomaly_step"]) == ("§6.A", SMALL_K)

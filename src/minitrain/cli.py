@@ -737,7 +737,8 @@ BLIND_RUNS = Command(
 def cmd_remediate(args) -> int:
     from minitrain.lab.remediate import remediate
 
-    rep = remediate(Path(args.run), args.remedy, Path(args.baseline) if args.baseline else None, force=args.force)
+    rep = remediate(Path(args.run), args.remedy, Path(args.baseline) if args.baseline else None, force=args.force,
+                    spoil=args.spoil)
     print(f"{rep['remediated']}: {rep['summary']}")
     print(f"verdict against {rep['baseline'] or 'no baseline'}: {rep['verdict']['line']}")
     print(f"re-walk after the fix: {rep['fix']['line']}")
@@ -757,7 +758,9 @@ REMEDIATE = Command(
     (Arg("run", metavar="RUN", help="the run to remediate, e.g. experiments/19-injection-A"),
      Arg("--remedy", metavar="NAME", help="override the leaf's remedy (skip_batch, restore_moments, zclip)"),
      Arg("--baseline", metavar="RUN", help="the clean run to measure both against (default: found beside RUN)"),
-     Arg("--force", action="store_true", help="replace an existing RUN-remediated")),
+     Arg("--force", action="store_true", help="replace an existing RUN-remediated"),
+     Arg("--spoil", action="store_true", help="remediate a run of a learner lab that is not revealed yet (the "
+         "remedy it picks names the cause; logged, and grade and check show it)")),
     cmd_remediate)
 
 

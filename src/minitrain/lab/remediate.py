@@ -45,13 +45,15 @@ def checkpoint_before(run: Path, limit: int) -> tuple[Path, int] | None:
 
 
 def remediate(run: Path, remedy_name: str | None = None, baseline: Path | None = None,
-              force: bool = False) -> dict:
+              force: bool = False, spoil: bool = False) -> dict:
     """Walk RUN, re-run it from the last checkpoint before the anomaly with the leaf's remedy into
     RUN-remediated, walk that, measure both against the baseline and write RUN-remediated/dashboard.html
-    (remediated vs original vs baseline)."""
+    (remediated vs original vs baseline). The remedy it picks names the leaf's cause: a run of a learner lab
+    not revealed yet is refused unless `spoil` (logged, as `minitrain diagnose --spoil` is)."""
     run = Path(run)
     if not (run / "manifest.json").exists():
         raise UserError(f"{run} is not a run folder (no manifest.json); give e.g. experiments/19-injection-B")
+    spoilers.gate(run, "remediate", spoil)
     if run.name.endswith(REMEDIATED):
         raise UserError(f"{run} is already a remediation; remediate the original run")
     files.refuse_if_live(run)  # its metrics are still being written: the walk would judge half a run
