@@ -6,7 +6,7 @@ node or a leaf. A leaf may carry rule-outs: evidence that contradicts it (what e
 led there); when one holds, the walk moves on as if the question had answered "no". A leaf whose text depends
 on a condition of the run (clipping on or off) carries one text per case.
 
-Node ids are stable: learners cite them. A new node or cause: its check in checks.py, its node and leaf here,
+Node ids are stable: learners cite them. A new node or cause: its check in checks/, its node and leaf here,
 its cause in causes.py.
 """
 from __future__ import annotations
