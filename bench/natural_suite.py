@@ -107,12 +107,56 @@ def cases(suite: Path, sweep: Path = Path("experiments/lr-sweep"), seeds=SEEDS, 
                 out.append(Case(f"seed{seed}/lr{judge.fmt_lr(lr)}/default", seed, lr, "healthy", ("healthy",),
                                 "did not fail"))
                 continue
+            if lr in controls:  # a control that failed on this seed: no intervention was trained to label it
+                out.append(Case(f"seed{seed}/lr{judge.fmt_lr(lr)}/default", seed, lr, "none", (*NO_NAME,),
+                                f"{why} (a control: not labelled)"))
+                continue
             removed = tuple(n for n in INTERVENTIONS if judge.failed(summary(suite, seed, lr, n), bar, best_lr) is None)
             causes = tuple(judge.CAUSE_OF_REMEDY[n] for n in removed)
             truth = causes[0] if len(causes) == 1 else "none"
             out.append(Case(f"seed{seed}/lr{judge.fmt_lr(lr)}/default", seed, lr, truth, (*causes, *NO_NAME)
                             if truth == "none" else (truth,), why, removed))
     return out
+
+
+def overrides(cfg) -> list[str]:
+    """A config as key=value overrides of the default one (the natural runs' fields are all scalars)."""
+    base = build_config({}).to_dict()
+    return [f"{k}={v}" for k, v in cfg.to_dict().items() if k != "seed" and v != base[k]]
+
+
+def diagnosis_cases(suite: Path, sweep: Path, seeds=SEEDS, jobs: int = 2, split: str = "natural") -> list:
+    """The suite as bench/eval_diagnosis.py's registry takes it: train what is missing (the interventions too:
+    they label the cases), then each plain run as a diagnosis case whose folder is its run inside `suite` (the
+    evaluation's runs folder + "natural/"), with its config as overrides and its truth; a case several
+    interventions fix accepts each of their causes (`also`) as well as no name. A control that did not fail by
+    the training loss but memorises (its last validation loss MEMORISED x its best: what §2.E's leaf
+    describes, read here from the losses alone) accepts `lr_too_high` as well as healthy."""
+    import diagnosis_suites as ds
+
+    grid, _, _ = sweep_lrs(sweep)
+    out = []
+    for c in cases(suite, sweep, seeds, jobs):
+        sets = overrides(_variant_config(grid, "default", c.lr, c.seed))
+        group = f"{Path(suite).name}/{Path(c.name).parent.as_posix()}"
+        several = c.truth == "none"
+        also = tuple(judge.CAUSE_OF_REMEDY[n] for n in c.removed_by) if several else ()
+        why = f"{c.why}; fixed alone by {', '.join(c.removed_by) or '-'}"
+        climb = validation_climb(Path(suite).parent / group / "default")
+        if c.truth == "healthy" and climb > MEMORISED:
+            also, why = ("lr_too_high",), f"{why}; memorises (last validation {climb:.2f} x its best)"
+        out.append(ds.Case("default", c.seed, sets, c.truth, "unknown" if several else c.truth, "natural",
+                           magnitude=f"LR {judge.fmt_lr(c.lr)}", split=split, group=group, borderline=several,
+                           also=also, condition=why))
+    return out
+
+
+MEMORISED = 1.15  # last validation loss / best: a run that climbs this far after its best memorises its split
+
+
+def validation_climb(run: Path) -> float:
+    val = [r["val_loss"] for r in reader.load_run(run)["rows"] if isinstance(r.get("val_loss"), (int, float))]
+    return val[-1] / min(val) if val and min(val) > 0 else 1.0
 
 
 def evaluate(suite: Path, found: list[Case]) -> None:

@@ -140,8 +140,8 @@ TREE: tuple[Section, ...] = (
              f"RMS > {T['rms_high']:g}, then a spike {C.RMS_LEAD[0]}-{C.RMS_LEAD[1]} steps later",
              C.check_rms_before_spike, yes="§2.H", needs=("params.r",)),
         Node("§2.5", "Are the updates far larger than healthy over the run?",
-             "median over steps of the median over tensors of params[*].ur (update / weight), on runs of "
-             f"{T['ur_run_steps']:g}+ steps", P_UR,
+             "median over the steps at half the peak LR or more of the median over tensors of params[*].ur "
+             f"(update / weight), on runs of {T['ur_run_steps']:g}+ steps", P_UR,
              f"> {T['ur_high']:g}", C.check_update_ratio, yes="§2.E",
              needs=("params.ur",)),
         Leaf("§2.A", "lr_schedule", "the scheduler never stepped",
@@ -218,8 +218,10 @@ TREE: tuple[Section, ...] = (
              "Training loss collapses far below the n-gram baseline while validation (always causal) stalls "
              "near it and then climbs: the attention mask lets positions see the tokens they must predict.",
              "Restore the causal (lower-triangular) attention mask in training (causal_mask=true) and re-run.",
-             rule_out=(("the updates are far larger than healthy: an LR too high memorises and climbs too",
-                        C.rule_out_lr_too_large),
+             rule_out=(("the updates at the peak LR are larger than at the course's LR: an LR above it memorises "
+                        "and climbs too", C.rule_out_updates_above_course),
+                       ("the training loss collapsed only after validation's best: something changed mid-run, a mask "
+                        "is broken from step 0", C.rule_out_collapse_after_best_val),
                        ("validation ends above ln V: a mask lets training peek, its causal validation stays near "
                         "the n-gram baseline", C.rule_out_val_above_untrained))),
         Leaf("§3.C", "unknown", "not learning",

@@ -15,7 +15,8 @@ from minitrain.analysis.checks.finding import (  # noqa: F401
 )
 from minitrain.analysis.checks.run_lr_loss import (  # noqa: F401
     check_loss0_high, check_loss0_low, check_loss0_band, first_step_gn, check_gn1_high, check_gn1_low,
-    check_lr_constant, check_lr_zero, check_no_warmup, check_lr_jump, check_update_ratio, check_nonfinite,
+    check_lr_constant, check_lr_zero, check_no_warmup, check_lr_jump, peak_update_ratio, check_update_ratio,
+    check_nonfinite,
     val_points, train_smooth, check_mask, check_target_leak, check_not_learning,
 )
 from minitrain.analysis.checks.batch_init import (  # noqa: F401
@@ -26,8 +27,8 @@ from minitrain.analysis.checks.optimizer_gradient import (  # noqa: F401
     check_gn_huge, check_loss_jump,
 )
 from minitrain.analysis.checks.rule_outs import (  # noqa: F401
-    rule_out_lr_too_large, rule_out_val_not_climbing, rule_out_val_above_untrained, rule_out_v_spread,
-    rule_out_loss0_below_chance,
+    rule_out_lr_too_large, rule_out_updates_above_course, rule_out_collapse_after_best_val,
+    rule_out_val_not_climbing, rule_out_val_above_untrained, rule_out_v_spread, rule_out_loss0_below_chance,
 )
 from minitrain.analysis.checks.natural import (  # noqa: F401
     natural_series, loss_spikes, loss_degraded, check_attn_logit_growth, check_logz_drift, rms_series, RMS_LEAD,

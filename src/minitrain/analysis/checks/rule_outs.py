@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from minitrain.analysis.checks.run_lr_loss import check_update_ratio, val_points
+from minitrain.analysis.checks.run_lr_loss import check_update_ratio, peak_update_ratio, train_smooth, val_points
 from minitrain.analysis.evidence import Evidence
 from minitrain.analysis.checks.finding import Finding
 from minitrain.analysis.thresholds import T
@@ -17,6 +17,33 @@ def rule_out_lr_too_large(ev: Evidence, at: Finding) -> Finding:
     """A run whose LR is far too large also memorises, drives training loss to ~0 and climbs in validation."""
     f = check_update_ratio(ev)
     return Finding(f.matched, f.value, f.shown)
+
+
+def rule_out_updates_above_course(ev: Evidence, at: Finding) -> Finding:
+    """A broken mask at the course's LR moves the weights as a healthy run does; a run whose updates at the
+    peak LR are larger than that (an LR several times the course's, even one §2.5 does not call too high, as
+    qk-layernorm keeps the updates smaller at a given LR) memorises and climbs in validation the same way."""
+    if len(ev.rows) < T["ur_run_steps"]:  # early in any run the ratio is high whatever the LR (as §2.5)
+        return Finding(False, None, f"a run of {len(ev.rows)} steps: updates judged on {T['ur_run_steps']:g}+ steps")
+    med = peak_update_ratio(ev)
+    return Finding(bool(math.isfinite(med) and med > T["mask_ur"]), med,
+                   f"median update-to-weight ratio {fmt(med, 3)} at the peak LR (a broken mask at the course's LR: "
+                   f"at most {T['mask_ur']:g})")
+
+
+def rule_out_collapse_after_best_val(ev: Evidence, at: Finding) -> Finding:
+    """A mask broken from step 0 lets training peek from the start: its training loss falls below half the
+    baseline while validation is still improving. When it falls there only after validation's best, something
+    changed mid-run (inputs that hold their targets from step K on, say), not the mask."""
+    idx, val = val_points(ev)
+    train = train_smooth(ev)
+    below = np.flatnonzero(train < T["mask_train"] * ev.ngram_val_loss) if ev.ngram_val_loss else []
+    if not len(idx) or not len(below):
+        return Finding(False, None, "not measurable")
+    best = int(idx[int(np.argmin(val))])
+    return Finding(int(below[0]) > best, ev.step_at(int(below[0])),
+                   f"training loss below {T['mask_train']:g} x the baseline from step {ev.step_at(int(below[0]))}; "
+                   f"best validation at step {ev.step_at(best)}")
 
 
 def rule_out_val_not_climbing(ev: Evidence, at: Finding) -> Finding:
