@@ -129,8 +129,8 @@ def diagnosis_cases(suite: Path, sweep: Path, seeds=SEEDS, jobs: int = 2, split:
     """The suite as bench/eval_diagnosis.py's registry takes it: train what is missing (the interventions too:
     they label the cases), then each plain run as a diagnosis case whose folder is its run inside `suite` (the
     evaluation's runs folder + "natural/"), with its config as overrides and its truth; a case several
-    interventions fix accepts each of their causes (`also`) as well as no name. A control that did not fail by
-    the training loss but memorises (its last validation loss MEMORISED x its best: what §2.E's leaf
+    interventions fix accepts each of their causes (`also`) as well as no name. A case whose label names no
+    cause (a control, or one several interventions fix) but that memorises (its last validation loss MEMORISED x its best: what §2.E's leaf
     describes, read here from the losses alone) accepts `lr_too_high` as well as healthy."""
     import diagnosis_suites as ds
 
@@ -143,8 +143,8 @@ def diagnosis_cases(suite: Path, sweep: Path, seeds=SEEDS, jobs: int = 2, split:
         also = tuple(judge.CAUSE_OF_REMEDY[n] for n in c.removed_by) if several else ()
         why = f"{c.why}; fixed alone by {', '.join(c.removed_by) or '-'}"
         climb = validation_climb(Path(suite).parent / group / "default")
-        if c.truth == "healthy" and climb > MEMORISED:
-            also, why = ("lr_too_high",), f"{why}; memorises (last validation {climb:.2f} x its best)"
+        if c.truth in ("healthy", "none") and climb > MEMORISED:
+            also, why = (*also, "lr_too_high"), f"{why}; memorises (last validation {climb:.2f} x its best)"
         out.append(ds.Case("default", c.seed, sets, c.truth, "unknown" if several else c.truth, "natural",
                            magnitude=f"LR {judge.fmt_lr(c.lr)}", split=split, group=group, borderline=several,
                            also=also, condition=why))
