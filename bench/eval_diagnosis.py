@@ -181,10 +181,11 @@ def named_right(c: Case) -> bool:
 
 
 def correct(c: Case) -> bool:
-    """Right: named right; a near miss or an out-of-vocabulary run is also right when it names no cause."""
+    """Right: named right (or a cause the label also accepts); a near miss or an out-of-vocabulary run is also
+    right when it names no cause."""
     if (c.near_miss or c.oov) and c.result["cause"] in NO_NAME:
         return True
-    return not c.oov and named_right(c)
+    return not c.oov and (named_right(c) or c.result["cause"] in c.also)
 
 
 def wrong_name(c: Case) -> bool:
