@@ -180,7 +180,7 @@ def tuning_suite() -> list[Case]:
         Case("noclip/scale-x50-k1500", 6, ["grad_clip=0", *inj("scale", 1500, "injection_scale=50")],
              "gradient_explosion", "gradient_explosion", "injection", 1500, "scale x50, clipping off"),
     ]
-    cases += first_draw_suite()
+    cases += [*first_draw_suite(), *second_draw_suite()]
     for c in cases:
         c.split = "tuning"
     return cases
@@ -393,6 +393,91 @@ HELD_OUT_BREAKS = [
 ]
 
 
+# The third held-out draw (seeds 61-65): written down before the leak and mask rules were changed on the
+# second draw (then moved to tuning), scored once after.
+THIRD_DRAW_GROUPS = {
+    "s61-batch10": (61, ["batch_size=10", "steps=1000", "spectral_every=0"], "batch 10, 1000 steps"),
+    "s62-batch5-lr2e-4": (62, ["batch_size=5", "lr_max=0.0002", "lr_min=0.00002", "steps=1200", "spectral_every=0"],
+                          "batch 5, peak LR 2e-4, 1200 steps"),
+    "s63-warmup20-decay0-800": (63, ["warmup_steps=20", "lr_min=0", "steps=800", "spectral_every=0"],
+                                "warmup 20 steps, cosine to 0, 800 steps"),
+    "s64-warmup150-2500": (64, ["warmup_steps=150", "steps=2500", "spectral_every=0"], "warmup 150 steps, 2500 steps"),
+    "s65-medium-b8": (65, ["preset=medium", "batch_size=8", "steps=300", "warmup_steps=30", "eval_every=100",
+                           "spectral_every=0"], "the medium preset at batch 8, 300 steps"),
+}
+
+THIRD_DRAW_FAULTS = [
+    ("s61-batch10", "scale-x40", ["injection=scale", "injection_scale=40"], 101, "scale x40, 1 step after warmup", False),
+    ("s61-batch10", "bad_batch-rare2", ["injection=bad_batch", f"injection_sentence={RARE_SENTENCES[2]}"], 430,
+     "rare sentence x10 rows", False),
+    ("s61-batch10", "v-lm_head.bias-x50", ["injection=v_corrupt", "injection_param=lm_head.bias",
+                                           "injection_factor=50"], 720, "x50", False),
+    ("s61-batch10", "corrupt-random5", ["injection=corrupt_batch", "injection_mode=random", "injection_rows=5"], 610,
+     "random ids, 5 of 10 rows", False),
+    ("s61-batch10", "stuck-8", ["injection=stuck_loader", "injection_span=8"], 880, "same batch 8 steps", False),
+    ("s61-batch10", "lr_spike-x6-6", ["injection=lr_spike", "injection_mult=6", "injection_span=6"], 330,
+     "LR x6 for 6 steps", False),
+    ("s61-batch10", "adam-b2-0.75", ["injection=adam_setting", "injection_beta2=0.75"], 500, "beta2 0.95 -> 0.75",
+     False),
+    ("s61-batch10", "leak", ["injection=target_leak", "injection_span=0"], 350, "inputs = targets to the end", False),
+    ("s62-batch5-lr2e-4", "scale-x8", ["injection=scale", "injection_scale=8"], 700, "scale x8", False),
+    ("s62-batch5-lr2e-4", "bad_batch-common", ["injection=bad_batch", f"injection_sentence={COMMON_SENTENCE}"], 900,
+     "a common sentence x5 rows", False),
+    ("s62-batch5-lr2e-4", "v-fc0-x0.02", ["injection=v_corrupt", "injection_param=blocks.0.mlp.fc.weight",
+                                          "injection_factor=0.02"], 560, "x0.02 on blocks.0.mlp.fc.weight", False),
+    ("s62-batch5-lr2e-4", "corrupt-shift5", ["injection=corrupt_batch", "injection_mode=shift"], 1190,
+     "wrong-place cuts, 5 of 5 rows, 10 steps before the end", False),
+    ("s62-batch5-lr2e-4", "stuck-12", ["injection=stuck_loader", "injection_span=12"], 300, "same batch 12 steps", False),
+    ("s62-batch5-lr2e-4", "leak", ["injection=target_leak", "injection_span=0"], 650, "inputs = targets to the end",
+     False),
+    ("s63-warmup20-decay0-800", "scale-x25", ["injection=scale", "injection_scale=25"], 22, "scale x25 after warmup",
+     False),
+    ("s63-warmup20-decay0-800", "v-lm_head.bias-x100", ["injection=v_corrupt", "injection_param=lm_head.bias",
+                                                         "injection_factor=100"], 790, "the lab's x100, 10 before the end",
+     False),
+    ("s63-warmup20-decay0-800", "bad_batch-rare0", ["injection=bad_batch", f"injection_sentence={RARE_SENTENCES[0]}"],
+     400, "the lab's sentence", False),
+    ("s63-warmup20-decay0-800", "lr_spike-x15-3", ["injection=lr_spike", "injection_mult=15", "injection_span=3"], 260,
+     "LR x15 for 3 steps", False),
+    ("s63-warmup20-decay0-800", "adam-b2-0.999", ["injection=adam_setting", "injection_beta2=0.999"], 450,
+     "beta2 0.95 -> 0.999", False),
+    ("s63-warmup20-decay0-800", "leak", ["injection=target_leak", "injection_span=0"], 500, "inputs = targets to the end",
+     False),
+    ("s64-warmup150-2500", "scale-x0.03", ["injection=scale", "injection_scale=0.03"], 2200, "scale x0.03", False),
+    ("s64-warmup150-2500", "corrupt-mismatch4", ["injection=corrupt_batch", "injection_mode=mismatch",
+                                                 "injection_rows=4"], 1800, "mismatched targets, 4 of 8 rows", False),
+    ("s64-warmup150-2500", "stuck-30", ["injection=stuck_loader", "injection_span=30"], 1500, "same batch 30 steps",
+     False),
+    ("s64-warmup150-2500", "lr_spike-x0.3-40", ["injection=lr_spike", "injection_mult=0.3", "injection_span=40"], 2000,
+     "LR x0.3 for 40 steps", False),
+    ("s64-warmup150-2500", "leak", ["injection=target_leak", "injection_span=0"], 1600, "inputs = targets to the end",
+     False),
+    ("s65-medium-b8", "scale-x50", ["injection=scale", "injection_scale=50"], 120, "the lab's x50", False),
+    ("s65-medium-b8", "bad_batch-rare0", ["injection=bad_batch", f"injection_sentence={RARE_SENTENCES[0]}"], 200,
+     "the lab's sentence x8 rows", False),
+    ("s65-medium-b8", "v-lm_head.bias-x100", ["injection=v_corrupt", "injection_param=lm_head.bias",
+                                               "injection_factor=100"], 250, "the lab's x100", False),
+]
+
+THIRD_DRAW_BREAKS = [
+    ("break-no-mask-b10-2000", 61, ["causal_mask=false", "batch_size=10", "steps=2000", "spectral_every=0"],
+     "broken_mask", "all-ones mask, batch 10, 2000 steps", False),
+    ("break-no-mask-decay0", 63, ["causal_mask=false", "warmup_steps=20", "lr_min=0", "steps=1500", "spectral_every=0"],
+     "broken_mask", "all-ones mask, warmup 20, cosine to 0, 1500 steps", False),
+    ("lr-x12-b10", 61, ["lr_max=0.0036", "lr_min=0.00036", "batch_size=10", "steps=1000", "spectral_every=0"],
+     "lr_too_high", "LR x12 (3.6e-3), batch 10", False),
+    ("lr-x40-decay0-800", 63, ["lr_max=0.012", "lr_min=0", "warmup_steps=20", "steps=1000", "spectral_every=0"],
+     "lr_too_high", "LR x40, warmup 20, cosine to 0", False),
+    ("break-init-x100-b5", 62, ["init_scale=100", "batch_size=5", "steps=200"], "bad_init", "init x100, batch 5", False),
+    ("break-no-warmup-b10", 61, ["warmup_steps=0", "batch_size=10", "lr_min=0", "steps=300"], "no_warmup",
+     "no warmup, batch 10, cosine to 0", False),
+    ("break-nonfinite-b10", 61, ["lr_max=80", "lr_min=0", "warmup_steps=10", "grad_clip=0", "batch_size=10",
+                                 "steps=100"], "non_finite", "LR 80, clipping off, batch 10", False),
+    ("lr-constant-2e-4-b5", 62, ["warmup_steps=0", "lr_max=0.0002", "lr_min=0.0002", "batch_size=5", "steps=300"],
+     "lr_schedule", "constant LR 2e-4, batch 5", False),
+]
+
+
 def _drawn(groups: dict, faults: list, breaks: list, breaks_group: str, split: str) -> list[Case]:
     """A draw of conditions: per group a clean run and the faults forked from it, then whole-run faults."""
     cases = []
@@ -417,8 +502,14 @@ def first_draw_suite() -> list[Case]:
     return _drawn(FIRST_DRAW_GROUPS, FIRST_DRAW_FAULTS, FIRST_DRAW_BREAKS, "held-out-breaks", "tuning")
 
 
+def second_draw_suite() -> list[Case]:
+    """The second held-out draw (seeds 41-45), scored once, then looked at while the target-leak and broken-mask
+    rules were changed: tuning data from then on."""
+    return _drawn(HELD_OUT_GROUPS, HELD_OUT_FAULTS, HELD_OUT_BREAKS, "held-out-2-breaks", "tuning")
+
+
 def held_out_suite() -> list[Case]:
-    return _drawn(HELD_OUT_GROUPS, HELD_OUT_FAULTS, HELD_OUT_BREAKS, "held-out-2-breaks", "held-out")
+    return _drawn(THIRD_DRAW_GROUPS, THIRD_DRAW_FAULTS, THIRD_DRAW_BREAKS, "held-out-3-breaks", "held-out")
 
 
 # ---------------------------------------------------------------------------------------------------

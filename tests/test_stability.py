@@ -224,6 +224,26 @@ def test_leaf_broken_mask(quick_suite, tmp_path):
     assert (result["leaf"], result["cause"]) == ("§3.B", "broken_mask")
 
 
+
+def test_leaf_target_leak_at_its_onset_before_validation_passes_ln_v(quick_suite, tmp_path):
+    """A leak that starts mid-run is named at its onset: a loss jump far outside the run's own noise, after
+    which validation climbs for good (here 1.5x its best, far below ln V); the same jump with validation back
+    to normal is one bad batch, not a leak."""
+    def edit(climb):
+        def apply(rows):
+            rows[120]["loss"] += 3.0
+            best = min(r["val_loss"] for r in rows[:121] if r["val_loss"] is not None)
+            for r in rows[121:]:
+                if r["val_loss"] is not None:
+                    r["val_loss"] = climb * best
+        return apply
+    (tmp_path / "leak").mkdir()
+    (tmp_path / "batch").mkdir()
+    leak = stability.diagnose_run(_edited(quick_suite, tmp_path / "leak", edit(1.5)))
+    assert (leak["leaf"], leak["anomaly_step"]) == ("§3.D", 120)
+    one_batch = stability.diagnose_run(_edited(quick_suite, tmp_path / "batch", edit(1.0)))
+    assert one_batch["leaf"] != "§3.D"
+
 def test_leaf_not_learning(quick_suite, tmp_path):
     run = _edited(quick_suite, tmp_path, _set("loss", lambda r: 6.25))
     assert stability.diagnose_run(run)["leaf"] == "§3.C"
@@ -378,6 +398,16 @@ def test_update_ratio_question_on_long_runs_only():
     assert not check_update_ratio(ev(1200, 0.001)).matched
     short = check_update_ratio(ev(200, 0.05))
     assert not short.matched and "judged on runs of 1000+ steps" in short.shown
+    # a cosine to 0: the LR, and with it the ratio, is low over most of the run; read at the peak it is not
+    import numpy as np
+
+    rows = ev(1200, 0.008).rows
+    for r in rows[400:]:
+        r["lr"] = 1e-5
+        if "ur" in r["params"]["w"]:
+            r["params"]["w"]["ur"] = 8e-5
+    decayed = Evidence(rows)
+    assert float(np.nanmedian(decayed.update_ratio)) < 1e-3 and check_update_ratio(decayed).matched
 
 
 def test_leaf_stuck_loader_from_repeated_batches(quick_suite, tmp_path):

@@ -54,6 +54,10 @@ THRESHOLDS: dict[str, Threshold] = {
                                         "(broken masks at the course's LR: at most 2.4e-3)"),
     "leak_val": Threshold(1.0, "tuned", "validation loss above this many times ln V (worse than an untrained "
                                         "model) while training loss is below half the n-gram baseline: a leak"),
+    "leak_climb": Threshold(1.2, "tuned", "... or a loss jump (outlier_z σ and outlier_rows, as §4.2) after which the "
+                                          "last validation loss is above this many times its best before the jump: "
+                                          "a leak from that step (leaks 1.45-2.64, bad batches and 20-step leaks at "
+                                          "most 1.03)"),
     "not_learning": Threshold(0.9, "tuned", "final training loss above this share of the step-0 loss"),
     # §4 batches
     "dup_share": Threshold(0.5, "tuned", "share of a batch's rows that repeat an earlier row of it"),

@@ -207,9 +207,12 @@ TREE: tuple[Section, ...] = (
         Node("§3.3", "Has the training loss failed to fall?", "median training loss of the last 10% of steps / "
              "step-0 loss", P_LOSS, f"> {T['not_learning']:g}", C.check_not_learning, yes="§3.C"),
         Node("§3.4", "Does validation end up worse than an untrained model (above ln V) while training loss falls "
-             "below half the n-gram baseline?", "val_loss (worst) / ln V, train loss (21-step median) / n-gram "
-             "baseline", P_LOSS, f"val > {T['leak_val']:g} x ln V and train < {T['mask_train']:g} x baseline",
-             C.check_target_leak, yes="§3.D", needs=("val_loss", "ngram")),
+             "below half the n-gram baseline, or climb for good after a loss jump far outside the run's own noise?",
+             "val_loss (worst) / ln V, train loss (21-step median) / n-gram baseline; the first loss jump of "
+             f"{T['outlier_z']:g} σ and a row's worth (as §4.2), last val_loss / best val_loss before it", P_LOSS,
+             f"val > {T['leak_val']:g} x ln V and train < {T['mask_train']:g} x baseline, or last val > "
+             f"{T['leak_climb']:g} x best val before the jump", C.check_target_leak, yes="§3.D",
+             needs=("val_loss", "ngram")),
         Leaf("§3.A", "non_finite", "non-finite values",
              "The loss or the gradients became NaN/Inf, so every later update is garbage.",
              "Resume from the last checkpoint before the first non-finite step with a lower LR or tighter "

@@ -17,7 +17,7 @@ from minitrain.analysis.checks.run_lr_loss import (  # noqa: F401
     check_loss0_high, check_loss0_low, check_loss0_band, first_step_gn, check_gn1_high, check_gn1_low,
     check_lr_constant, check_lr_zero, check_no_warmup, check_lr_jump, peak_update_ratio, check_update_ratio,
     check_nonfinite,
-    val_points, train_smooth, check_mask, check_target_leak, check_not_learning,
+    val_points, train_smooth, check_mask, leak_onset, check_target_leak, check_not_learning,
 )
 from minitrain.analysis.checks.batch_init import (  # noqa: F401
     check_dup_rows, check_data_outlier, check_stuck_loader, check_logit0, check_came_from_s1,

@@ -194,11 +194,27 @@ def check_mask(ev: Evidence) -> Finding:
                    crossing=Crossing(near, 1.0, "x the threshold of its weakest condition"))
 
 
+def leak_onset(ev: Evidence) -> tuple[int, float] | None:
+    """The first loss jump of at least `outlier_z` σ of the run's own noise and a row's worth of chance-level
+    loss (as §4.2 reads one) after which validation is measured again, and how far the last validation loss
+    climbed over the best one before the jump (None: no such jump)."""
+    idx, val = val_points(ev)
+    jumps = np.flatnonzero((np.nan_to_num(ev.loss_z, nan=0.0) >= T["outlier_z"])
+                           & (ev.loss_excess >= T["outlier_rows"] * ev.row_loss_unit))
+    for j in jumps:
+        if (idx <= j).any() and (idx > j).any():
+            return int(j), float(val[-1] / val[idx <= j].min())
+    return None
+
+
 def check_target_leak(ev: Evidence) -> Finding:
     """Training loss far below the n-gram baseline while validation ends up worse than an untrained model's
     (above ln V): the model learned something that is confidently wrong at validation time, e.g. to copy an
     input that holds its target. A broken mask's validation stays near the baseline; a memorising run's
-    stays below ln V."""
+    stays below ln V. Before validation gets there, a leak that starts mid-run is seen at its onset: a loss
+    jump far outside the run's own noise (the first batch whose inputs hold their targets), after which
+    validation climbs `leak_climb` x its best before the jump and stays there (a bad batch is one step: the
+    model recovers and validation does not climb)."""
     idx, val = val_points(ev)
     if not ev.ngram_val_loss or len(idx) < 2:
         return miss("no n-gram baseline or fewer than 2 validation points")
@@ -206,9 +222,13 @@ def check_target_leak(ev: Evidence) -> Finding:
     worst_at = int(np.argmax(val))
     worst = float(val[worst_at])
     low = float(np.nanmin(train))
-    matched = worst > T["leak_val"] * ev.ln_v and low < T["mask_train"] * ev.ngram_val_loss and worst_at > 0
+    above = worst > T["leak_val"] * ev.ln_v and low < T["mask_train"] * ev.ngram_val_loss and worst_at > 0
+    onset = leak_onset(ev)
+    climbed = onset is not None and onset[1] > T["leak_climb"]
     first = next((int(j) for j, v in zip(idx, val) if v > T["leak_val"] * ev.ln_v and j > 0), None)
-    if first is not None:  # the onset: the first loss jump since validation was last normal (within x1.15 of its best)
+    if climbed:
+        first = onset[0]
+    elif first is not None:  # the onset: the first loss jump since validation was last normal (within x1.15 of its best)
         normal = [int(j) for n, j in enumerate(idx) if j < first and val[n] <= T["mask_rise"] * val[:n + 1].min()]
         start = normal[-1] if normal else 0
         jumps = np.flatnonzero(ev.loss_z[start:first + 1] >= T["outlier_z"])
@@ -216,14 +236,19 @@ def check_target_leak(ev: Evidence) -> Finding:
             first = start + int(jumps[0])
         elif ev.loss[0] < ev.ln_v - T["loss0_band"]:  # below chance from step 0: it leaked from the start
             first = 0
-    return Finding(matched, worst / ev.ln_v,
-                   f"worst validation loss {fmt(worst)} = {worst / ev.ln_v:.2f} x ln V at step "
-                   f"{ev.step_at(int(idx[worst_at]))}; smoothed training loss down to {fmt(low)} = "
-                   f"{low / ev.ngram_val_loss:.2f} x the n-gram baseline", first if matched else int(idx[worst_at]),
-                   {"worst_val": worst, "ln_v": ev.ln_v, "train_min": low},
-                   near=(worst / ev.ln_v) / T["leak_val"] if worst_at > 0 else None,
-                   crossing=Crossing(float(np.max(val[idx > 0])) / ev.ln_v if (idx > 0).any() else math.nan,
-                                     T["leak_val"], "x ln V (worst validation after step 0)"))
+    shown = (f"worst validation loss {fmt(worst)} = {worst / ev.ln_v:.2f} x ln V at step "
+             f"{ev.step_at(int(idx[worst_at]))}; smoothed training loss down to {fmt(low)} = "
+             f"{low / ev.ngram_val_loss:.2f} x the n-gram baseline")
+    if onset is not None:
+        shown += (f"; loss jump at step {ev.step_at(onset[0])} ({ev.loss_z[onset[0]]:.1f} σ), last validation "
+                  f"{onset[1]:.2f} x its best before it")
+    worst_after_0 = float(np.max(val[idx > 0])) / ev.ln_v if (idx > 0).any() else math.nan
+    crossing = (Crossing(worst_after_0, T["leak_val"], "x ln V (worst validation after step 0)") if above or not climbed
+                else Crossing(onset[1], T["leak_climb"], "x validation's best before the loss jump"))
+    return Finding(above or climbed, worst / ev.ln_v, shown, first if above or climbed else int(idx[worst_at]),
+                   {"worst_val": worst, "ln_v": ev.ln_v, "train_min": low,
+                    "onset": ev.step_at(onset[0]) if onset else None, "climb": onset[1] if onset else None},
+                   near=(worst / ev.ln_v) / T["leak_val"] if worst_at > 0 else None, crossing=crossing)
 
 
 def check_not_learning(ev: Evidence) -> Finding:
