@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 CAUSE_OF_INJECTION = {"scale": "gradient_explosion", "bad_batch": "bad_batch", "v_corrupt": "optimizer_state_corruption",
                       "lr_spike": "lr_spike", "corrupt_batch": "bad_batch", "stuck_loader": "stuck_loader",
                       "target_leak": "target_leak", "adam_setting": "optimizer_setting"}
-SPLITS = ("tuning", "held-out", "oov", "oov-sealed")
+SPLITS = ("tuning", "held-out", "oov", "oov-sealed", "natural", "natural-sealed")
 
 
 @dataclass
@@ -44,6 +44,7 @@ class Case:
     group: str = ""  # the folder shared by a clean run and the injections forked from it (default seedN)
     condition: str = "default config"  # what about the run differs from the tuning runs' config
     tolerance: int = 0  # steps the found anomaly step may differ from K (0: exact)
+    also: tuple[str, ...] = ()  # other causes that are right too (a natural failure several interventions fix)
     result: dict = field(default_factory=dict)
 
     @property
@@ -179,6 +180,7 @@ def tuning_suite() -> list[Case]:
         Case("noclip/scale-x50-k1500", 6, ["grad_clip=0", *inj("scale", 1500, "injection_scale=50")],
              "gradient_explosion", "gradient_explosion", "injection", 1500, "scale x50, clipping off"),
     ]
+    cases += [*first_draw_suite(), *second_draw_suite()]
     for c in cases:
         c.split = "tuning"
     return cases
@@ -188,7 +190,7 @@ def tuning_suite() -> list[Case]:
 # held-out: other conditions (seeds 11-15); a group is one condition: a clean run and its forks
 # ---------------------------------------------------------------------------------------------------
 
-HELD_OUT_GROUPS = {
+FIRST_DRAW_GROUPS = {
     # group: (seed, condition overrides, in words)
     "s11-batch4": (11, ["batch_size=4", "steps=1000", "spectral_every=0"], "batch 4, 1000 steps"),
     "s12-batch16": (12, ["batch_size=16", "steps=1000", "spectral_every=0"], "batch 16, 1000 steps"),
@@ -200,8 +202,8 @@ HELD_OUT_GROUPS = {
                    "the medium preset (3.4M parameters, batch 16, context 64), 300 steps"),
 }
 
-# (group, name, injection sets, cause, K, magnitude, near miss)
-HELD_OUT_FAULTS = [
+# (group, name, injection sets, K, magnitude, near miss)
+FIRST_DRAW_FAULTS = [
     # batch 4: K just after the warmup, in the middle, in the last steps
     ("s11-batch4", "scale-x20", ["injection=scale", "injection_scale=20"], 104, "scale x20 just after warmup", False),
     ("s11-batch4", "bad_batch-rare1", ["injection=bad_batch", f"injection_sentence={RARE_SENTENCES[1]}"], 610,
@@ -273,8 +275,8 @@ HELD_OUT_FAULTS = [
      "LR x10 for 5 steps", False),
 ]
 
-# whole-run faults under held-out conditions: (name, seed, sets, cause, condition, near miss)
-HELD_OUT_BREAKS = [
+# whole-run faults: (name, seed, sets, cause, condition, near miss)
+FIRST_DRAW_BREAKS = [
     ("break-init-x100-b16", 12, ["init_scale=100", "batch_size=16", "steps=200"], "bad_init", "init x100, batch 16", False),
     ("break-no-warmup-b4", 11, ["warmup_steps=0", "batch_size=4", "lr_min=0", "steps=300"], "no_warmup",
      "no warmup, batch 4, cosine to 0", False),
@@ -292,21 +294,222 @@ HELD_OUT_BREAKS = [
 ]
 
 
-def held_out_suite() -> list[Case]:
+# The second held-out draw (seeds 41-45): conditions neither the tuning runs nor the first draw used, defined
+# before the whole-run rules were changed and scored once after they were final.
+HELD_OUT_GROUPS = {
+    "s41-batch6": (41, ["batch_size=6", "steps=1000", "spectral_every=0"], "batch 6, 1000 steps"),
+    "s42-batch12-lr5e-4": (42, ["batch_size=12", "lr_max=0.0005", "lr_min=0.00005", "steps=1000", "spectral_every=0"],
+                           "batch 12, peak LR 5e-4, 1000 steps"),
+    "s43-warmup50-flat": (43, ["warmup_steps=50", "lr_min=0.0003", "steps=1000", "spectral_every=0"],
+                          "warmup 50 steps, then a constant LR, 1000 steps"),
+    "s44-warmup200-decay0-1500": (44, ["warmup_steps=200", "lr_min=0", "steps=1500", "spectral_every=0"],
+                                  "warmup 200 steps, cosine to 0, 1500 steps"),
+    "s45-medium-lr2e-4": (45, ["preset=medium", "steps=300", "warmup_steps=30", "eval_every=100", "lr_max=0.0002",
+                               "lr_min=0.00002", "spectral_every=0"], "the medium preset at peak LR 2e-4, 300 steps"),
+}
+
+HELD_OUT_FAULTS = [
+    ("s41-batch6", "scale-x30", ["injection=scale", "injection_scale=30"], 103, "scale x30, 3 steps after warmup", False),
+    ("s41-batch6", "bad_batch-rare3", ["injection=bad_batch", f"injection_sentence={RARE_SENTENCES[3]}"], 640,
+     "rare sentence x6 rows", False),
+    ("s41-batch6", "v-lm_head.bias-x100", ["injection=v_corrupt", "injection_param=lm_head.bias",
+                                            "injection_factor=100"], 992, "x100, 8 steps before the end", False),
+    ("s41-batch6", "corrupt-mismatch2", ["injection=corrupt_batch", "injection_mode=mismatch", "injection_rows=2"], 520,
+     "mismatched targets, 2 of 6 rows", False),
+    ("s41-batch6", "stuck-6", ["injection=stuck_loader", "injection_span=6"], 380, "same batch 6 steps", False),
+    ("s41-batch6", "lr_spike-x4-8", ["injection=lr_spike", "injection_mult=4", "injection_span=8"], 610,
+     "LR x4 for 8 steps", False),
+    ("s41-batch6", "adam-b2-0.7", ["injection=adam_setting", "injection_beta2=0.7"], 830, "beta2 0.95 -> 0.7", False),
+    ("s41-batch6", "leak", ["injection=target_leak", "injection_span=0"], 450, "inputs = targets to the end", False),
+    ("s42-batch12-lr5e-4", "scale-x0.02", ["injection=scale", "injection_scale=0.02"], 940, "scale x0.02", False),
+    ("s42-batch12-lr5e-4", "bad_batch-common", ["injection=bad_batch", f"injection_sentence={COMMON_SENTENCE}"], 260,
+     "a common sentence x12 rows", False),
+    ("s42-batch12-lr5e-4", "v-qkv1-x0.01", ["injection=v_corrupt", "injection_param=blocks.1.attn.qkv.weight",
+                                             "injection_factor=0.01"], 470, "x0.01 on blocks.1.attn.qkv.weight", False),
+    ("s42-batch12-lr5e-4", "corrupt-random12", ["injection=corrupt_batch", "injection_mode=random"], 700,
+     "random ids, 12 of 12 rows", False),
+    ("s42-batch12-lr5e-4", "stuck-3", ["injection=stuck_loader", "injection_span=3"], 760, "same batch 3 steps", False),
+    ("s42-batch12-lr5e-4", "lr_spike-x0.1-15", ["injection=lr_spike", "injection_mult=0.1", "injection_span=15"], 240,
+     "LR x0.1 for 15 steps", False),
+    ("s42-batch12-lr5e-4", "adam-b2-0.5", ["injection=adam_setting", "injection_beta2=0.5"], 560, "beta2 0.95 -> 0.5",
+     False),
+    ("s42-batch12-lr5e-4", "leak", ["injection=target_leak", "injection_span=0"], 820, "inputs = targets to the end",
+     False),
+    ("s43-warmup50-flat", "scale-x100", ["injection=scale", "injection_scale=100"], 52, "scale x100 after warmup", False),
+    ("s43-warmup50-flat", "bad_batch-rare1", ["injection=bad_batch", f"injection_sentence={RARE_SENTENCES[1]}"], 975,
+     "rare sentence, 25 steps before the end", False),
+    ("s43-warmup50-flat", "v-ln_f-x20", ["injection=v_corrupt", "injection_param=ln_f.weight", "injection_factor=20"],
+     300, "x20 on ln_f.weight", False),
+    ("s43-warmup50-flat", "corrupt-shift8", ["injection=corrupt_batch", "injection_mode=shift"], 690,
+     "wrong-place cuts, 8 of 8 rows", False),
+    ("s43-warmup50-flat", "lr_spike-x3-30", ["injection=lr_spike", "injection_mult=3", "injection_span=30"], 480,
+     "LR x3 for 30 steps", False),
+    ("s43-warmup50-flat", "stuck-20", ["injection=stuck_loader", "injection_span=20"], 850, "same batch 20 steps", False),
+    ("s43-warmup50-flat", "leak", ["injection=target_leak", "injection_span=0"], 200, "inputs = targets to the end", False),
+    ("s44-warmup200-decay0-1500", "scale-x10", ["injection=scale", "injection_scale=10"], 1490,
+     "scale x10, 10 steps before the end", False),
+    ("s44-warmup200-decay0-1500", "bad_batch-rare0", ["injection=bad_batch", f"injection_sentence={RARE_SENTENCES[0]}"],
+     1496, "the lab's sentence, 4 steps before the end", False),
+    ("s44-warmup200-decay0-1500", "v-lm_head.bias-x100", ["injection=v_corrupt", "injection_param=lm_head.bias",
+                                                           "injection_factor=100"], 1480, "the lab's x100, near the end",
+     False),
+    ("s44-warmup200-decay0-1500", "corrupt-mismatch8", ["injection=corrupt_batch", "injection_mode=mismatch"], 1000,
+     "mismatched targets, 8 of 8 rows", False),
+    ("s44-warmup200-decay0-1500", "lr_spike-x10-5", ["injection=lr_spike", "injection_mult=10", "injection_span=5"],
+     1300, "LR x10 for 5 steps", False),
+    ("s44-warmup200-decay0-1500", "adam-b2-0.6", ["injection=adam_setting", "injection_beta2=0.6"], 700,
+     "beta2 0.95 -> 0.6", False),
+    ("s44-warmup200-decay0-1500", "leak", ["injection=target_leak", "injection_span=0"], 1200,
+     "inputs = targets, the last 300 steps", False),
+    ("s45-medium-lr2e-4", "scale-x50", ["injection=scale", "injection_scale=50"], 100, "the lab's x50", False),
+    ("s45-medium-lr2e-4", "bad_batch-rare0", ["injection=bad_batch", f"injection_sentence={RARE_SENTENCES[0]}"], 150,
+     "the lab's sentence x16 rows", False),
+    ("s45-medium-lr2e-4", "v-lm_head.bias-x100", ["injection=v_corrupt", "injection_param=lm_head.bias",
+                                                   "injection_factor=100"], 180, "the lab's x100", False),
+    ("s45-medium-lr2e-4", "corrupt-mismatch16", ["injection=corrupt_batch", "injection_mode=mismatch"], 230,
+     "mismatched targets, 16 of 16 rows", False),
+]
+
+HELD_OUT_BREAKS = [
+    ("break-no-mask-b6", 41, ["causal_mask=false", "batch_size=6", "steps=1500", "spectral_every=0"], "broken_mask",
+     "all-ones mask, batch 6, 1500 steps", False),
+    ("break-no-mask-b12-lr5e-4", 42, ["causal_mask=false", "batch_size=12", "lr_max=0.0005", "lr_min=0.00005",
+                                      "steps=1000", "spectral_every=0"], "broken_mask",
+     "all-ones mask, batch 12, peak LR 5e-4, 1000 steps", False),
+    ("lr-x20-b6", 41, ["lr_max=0.006", "lr_min=0.0006", "batch_size=6", "steps=1000", "spectral_every=0"], "lr_too_high",
+     "LR x20 (6e-3), batch 6", False),
+    ("lr-x15-flat", 43, ["lr_max=0.0045", "lr_min=0.0045", "warmup_steps=50", "steps=1000", "spectral_every=0"],
+     "lr_too_high", "LR x15 (4.5e-3), warmup 50, then constant", False),
+    ("lr-x20-decay0-1500", 44, ["lr_max=0.006", "lr_min=0", "warmup_steps=200", "steps=1500", "spectral_every=0"],
+     "lr_too_high", "LR x20, warmup 200, cosine to 0, 1500 steps", False),
+    ("break-init-x100-b12", 42, ["init_scale=100", "batch_size=12", "steps=200"], "bad_init", "init x100, batch 12", False),
+    ("break-no-warmup-b12", 42, ["warmup_steps=0", "batch_size=12", "steps=300"], "no_warmup", "no warmup, batch 12",
+     False),
+    ("break-nonfinite-b6", 41, ["lr_max=50", "lr_min=0", "warmup_steps=10", "grad_clip=0", "batch_size=6", "steps=100"],
+     "non_finite", "LR 50, clipping off, batch 6", False),
+    ("lr-constant-5e-4-b6", 43, ["warmup_steps=0", "lr_max=0.0005", "lr_min=0.0005", "batch_size=6", "steps=300"],
+     "lr_schedule", "constant LR 5e-4, batch 6", False),
+    ("lr-zero-b12", 44, ["lr_max=0", "lr_min=0", "batch_size=12", "steps=200"], "lr_schedule", "LR 0, batch 12", False),
+]
+
+
+# The third held-out draw (seeds 61-65): written down before the leak and mask rules were changed on the
+# second draw (then moved to tuning), scored once after.
+THIRD_DRAW_GROUPS = {
+    "s61-batch10": (61, ["batch_size=10", "steps=1000", "spectral_every=0"], "batch 10, 1000 steps"),
+    "s62-batch5-lr2e-4": (62, ["batch_size=5", "lr_max=0.0002", "lr_min=0.00002", "steps=1200", "spectral_every=0"],
+                          "batch 5, peak LR 2e-4, 1200 steps"),
+    "s63-warmup20-decay0-800": (63, ["warmup_steps=20", "lr_min=0", "steps=800", "spectral_every=0"],
+                                "warmup 20 steps, cosine to 0, 800 steps"),
+    "s64-warmup150-2500": (64, ["warmup_steps=150", "steps=2500", "spectral_every=0"], "warmup 150 steps, 2500 steps"),
+    "s65-medium-b8": (65, ["preset=medium", "batch_size=8", "steps=300", "warmup_steps=30", "eval_every=100",
+                           "spectral_every=0"], "the medium preset at batch 8, 300 steps"),
+}
+
+THIRD_DRAW_FAULTS = [
+    ("s61-batch10", "scale-x40", ["injection=scale", "injection_scale=40"], 101, "scale x40, 1 step after warmup", False),
+    ("s61-batch10", "bad_batch-rare2", ["injection=bad_batch", f"injection_sentence={RARE_SENTENCES[2]}"], 430,
+     "rare sentence x10 rows", False),
+    ("s61-batch10", "v-lm_head.bias-x50", ["injection=v_corrupt", "injection_param=lm_head.bias",
+                                           "injection_factor=50"], 720, "x50", False),
+    ("s61-batch10", "corrupt-random5", ["injection=corrupt_batch", "injection_mode=random", "injection_rows=5"], 610,
+     "random ids, 5 of 10 rows", False),
+    ("s61-batch10", "stuck-8", ["injection=stuck_loader", "injection_span=8"], 880, "same batch 8 steps", False),
+    ("s61-batch10", "lr_spike-x6-6", ["injection=lr_spike", "injection_mult=6", "injection_span=6"], 330,
+     "LR x6 for 6 steps", False),
+    ("s61-batch10", "adam-b2-0.75", ["injection=adam_setting", "injection_beta2=0.75"], 500, "beta2 0.95 -> 0.75",
+     False),
+    ("s61-batch10", "leak", ["injection=target_leak", "injection_span=0"], 350, "inputs = targets to the end", False),
+    ("s62-batch5-lr2e-4", "scale-x8", ["injection=scale", "injection_scale=8"], 700, "scale x8", False),
+    ("s62-batch5-lr2e-4", "bad_batch-common", ["injection=bad_batch", f"injection_sentence={COMMON_SENTENCE}"], 900,
+     "a common sentence x5 rows", False),
+    ("s62-batch5-lr2e-4", "v-fc0-x0.02", ["injection=v_corrupt", "injection_param=blocks.0.mlp.fc.weight",
+                                          "injection_factor=0.02"], 560, "x0.02 on blocks.0.mlp.fc.weight", False),
+    ("s62-batch5-lr2e-4", "corrupt-shift5", ["injection=corrupt_batch", "injection_mode=shift"], 1190,
+     "wrong-place cuts, 5 of 5 rows, 10 steps before the end", False),
+    ("s62-batch5-lr2e-4", "stuck-12", ["injection=stuck_loader", "injection_span=12"], 300, "same batch 12 steps", False),
+    ("s62-batch5-lr2e-4", "leak", ["injection=target_leak", "injection_span=0"], 650, "inputs = targets to the end",
+     False),
+    ("s63-warmup20-decay0-800", "scale-x25", ["injection=scale", "injection_scale=25"], 22, "scale x25 after warmup",
+     False),
+    ("s63-warmup20-decay0-800", "v-lm_head.bias-x100", ["injection=v_corrupt", "injection_param=lm_head.bias",
+                                                         "injection_factor=100"], 790, "the lab's x100, 10 before the end",
+     False),
+    ("s63-warmup20-decay0-800", "bad_batch-rare0", ["injection=bad_batch", f"injection_sentence={RARE_SENTENCES[0]}"],
+     400, "the lab's sentence", False),
+    ("s63-warmup20-decay0-800", "lr_spike-x15-3", ["injection=lr_spike", "injection_mult=15", "injection_span=3"], 260,
+     "LR x15 for 3 steps", False),
+    ("s63-warmup20-decay0-800", "adam-b2-0.999", ["injection=adam_setting", "injection_beta2=0.999"], 450,
+     "beta2 0.95 -> 0.999", False),
+    ("s63-warmup20-decay0-800", "leak", ["injection=target_leak", "injection_span=0"], 500, "inputs = targets to the end",
+     False),
+    ("s64-warmup150-2500", "scale-x0.03", ["injection=scale", "injection_scale=0.03"], 2200, "scale x0.03", False),
+    ("s64-warmup150-2500", "corrupt-mismatch4", ["injection=corrupt_batch", "injection_mode=mismatch",
+                                                 "injection_rows=4"], 1800, "mismatched targets, 4 of 8 rows", False),
+    ("s64-warmup150-2500", "stuck-30", ["injection=stuck_loader", "injection_span=30"], 1500, "same batch 30 steps",
+     False),
+    ("s64-warmup150-2500", "lr_spike-x0.3-40", ["injection=lr_spike", "injection_mult=0.3", "injection_span=40"], 2000,
+     "LR x0.3 for 40 steps", False),
+    ("s64-warmup150-2500", "leak", ["injection=target_leak", "injection_span=0"], 1600, "inputs = targets to the end",
+     False),
+    ("s65-medium-b8", "scale-x50", ["injection=scale", "injection_scale=50"], 120, "the lab's x50", False),
+    ("s65-medium-b8", "bad_batch-rare0", ["injection=bad_batch", f"injection_sentence={RARE_SENTENCES[0]}"], 200,
+     "the lab's sentence x8 rows", False),
+    ("s65-medium-b8", "v-lm_head.bias-x100", ["injection=v_corrupt", "injection_param=lm_head.bias",
+                                               "injection_factor=100"], 250, "the lab's x100", False),
+]
+
+THIRD_DRAW_BREAKS = [
+    ("break-no-mask-b10-2000", 61, ["causal_mask=false", "batch_size=10", "steps=2000", "spectral_every=0"],
+     "broken_mask", "all-ones mask, batch 10, 2000 steps", False),
+    ("break-no-mask-decay0", 63, ["causal_mask=false", "warmup_steps=20", "lr_min=0", "steps=1500", "spectral_every=0"],
+     "broken_mask", "all-ones mask, warmup 20, cosine to 0, 1500 steps", False),
+    ("lr-x12-b10", 61, ["lr_max=0.0036", "lr_min=0.00036", "batch_size=10", "steps=1000", "spectral_every=0"],
+     "lr_too_high", "LR x12 (3.6e-3), batch 10", False),
+    ("lr-x40-decay0-800", 63, ["lr_max=0.012", "lr_min=0", "warmup_steps=20", "steps=1000", "spectral_every=0"],
+     "lr_too_high", "LR x40, warmup 20, cosine to 0", False),
+    ("break-init-x100-b5", 62, ["init_scale=100", "batch_size=5", "steps=200"], "bad_init", "init x100, batch 5", False),
+    ("break-no-warmup-b10", 61, ["warmup_steps=0", "batch_size=10", "lr_min=0", "steps=300"], "no_warmup",
+     "no warmup, batch 10, cosine to 0", False),
+    ("break-nonfinite-b10", 61, ["lr_max=80", "lr_min=0", "warmup_steps=10", "grad_clip=0", "batch_size=10",
+                                 "steps=100"], "non_finite", "LR 80, clipping off, batch 10", False),
+    ("lr-constant-2e-4-b5", 62, ["warmup_steps=0", "lr_max=0.0002", "lr_min=0.0002", "batch_size=5", "steps=300"],
+     "lr_schedule", "constant LR 2e-4, batch 5", False),
+]
+
+
+def _drawn(groups: dict, faults: list, breaks: list, breaks_group: str, split: str) -> list[Case]:
+    """A draw of conditions: per group a clean run and the faults forked from it, then whole-run faults."""
     cases = []
-    for group, (seed, sets, words) in HELD_OUT_GROUPS.items():
+    for group, (seed, sets, words) in groups.items():
         cases.append(Case("clean", seed, sets, "healthy", "healthy", "clean", group=group, condition=words))
-    for group, name, extra, k, mag, near in HELD_OUT_FAULTS:
-        seed, sets, words = HELD_OUT_GROUPS[group]
+    for group, name, extra, k, mag, near in faults:
+        seed, sets, words = groups[group]
         cause = CAUSE_OF_INJECTION[extra[0].split("=", 1)[1]]
         cases.append(Case(f"{name}-k{k}", seed, [*sets, *extra, f"injection_step={k}"], cause, cause, "injection", k,
                           mag, group=group, condition=words, near_miss=near))
-    for name, seed, sets, cause, words, near in HELD_OUT_BREAKS:
+    for name, seed, sets, cause, words, near in breaks:
         cases.append(Case(name, seed, sets, cause, cause, "lr_bug" if cause == "lr_schedule" else "break",
-                          magnitude=words, group="held-out-breaks", condition=words, near_miss=near))
+                          magnitude=words, group=breaks_group, condition=words, near_miss=near))
     for c in cases:
-        c.split = "held-out"
+        c.split = split
     return cases
+
+
+def first_draw_suite() -> list[Case]:
+    """The first held-out draw (seeds 11-15), scored once, then looked at while the whole-run rules (§2.5, §3.2,
+    §3.4) were made scale-aware: tuning data from then on."""
+    return _drawn(FIRST_DRAW_GROUPS, FIRST_DRAW_FAULTS, FIRST_DRAW_BREAKS, "held-out-breaks", "tuning")
+
+
+def second_draw_suite() -> list[Case]:
+    """The second held-out draw (seeds 41-45), scored once, then looked at while the target-leak and broken-mask
+    rules were changed: tuning data from then on."""
+    return _drawn(HELD_OUT_GROUPS, HELD_OUT_FAULTS, HELD_OUT_BREAKS, "held-out-2-breaks", "tuning")
+
+
+def held_out_suite() -> list[Case]:
+    return _drawn(THIRD_DRAW_GROUPS, THIRD_DRAW_FAULTS, THIRD_DRAW_BREAKS, "held-out-3-breaks", "held-out")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -327,8 +530,8 @@ OOV_CONDITIONS = {  # name: (seed, sets, in words)
     "clip-0.1": (29, ["grad_clip=0.1"], "gradient clipping at 0.1 (default 1.0)"),
 }
 
-# defined with the others, run once only after the rules were final (docs/diagnosis.md)
-OOV_SEALED = {
+# the first sealed set: scored once after the first rules were final, looked at since (so: oov)
+OOV_FIRST_SEALED = {
     "batch-3-lr1e-3": (31, ["batch_size=3", "lr_max=0.001", "lr_min=0.0001"], "batch 3 with peak LR 1e-3"),
     "weight-decay-0": (32, ["weight_decay=0"], "no weight decay"),
     "beta2-0.8": (33, ["beta2=0.8"], "Adam beta2 0.8 for the whole run"),
@@ -336,20 +539,30 @@ OOV_SEALED = {
     "eps-1e-4": (35, ["eps=0.0001"], "Adam eps 1e-4 (default 1e-8)"),
 }
 
+# defined before the whole-run rules were changed, run once only after they were final (docs/diagnosis.md)
+OOV_SEALED = {
+    "batch-24": (51, ["batch_size=24"], "batch size 24"),
+    "lr-x2": (52, ["lr_max=0.0006", "lr_min=0.00006"], "peak LR 6e-4 (x2 the default)"),
+    "four-layers": (53, ["n_layer=4"], "4 layers (default 2)"),
+    "warmup-500": (54, ["warmup_steps=500"], "warmup 500 steps"),
+    "corpus-x2": (55, ["corpus_scale=2"], "a corpus twice the size"),
+    "qk-norm": (56, ["qk_norm=true"], "qk-layernorm on (an intervention, not a fault)"),
+}
+
 OOV_STEPS = ["steps=1000", "spectral_every=0"]
 
 
-def _oov(conditions: dict, split: str) -> list[Case]:
+def _oov(conditions: dict, split: str, group: str) -> list[Case]:
     return [Case(name, seed, [*OOV_STEPS, *sets], "healthy", "healthy", "oov", split=split, oov=True,
-                 group=split, condition=words) for name, (seed, sets, words) in conditions.items()]
+                 group=group, condition=words) for name, (seed, sets, words) in conditions.items()]
 
 
 def oov_suite() -> list[Case]:
-    return _oov(OOV_CONDITIONS, "oov")
+    return [*_oov(OOV_CONDITIONS, "oov", "oov"), *_oov(OOV_FIRST_SEALED, "oov", "oov-sealed")]
 
 
 def oov_sealed_suite() -> list[Case]:
-    return _oov(OOV_SEALED, "oov-sealed")
+    return _oov(OOV_SEALED, "oov-sealed", "oov-sealed-2")
 
 
 # ---------------------------------------------------------------------------------------------------

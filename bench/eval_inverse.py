@@ -32,7 +32,7 @@ from minitrain.lab.reproduce import GRID, reproduce
 from minitrain.run import files
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from eval_diagnosis import CAUSE_OF_INJECTION  # noqa: E402
+from diagnosis_suites import CAUSE_OF_INJECTION  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # Why explain's conclusion can miss a fault's kind: the mechanism, per fault kind (printed for the kinds that miss)

@@ -104,15 +104,65 @@ def cases(suite: Path, sweep: Path = Path("experiments/lr-sweep"), seeds=SEEDS, 
             plain = summary(suite, seed, lr, "default")
             why = judge.failed(plain, bar, best_lr)
             if why is None:
-                out.append(Case(f"seed{seed}/lr{judge.fmt_lr(lr)}/default", seed, lr, "healthy", ("healthy",),
-                                "did not fail"))
+                out.append(memorising(Case(f"seed{seed}/lr{judge.fmt_lr(lr)}/default", seed, lr, "healthy",
+                                           ("healthy",), "did not fail"), suite))
+                continue
+            if lr in controls:  # a control that failed on this seed: no intervention was trained to label it
+                out.append(memorising(Case(f"seed{seed}/lr{judge.fmt_lr(lr)}/default", seed, lr, "none", NO_NAME,
+                                           f"{why} (a control: not labelled)"), suite))
                 continue
             removed = tuple(n for n in INTERVENTIONS if judge.failed(summary(suite, seed, lr, n), bar, best_lr) is None)
             causes = tuple(judge.CAUSE_OF_REMEDY[n] for n in removed)
             truth = causes[0] if len(causes) == 1 else "none"
-            out.append(Case(f"seed{seed}/lr{judge.fmt_lr(lr)}/default", seed, lr, truth, (*causes, *NO_NAME)
-                            if truth == "none" else (truth,), why, removed))
+            out.append(memorising(Case(f"seed{seed}/lr{judge.fmt_lr(lr)}/default", seed, lr, truth,
+                                       (*causes, *NO_NAME) if truth == "none" else (truth,), why, removed), suite))
     return out
+
+
+def overrides(cfg) -> list[str]:
+    """A config as key=value overrides of the default one (the natural runs' fields are all scalars)."""
+    base = build_config({}).to_dict()
+    return [f"{k}={v}" for k, v in cfg.to_dict().items() if k != "seed" and v != base[k]]
+
+
+def diagnosis_cases(suite: Path, sweep: Path, seeds=SEEDS, jobs: int = 2, split: str = "natural") -> list:
+    """The suite as bench/eval_diagnosis.py's registry takes it: train what is missing (the interventions too:
+    they label the cases), then each plain run as a diagnosis case whose folder is its run inside `suite` (the
+    evaluation's runs folder + "natural/"), with its config as overrides, its truth, and the other causes its
+    label accepts (`also`)."""
+    import diagnosis_suites as ds
+
+    grid, _, _ = sweep_lrs(sweep)
+    out = []
+    for c in cases(suite, sweep, seeds, jobs):
+        sets = overrides(_variant_config(grid, "default", c.lr, c.seed))
+        group = f"{Path(suite).name}/{Path(c.name).parent.as_posix()}"
+        several = c.truth == "none"
+        also = tuple(a for a in c.accepted if a not in (c.truth, *NO_NAME))
+        out.append(ds.Case("default", c.seed, sets, c.truth, "unknown" if several else c.truth, "natural",
+                           magnitude=f"LR {judge.fmt_lr(c.lr)}", split=split, group=group, borderline=several,
+                           also=also, condition=f"{c.why}; fixed alone by {', '.join(c.removed_by) or '-'}"))
+    return out
+
+
+MEMORISED = 1.15  # last validation loss / best: a run that climbs this far after its best memorises its split
+
+
+def validation_climb(run: Path) -> float:
+    """The last validation loss over the best: how far validation climbed after its best."""
+    val = [r["val_loss"] for r in reader.load_run(run)["rows"] if isinstance(r.get("val_loss"), (int, float))]
+    return val[-1] / min(val) if val and min(val) > 0 else 1.0
+
+
+def memorising(case: Case, suite: Path) -> Case:
+    """A case whose label names no cause (a control, or one several interventions fix) but whose validation
+    climbs MEMORISED x its best memorises its training split: what §2.E's leaf describes (an LR too high), read
+    from the losses alone, so that answer is right too."""
+    climb = validation_climb(Path(suite) / case.name)
+    if case.truth in ("healthy", "none") and climb > MEMORISED:
+        case.accepted = (*case.accepted, "lr_too_high")
+        case.why += f"; memorises (last validation {climb:.2f} x its best)"
+    return case
 
 
 def evaluate(suite: Path, found: list[Case]) -> None:
@@ -137,9 +187,9 @@ def render(found: list[Case], seeds, secs: float) -> str:
              f"{sum(c.result['right'] for c in labelled)} of them named.** ({secs:.0f} s)", "",
              "Wrong names by leaf: " + (", ".join(f"{leaf} x{n}" for leaf, n in sorted(Counter(
                  c.result["leaf"] for c in found if c.result["wrong_name"]).items())) or "none") + ". Healthy "
-             "controls: the plain model at the sweep's best LR and at the lab's LR; a control is healthy by this "
-             "suite's definition of a failure (the training loss), which is not §2.5's (the update-to-weight ratio "
-             "and memorisation).", "",
+             "controls: the plain model at the sweep's best LR and at the lab's LR. A failure here is the training "
+             "loss's; a case whose label names no cause but whose validation climbs 1.15x its best after it "
+             "memorises its training split, which is what §2.E (`lr_too_high`) describes: that name is right too.", "",
              "| run | why the plain run failed | fixed alone by | truth | walker | leaf | right |",
              "|---|---|---|---|---|---|---|"]
     for c in found:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import importlib
 import json
+import math
 import shutil
 import sys
 from pathlib import Path
@@ -210,17 +211,38 @@ def test_leaf_wrong_starting_loss_with_small_logits(quick_suite, tmp_path):
 
 def test_leaf_broken_mask(quick_suite, tmp_path):
     """Training loss far below the n-gram baseline while validation (causal) never gets below it: what a
-    2000-step causal_mask=false run shows (the full suite checks that on real runs)."""
+    2000-step causal_mask=false run shows (the full suite checks that on real runs): the training loss collapses
+    from the start, before validation's best."""
     def edit(rows):
         n = len(rows)
         for i, r in enumerate(rows):
-            r["loss"] = 6.2 * (1 - i / n) + 0.05
+            r["loss"] = 6.2 * math.exp(-i / 20) + 0.05
             if r["val_loss"] is not None:
                 r["val_loss"] = 6.2 if i == 0 else (3.7 if i < n // 2 else 4.6)
     run = _edited(quick_suite, tmp_path, edit)
     result = stability.diagnose_run(run)
     assert (result["leaf"], result["cause"]) == ("§3.B", "broken_mask")
 
+
+
+def test_leaf_target_leak_at_its_onset_before_validation_passes_ln_v(quick_suite, tmp_path):
+    """A leak that starts mid-run is named at its onset: a loss jump far outside the run's own noise, after
+    which validation climbs for good (here 1.5x its best, far below ln V); the same jump with validation back
+    to normal is one bad batch, not a leak."""
+    def edit(climb):
+        def apply(rows):
+            rows[120]["loss"] += 3.0
+            best = min(r["val_loss"] for r in rows[:121] if r["val_loss"] is not None)
+            for r in rows[121:]:
+                if r["val_loss"] is not None:
+                    r["val_loss"] = climb * best
+        return apply
+    (tmp_path / "leak").mkdir()
+    (tmp_path / "batch").mkdir()
+    leak = stability.diagnose_run(_edited(quick_suite, tmp_path / "leak", edit(1.5)))
+    assert (leak["leaf"], leak["anomaly_step"]) == ("§3.D", 120)
+    one_batch = stability.diagnose_run(_edited(quick_suite, tmp_path / "batch", edit(1.0)))
+    assert one_batch["leaf"] != "§3.D"
 
 def test_leaf_not_learning(quick_suite, tmp_path):
     run = _edited(quick_suite, tmp_path, _set("loss", lambda r: 6.25))
@@ -363,7 +385,8 @@ def test_leaf_lr_spike_on_the_logged_lr(quick_suite, tmp_path):
 
 
 def test_update_ratio_question_on_long_runs_only():
-    """§2.5 reads the median update-to-weight ratio over a run of 1000+ steps (ur measured on detail steps)."""
+    """§2.5 reads the median update-to-weight ratio at the peak LR over a run of 1000+ steps (ur measured on
+    detail steps)."""
     from minitrain.analysis.checks import check_update_ratio
     from minitrain.analysis.evidence import Evidence
 
@@ -371,10 +394,20 @@ def test_update_ratio_question_on_long_runs_only():
         return Evidence([{"step": i, "loss": 1.0, "lr": 1e-3, "grad_norm": 1.0,
                           "params": {"w": {"g": 1.0, "vm": 1.0, **({"ur": ur} if i % 10 == 0 else {})}}}
                          for i in range(n)])
-    assert check_update_ratio(ev(1200, 0.005)).matched  # x5 the healthy 1e-3
+    assert check_update_ratio(ev(1200, 0.008)).matched  # x8 the healthy 1e-3
     assert not check_update_ratio(ev(1200, 0.001)).matched
     short = check_update_ratio(ev(200, 0.05))
     assert not short.matched and "judged on runs of 1000+ steps" in short.shown
+    # a cosine to 0: the LR, and with it the ratio, is low over most of the run; read at the peak it is not
+    import numpy as np
+
+    rows = ev(1200, 0.008).rows
+    for r in rows[400:]:
+        r["lr"] = 1e-5
+        if "ur" in r["params"]["w"]:
+            r["params"]["w"]["ur"] = 8e-5
+    decayed = Evidence(rows)
+    assert float(np.nanmedian(decayed.update_ratio)) < 1e-3 and check_update_ratio(decayed).matched
 
 
 def test_leaf_stuck_loader_from_repeated_batches(quick_suite, tmp_path):

@@ -19,7 +19,7 @@ def test_course_facts_are_the_courses():
 
 
 def test_every_threshold_has_a_source_and_a_meaning_and_is_read_somewhere():
-    analysis = "".join(p.read_text() for p in (SRC / "analysis").glob("*.py") if p.name != "thresholds.py")
+    analysis = "".join(p.read_text() for p in (SRC / "analysis").rglob("*.py") if p.name != "thresholds.py")
     for name, t in THRESHOLDS.items():
         assert t.source in ("course", "tuned", "exact") and t.meaning, name
         if not name.startswith("gn1_healthy"):  # the healthy range is read as GN1_HEALTHY (the health summary)
@@ -28,8 +28,8 @@ def test_every_threshold_has_a_source_and_a_meaning_and_is_read_somewhere():
 
 def test_no_check_restates_a_threshold_as_a_literal():
     """The checks and the tree read T; a bare 0.001 / 100.0 / 2.5e-3 there would be a second definition."""
-    for mod in ("checks.py", "tree.py", "walk.py"):
-        text = (SRC / "analysis" / mod).read_text()
+    for path in [*(SRC / "analysis" / "checks").glob("*.py"), *(SRC / "analysis" / m for m in ("tree.py", "walk.py"))]:
+        text, mod = path.read_text(), path.name
         for name in ("gn1_low", "ur_high", "v_fit_noise", "lr_jump", "v_spread"):
             value = repr(THRESHOLDS[name].value)
             assert not re.search(rf"(?<![\w.]){re.escape(value)}(?![\w.])", text), (mod, name, value)

@@ -1,7 +1,7 @@
 """What the stability tree reads on one run, laid out for the page: every question of the tree with this
 run's measured value and threshold, the walker's verdict, and the per-step signals that only the tree
 computes (§6.1's factor f, §7.1/§7.2's per-tensor gradient ratios), so each of them can be read off a
-panel. The judging is the tree's (tree.py, checks.py); this module only evaluates it everywhere instead of along one path,
+panel. The judging is the tree's (tree.py, checks/); this module only evaluates it everywhere instead of along one path,
 under the walker's own policy (walk.answer). `page` adds the rest the dashboard shows that is judged: the
 health line (health.py) and the course's spike flags (detectors.spike_flags).
 """

@@ -4,7 +4,7 @@ walks it over a run's metrics. This module is its public face; the parts live by
     thresholds.py   every number it judges by, once, with where it comes from (course / tuned / exact)
     causes.py       the causes it can name (words, prevention, remedy): one registry
     evidence.py     a run's metrics as arrays and the statistics the checks share (load_evidence)
-    checks.py       one function per question (and per rule-out), each a Finding
+    checks/         one function per question (and per rule-out), each a Finding
     tree.py         THE tree, as data: sections, questions, leaves
     walk.py         the walk: verdict, `unknown` with the two closest leaves, evidence around the anomaly
     report.py       the verdict as text / diagnosis.json, and stability-check.md generated from the tree

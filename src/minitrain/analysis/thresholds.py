@@ -37,8 +37,11 @@ THRESHOLDS: dict[str, Threshold] = {
     "lr_steady": Threshold(1.2, "exact", "... out of a steady schedule: the step before changed the LR by less than "
                                          "this factor (a warmup from an LR of 0, as transformers' schedules start, or "
                                          "a decay to 0 changes it by more on every step near its ends)"),
-    "ur_high": Threshold(2.5e-3, "tuned", "median over the run of the per-step median update-to-weight ratio "
-                                          "(|p_new - p_old| / |p_old| over tensors) above this: the LR is too large"),
+    "ur_high": Threshold(5e-3, "tuned", "median update-to-weight ratio (|p_new - p_old| / |p_old|, median over "
+                                        "tensors) over the steps at ur_peak_share of the peak LR or more, above "
+                                        "this: the LR is too large (healthy runs up to 4e-3 at twice the course's LR)"),
+    "ur_peak_share": Threshold(0.5, "exact", "... the steps whose LR is at least this share of the run's peak LR: "
+                                             "the ratio follows the LR, so a warmup or a decay to 0 does not dilute it"),
     "ur_run_steps": Threshold(1000, "tuned", "steps a run needs before §2.5 judges its LR's size: early in any run "
                                             "the weights are small and the ratio is high whatever the LR (a 200-step "
                                             "run's median is near the threshold); validated on 2000-step runs"),
@@ -46,8 +49,15 @@ THRESHOLDS: dict[str, Threshold] = {
     "mask_train": Threshold(0.5, "tuned", "training loss (smoothed) below this share of the n-gram baseline ..."),
     "mask_val": Threshold(0.85, "tuned", "... while the best validation loss stays above this share of it ..."),
     "mask_rise": Threshold(1.15, "tuned", "... and the last validation loss is this many times the best"),
+    "mask_ur": Threshold(3e-3, "tuned", "a broken mask's rule-out: the peak-LR update-to-weight ratio (as ur_high) "
+                                        "above this is an LR above the course's, which memorises and climbs too "
+                                        "(broken masks at the course's LR: at most 2.4e-3)"),
     "leak_val": Threshold(1.0, "tuned", "validation loss above this many times ln V (worse than an untrained "
                                         "model) while training loss is below half the n-gram baseline: a leak"),
+    "leak_climb": Threshold(1.2, "tuned", "... or a loss jump (outlier_z σ and outlier_rows, as §4.2) after which the "
+                                          "last validation loss is above this many times its best before the jump: "
+                                          "a leak from that step (leaks 1.45-2.64, bad batches and 20-step leaks at "
+                                          "most 1.03)"),
     "not_learning": Threshold(0.9, "tuned", "final training loss above this share of the step-0 loss"),
     # §4 batches
     "dup_share": Threshold(0.5, "tuned", "share of a batch's rows that repeat an earlier row of it"),

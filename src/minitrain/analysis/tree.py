@@ -6,7 +6,7 @@ node or a leaf. A leaf may carry rule-outs: evidence that contradicts it (what e
 led there); when one holds, the walk moves on as if the question had answered "no". A leaf whose text depends
 on a condition of the run (clipping on or off) carries one text per case.
 
-Node ids are stable: learners cite them. A new node or cause: its check in checks.py, its node and leaf here,
+Node ids are stable: learners cite them. A new node or cause: its check in checks/, its node and leaf here,
 its cause in causes.py.
 """
 from __future__ import annotations
@@ -140,8 +140,8 @@ TREE: tuple[Section, ...] = (
              f"RMS > {T['rms_high']:g}, then a spike {C.RMS_LEAD[0]}-{C.RMS_LEAD[1]} steps later",
              C.check_rms_before_spike, yes="§2.H", needs=("params.r",)),
         Node("§2.5", "Are the updates far larger than healthy over the run?",
-             "median over steps of the median over tensors of params[*].ur (update / weight), on runs of "
-             f"{T['ur_run_steps']:g}+ steps", P_UR,
+             "median over the steps at half the peak LR or more of the median over tensors of params[*].ur "
+             f"(update / weight), on runs of {T['ur_run_steps']:g}+ steps", P_UR,
              f"> {T['ur_high']:g}", C.check_update_ratio, yes="§2.E",
              needs=("params.ur",)),
         Leaf("§2.A", "lr_schedule", "the scheduler never stepped",
@@ -207,9 +207,12 @@ TREE: tuple[Section, ...] = (
         Node("§3.3", "Has the training loss failed to fall?", "median training loss of the last 10% of steps / "
              "step-0 loss", P_LOSS, f"> {T['not_learning']:g}", C.check_not_learning, yes="§3.C"),
         Node("§3.4", "Does validation end up worse than an untrained model (above ln V) while training loss falls "
-             "below half the n-gram baseline?", "val_loss (worst) / ln V, train loss (21-step median) / n-gram "
-             "baseline", P_LOSS, f"val > {T['leak_val']:g} x ln V and train < {T['mask_train']:g} x baseline",
-             C.check_target_leak, yes="§3.D", needs=("val_loss", "ngram")),
+             "below half the n-gram baseline, or climb for good after a loss jump far outside the run's own noise?",
+             "val_loss (worst) / ln V, train loss (21-step median) / n-gram baseline; the first loss jump of "
+             f"{T['outlier_z']:g} σ and a row's worth (as §4.2), last val_loss / best val_loss before it", P_LOSS,
+             f"val > {T['leak_val']:g} x ln V and train < {T['mask_train']:g} x baseline, or last val > "
+             f"{T['leak_climb']:g} x best val before the jump", C.check_target_leak, yes="§3.D",
+             needs=("val_loss", "ngram")),
         Leaf("§3.A", "non_finite", "non-finite values",
              "The loss or the gradients became NaN/Inf, so every later update is garbage.",
              "Resume from the last checkpoint before the first non-finite step with a lower LR or tighter "
@@ -218,8 +221,10 @@ TREE: tuple[Section, ...] = (
              "Training loss collapses far below the n-gram baseline while validation (always causal) stalls "
              "near it and then climbs: the attention mask lets positions see the tokens they must predict.",
              "Restore the causal (lower-triangular) attention mask in training (causal_mask=true) and re-run.",
-             rule_out=(("the updates are far larger than healthy: an LR too high memorises and climbs too",
-                        C.rule_out_lr_too_large),
+             rule_out=(("the updates at the peak LR are larger than at the course's LR: an LR above it memorises "
+                        "and climbs too", C.rule_out_updates_above_course),
+                       ("the training loss collapsed only after validation's best: something changed mid-run, a mask "
+                        "is broken from step 0", C.rule_out_collapse_after_best_val),
                        ("validation ends above ln V: a mask lets training peek, its causal validation stays near "
                         "the n-gram baseline", C.rule_out_val_above_untrained))),
         Leaf("§3.C", "unknown", "not learning",
