@@ -29,7 +29,7 @@ from minitrain.analysis.compare import CLIP_OFF, SPIKE, TOL, WINDOW
 from minitrain.analysis.regimes import CLIPS, axis_value, calibrate, clip_rate, fmt_lr
 from minitrain.core.config import LAB_K, TrainConfig, build_config
 from minitrain.core.errors import UserError
-from minitrain.lab import runner
+from minitrain.lab import ray_backend, runner
 from minitrain.run import files, reader
 from minitrain.views import explore as page
 
@@ -221,13 +221,8 @@ class Sweep:
         return cfg, self.folder[t.key] / "baseline"
 
     def run(self) -> None:
-        if self.ray is not None:
-            from minitrain.lab.ray_backend import RayCluster
-
-            backend = RayCluster(self.ray, self.jobs_asked)
-            self.jobs = backend.slots
-        else:
-            backend = runner.LocalProcesses(self.jobs)
+        backend = ray_backend.backend(self.ray, self.jobs if self.ray is None else self.jobs_asked)
+        self.jobs = backend.slots
         where = f" on the Ray cluster {self.ray}" if self.ray is not None else ""
         self.log(f"explore: grid {self.grid!r}: {len(self.trunks)} trunks, {self.n_cells} cells (K={K}, "
                  f"{TAIL} steps after K), {self.jobs} worker process{'es' if self.jobs > 1 else ''}{where}")
@@ -240,7 +235,10 @@ class Sweep:
                 warm = True
 
         first = self.jobs_of([("base", t) for t in sorted(self.trunks, key=lambda t: t.clip != "off")])
-        done = runner.run_jobs(first, backend, on_start=warm_up, on_end=self.ended)
+        try:
+            done = runner.run_jobs(first, backend, on_start=warm_up, on_end=self.ended)
+        finally:
+            backend.close()
         failed = next((j for j in done if j.failed), None)
         if failed:
             raise UserError(f"explore: training {failed.run} failed ({failed.error()}); "
