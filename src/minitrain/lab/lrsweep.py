@@ -21,7 +21,7 @@ from pathlib import Path
 from minitrain.analysis import lrsweep as judge
 from minitrain.core.config import build_config
 from minitrain.core.errors import UserError
-from minitrain.lab import ray_backend, runner
+from minitrain.lab import ray_backend, runner, spoilers
 from minitrain.lab.explore import COST, is_done, train_one
 from minitrain.run import files, reader
 from minitrain.views import lrsweep as page
@@ -108,7 +108,7 @@ class Sweep:
                 self.finished(v, lr, None)
                 continue
             by_job[str(folder)] = (v, lr)
-            jobs.append(runner.Job(str(folder), call=train_one, args=(cfg.to_dict(), str(folder), cfg.steps),
+            jobs.append(runner.Job(str(folder), call=train_one, args=(cfg.to_dict(), str(folder), cfg.steps, False),
                                    run=folder, steps=cfg.steps))
         warm = not getattr(backend, "fork", False)  # only a forking backend gains from this process's imports
 
@@ -127,6 +127,8 @@ class Sweep:
             done = runner.run_jobs(jobs, backend, on_start=warm_up, on_end=ended)
         finally:
             backend.close()
+        if jobs and (self.out / "runs").is_dir():  # the runs table, once (train_one leaves it to us)
+            spoilers.refresh(self.out / "runs")
         failed = next((j for j in done if j.failed), None)
         if failed:
             raise UserError(f"lr-sweep: training {failed.run} failed ({failed.error()}); "
