@@ -34,6 +34,7 @@ from diagnosis_suites import FULL_BASE, QUICK_BASE, Case  # noqa: E402,F401  (re
 
 from minitrain.analysis import detectors, stability  # noqa: E402
 from minitrain.core.config import build_config  # noqa: E402
+from minitrain.core.errors import UserError  # noqa: E402
 from minitrain.lab import ray_backend, runner  # noqa: E402
 from minitrain.run import reader  # noqa: E402
 
@@ -428,7 +429,10 @@ def main(argv=None) -> int:
     cases = cases_of(names)
     base = {c.folder: BASE.get(n, FULL_BASE) for n in names for c in SUITES[n]()}
     if not args.no_train:
-        backend = ray_backend.backend(args.ray, args.jobs) if args.ray else None
+        try:
+            backend = ray_backend.backend(args.ray, args.jobs) if args.ray else None
+        except UserError as e:  # a bad address, no Ray installed: one line
+            raise SystemExit(f"eval_diagnosis: {e}") from None
         for n in names:  # one suite after another: each has its own base config
             ensure_runs(SUITES[n](), suite, BASE.get(n, FULL_BASE), max(1, args.jobs or 1), backend)
         if backend:
