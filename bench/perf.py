@@ -31,7 +31,7 @@ interleaved, and prints the median of the per-round ratios.
 
 `procs` times, as a user times them (wall clock of whole processes, one after another, the order rotated
 every round), a nanoGPT process (the reference GPT step above at the course shape: imports, data, model,
-2000 steps), a default `minitrain train` run (2000 steps, full telemetry, validation, checkpoints, its page)
+2000 steps, one torch thread like minitrain's runs), a default `minitrain train` run (2000 steps, full telemetry, validation, checkpoints, its page)
 and `minitrain lab`; the issue's targets are the run against one nanoGPT process (<= 0.9x) and the lab
 against four of them one after another (4x the one measured in the same round; <= 0.4x).
 
@@ -335,10 +335,12 @@ def bench_lab(args) -> int:
 
 
 def ref_run(args) -> int:
-    """One nanoGPT process: imports (done), data, the reference model at the course shape, 2000 steps."""
+    """One nanoGPT process: imports (done), data, the reference model at the course shape, 2000 steps, on
+    one torch thread as every minitrain run (two threads on this shared 2-core machine spin: 260 CPU s)."""
     from minitrain.core.config import build_config
     from minitrain.core.data import prepare
 
+    torch.set_num_threads(1)
     cfg = build_config({}, ["progress=false"])
     steps = reference_loop(cfg, course_shape_batches(prepare(cfg), cfg, cfg.steps))
     steps(0, cfg.steps)
