@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SMALL_K, assert_one_line_error, run_cli, small_args, small_config
+from conftest import ROOT, SMALL_K, ForkedCLI, assert_one_line_error, run_cli, small_args, small_config
 from minitrain import loop
 from minitrain.core.config import build_config
 from minitrain.core.errors import EXIT_NON_FINITE
@@ -103,10 +103,8 @@ def hold_lock(run: Path) -> subprocess.Popen:
     return proc
 
 
-def start_train(out: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "minitrain", "train", "--out", str(out), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+def start_train(out: Path, *args: str) -> ForkedCLI:
+    return ForkedCLI("train", "--out", str(out), *args)
 
 
 def rows_written(run: Path) -> int:
@@ -748,3 +746,24 @@ def test_no_recipe_interpolates_an_argument_unquoted():
     text = (Path(__file__).resolve().parents[1] / "justfile").read_text()
     bare = [line.strip() for line in text.splitlines() if re.search(r"\{\{(?!\s*quote\()", line)]
     assert not bare, bare
+
+
+@pytest.mark.parametrize("damage", [{"run": "../elsewhere", "checkpoint_step": 60}, {"run": "18-baseline",
+                                    "checkpoint_step": "sixty"}, {"run": ["18-baseline"], "checkpoint_step": 60},
+                                    {"run": "18-baseline", "checkpoint_step": -20}],
+                         ids=["path", "word", "list", "negative"])
+def test_a_damaged_fork_origin_is_one_line_on_resume(tmp_path, small_baseline, damage):
+    """A fork killed before its first own checkpoint resumes from the donor its manifest records: a record
+    minitrain never writes is refused in one line, nothing read through it and nothing written."""
+    exp = tmp_path / "exp"
+    shutil.copytree(small_baseline, exp / "18-baseline")
+    run = exp / "inj"
+    res = loop.train(small_config("injection=scale", f"injection_step={K}"), run, stop_at=K + 1)
+    assert res["status"] == "stopped" and not files.list_checkpoints(run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["forked_from"]["checkpoint_step"] == K
+    manifest["forked_from"] = damage
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    before = snapshot(run)
+    assert_one_line_error(run_cli("train", "--resume", str(run)), "damaged fork origin", "--force")
+    assert snapshot(run) == before

@@ -132,8 +132,9 @@ def test_bad_injection_input(tmp_path, args, needles):
     assert not out.exists()
 
 
-def test_just_phase_19_train_reads_shell_variables(tmp_path):
-    """`seed=42 injection=scale injection_step=500 just phase-19-train`, as the lab prints it."""
+def test_just_phase_19_train_reads_shell_variables(tmp_path, small_baseline):
+    """`seed=42 injection=scale injection_step=500 just phase-19-train`, as the lab prints it (the baseline it
+    forks from is the small one, as `injection=none just phase-19-train` makes it)."""
     import os
     import shutil
     import subprocess
@@ -145,10 +146,8 @@ def test_just_phase_19_train_reads_shell_variables(tmp_path):
         pytest.skip("just is not installed")
     root = Path(__file__).resolve().parents[1]
     extra = ["--experiments", str(tmp_path)] + small_args()
-    env = {**os.environ, "seed": "42", "injection": "none", "injection_step": "60"}
-    subprocess.run([just, "--justfile", str(root / "justfile"), "phase-19-train", *extra], env=env, check=True,
-                   capture_output=True)
-    env["injection"] = "scale"
+    shutil.copytree(small_baseline, tmp_path / "18-baseline")
+    env = {**os.environ, "seed": "42", "injection": "scale", "injection_step": "60"}
     p = subprocess.run([just, "--justfile", str(root / "justfile"), "phase-19-train", *extra], env=env,
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr

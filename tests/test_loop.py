@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from conftest import assert_one_line_error, run_cli, small_args, small_config
+from conftest import ForkedCLI, assert_one_line_error, run_cli, small_args, small_config
 from minitrain import loop
+from minitrain.run import reader
 
 
 def metrics_bytes(run_dir) -> bytes:
@@ -59,8 +60,7 @@ def test_existing_run_folder_is_refused_unless_force(small_baseline, tmp_path):
 def test_kill_and_resume_gives_identical_bytes(tmp_path, small_baseline):
     """A real SIGKILL in the middle of the run, then --resume: the metrics file is byte-identical."""
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "minitrain", "train", "--out", str(out), *small_args()],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = ForkedCLI("train", "--out", str(out), *small_args())
     metrics = out / "metrics.jsonl"
     while proc.poll() is None:  # kill once it is past two checkpoints, wherever it is in a step
         if metrics.exists() and metrics.read_bytes().count(b"\n") >= 50:
@@ -116,12 +116,16 @@ def test_weight_decay_on_matrices_only():
 
 
 @pytest.mark.slow
-def test_default_run_beats_the_ngram_baseline(tmp_path):
-    """The full default run (2000 steps): validation loss clearly below the n-gram baseline."""
+def test_the_default_run_beats_the_ngram_baseline_by_step_600_of_its_schedule(tmp_path):
+    """The default run on its full 2000-step schedule is clearly below the n-gram baseline (0.5 nat) by step
+    600, where the lab's baseline measures about 0.8 nat below it (3.28 vs 4.12; it ends near 3.16). The
+    lab's full 2000-step runs are recorded by hash in docs/architecture.md ("Reference outputs")."""
     res = loop.train(small_config("steps=2000", "ckpt_every=1000", "eval_every=100", "warmup_steps=100",
-                                  "spectral_every=50"), tmp_path / "full")
-    assert res["status"] == "finished"
-    assert res["final_val_loss"] < res["ngram_val_loss"] - 0.5, res
+                                  "spectral_every=50"), tmp_path / "full", stop_at=600)
+    assert res["status"] == "stopped" and res["steps_done"] == 600
+    rows, _ = reader.read_metrics(tmp_path / "full" / "metrics.jsonl")
+    step, val = [(r["step"], r["val_loss"]) for r in rows if r.get("val_loss") is not None][-1]
+    assert step >= 500 and val < res["ngram_val_loss"] - 0.5, (step, val, res)
 
 
 def test_stop_at_ends_early_on_the_full_schedule_and_resume_finishes_it(tmp_path, small_baseline):

@@ -615,7 +615,7 @@ def _resume_locked(out: Path, device: str | None, lock, stop_at: int | None = No
         donor, same_trunk, forked = None, False, dict(NOT_FORKED)
         recorded = manifest.get("forked_from") or {}
         if recorded.get("run"):  # the same donor again, checked against the checksums recorded at the fork
-            donor = (out.parent / recorded["run"], int(recorded["checkpoint_step"]))
+            donor = recorded_donor(out, recorded)
         elif not manifest:  # killed before its manifest said whether it forked: the donor train() would pick
             donor, same_trunk = find_donor(cfg, out), True
         if donor and files.checkpoint_dir(*donor).exists():
@@ -648,6 +648,17 @@ def _resume_locked(out: Path, device: str | None, lock, stop_at: int | None = No
         extra["started"] = now_iso()
     write_manifest(run, "running", {"resumed_from_step": start, **environment(run.device), **extra})
     return _drive(run, start, {"resumed_from_step": start}, stop_at, last=files.last_row(metrics_path, metrics_bytes))
+
+
+def recorded_donor(out: Path, recorded: dict) -> tuple[Path, int]:
+    """The donor folder (a sibling of OUT) and checkpoint step a fork's manifest records; a value minitrain
+    never writes (a path, a step that is no count) is refused in one line rather than read or followed."""
+    name, step = recorded.get("run"), recorded.get("checkpoint_step")
+    if not isinstance(name, str) or name in (".", "..") or Path(name).name != name or \
+            not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise files.UserError(f"{out / 'manifest.json'} records a damaged fork origin (forked_from = "
+                              f"{str(recorded)[:80]}); restore the manifest, or start the run over with --force")
+    return out.parent / name, step
 
 
 def _replay_injection_record(run: Run, manifest: dict) -> None:

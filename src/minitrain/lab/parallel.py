@@ -9,11 +9,11 @@ a run is a function of its config and the checkpoint it forks from, never of the
 (tests/test_lab_parallel.py).
 
 Given the CLI's entry point (`main`, as `minitrain lab` does) on Linux, each run's process is forked from
-this one instead of starting a new interpreter: the baseline once torch is imported; the injection runs
-once this process has also imported `torch._dynamo` (which torch.optim's Optimizer imports), the loop and
-the page writers and prepared the data (runner.warm_up_runs, done while the baseline trains its first K
-steps). An injection run then starts training at once instead of spending ~2.5 s of CPU on imports and
-data. Without `main` (or elsewhere) each run is a new `python -m minitrain lab-run`.
+this one instead of starting a new interpreter, once this process has imported torch, `torch._dynamo`
+(which torch.optim's Optimizer imports), the loop and the page writers and prepared the data
+(runner.warm_up_runs, before the first run starts). Every run then starts training at once instead of
+spending ~3.5 s of CPU on imports and data, which the baseline would otherwise pay too, on the critical path.
+Without `main` (or elsewhere) each run is a new `python -m minitrain lab-run`.
 
 Progress: one line per run (step, steps/s), redrawn in place on a terminal; elsewhere one line as each run
 starts and ends.
@@ -75,13 +75,11 @@ def run_lab(experiments: Path, seed: int, k: int, jobs: int | None = None, sets:
                           donor_step=fork_checkpoint(k, base_cfg.ckpt_every))
 
     backend = ray_backend.backend(ray, jobs, main=main)
-
-    def on_start(j: runner.Job) -> None:
-        if j.name == baseline and main is not None and getattr(backend, "fork", False):
-            runner.warm_up_runs(base_cfg)  # on the other core, while the baseline starts
-
+    if main is not None and getattr(backend, "fork", False):
+        runner.warm_up()
+        runner.warm_up_runs(base_cfg)
     try:
-        done = runner.run_jobs([job(inj) for inj in ("none", *LAB_INJECTIONS)], backend, on_start=on_start,
+        done = runner.run_jobs([job(inj) for inj in ("none", *LAB_INJECTIONS)], backend,
                                on_tick=Progress(out).update)
     finally:
         backend.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import math
+import os
 import time
 from pathlib import Path
 
@@ -40,12 +41,18 @@ def find_runs(experiments: Path) -> list[Path]:
     """Every run folder under `experiments`, at any depth (blind labs, break-it, remediations), sorted by path;
     a regime-map sweep's folder stands for its runs. A run folder's own subfolders are not searched."""
     out: list[Path] = []
-    for d in sorted(p for p in Path(experiments).rglob("*") if p.is_dir()):
-        if any(parent in out for parent in d.parents):
-            continue
-        if files.is_run_dir(d) or (d / SWEEP_MARK).exists():
-            out.append(d)
-    return out
+    # a walk that never enters a run or a sweep: linear in the folders outside runs (checkpoints are not
+    # listed), and a link to a folder is not followed
+    for top, dirs, _files in os.walk(experiments):
+        keep = []
+        for name in dirs:
+            d = Path(top) / name
+            if files.is_run_dir(d) or (d / SWEEP_MARK).exists():
+                out.append(d)
+            else:
+                keep.append(name)
+        dirs[:] = keep
+    return sorted(out)
 
 
 def _num(x, digits: int = 4):

@@ -5,7 +5,6 @@ import hashlib
 import re
 from pathlib import Path
 
-from minitrain import loop
 from minitrain.core.config import build_config
 from minitrain.core.errors import UserError
 from minitrain.lab import blind, spoilers
@@ -25,6 +24,8 @@ SPIKE_CAUSES = {"gradient_explosion", "bad_batch", "optimizer_state_corruption"}
 
 def metrics_bytes(cfg) -> bytes:
     """The bytes a run of `cfg` writes to metrics.jsonl, trained in memory (no run folder)."""
+    from minitrain import loop  # torch: only for the check that trains, not for every learner command
+
     run = loop.build_run(cfg)
     rows: list[dict] = []
     loop.run_steps(run, 0, rows.append)
@@ -38,6 +39,8 @@ def hook_is_noop() -> tuple[bool, str]:
     cfg = build_config({}, list(HOOK_RUN))
     if cfg.injection != "none":
         return False, f"the default config injects '{cfg.injection}'"
+    from minitrain import loop
+
     with_hook = metrics_bytes(cfg)
     with loop.hook_bypassed():
         without = metrics_bytes(cfg)
