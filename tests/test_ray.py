@@ -179,3 +179,27 @@ def test_a_folder_taken_for_a_ray_address_is_one_line(tmp_path):
     proc = run_cli("explore", "--quick", "--ray", "experiments", cwd=tmp_path)
     assert_one_line_error(proc, "not a Ray address", "--ray=local")
     assert not (tmp_path / "experiments").exists()
+
+
+def test_reproduce_and_the_lr_sweep_run_on_ray(cluster, small_lab, tmp_path, monkeypatch):
+    """`--ray` on reproduce (both stages' replays on the cluster) and lr-sweep: the same answers as locally
+    (tests/test_reproduce.py, tests/test_natural.py)."""
+    import json
+    import shutil
+
+    from minitrain.lab import lrsweep, reproduce
+
+    monkeypatch.setitem(reproduce.GRID, "scale", [{"injection_scale": v} for v in (20.0, 50.0, 100.0)])
+    exp = shutil.copytree(small_lab, tmp_path / "experiments")
+    proc = run_cli("reproduce", str(exp / "19-injection-A"), "--baseline", str(exp / "18-baseline"), "--spoil",
+                   "--kinds", "scale,bad_batch", "--window", "10", "--json", "--ray", check=True)
+    best = json.loads(proc.stdout)["ranked"][0]
+    assert (best["kind"], best["step"], best["magnitude"], best["level"]) == \
+        ("scale", SMALL_K, {"injection_scale": 50.0}, "exact")
+    monkeypatch.setitem(lrsweep.GRIDS, "tiny", {"lrs": (1e-3, 1e-1), "sets": (
+        "steps=4", "warmup_steps=2", "eval_every=5", "ckpt_every=5", "spectral_every=0")})
+    monkeypatch.setattr(lrsweep, "VARIANTS", lrsweep.VARIANTS[:1])
+    lines = []
+    data = lrsweep.run_lrsweep(tmp_path / "lr-sweep", "tiny", log=lines.append, ray="local")
+    assert data["trained"] == 2 and "on the Ray cluster local" in lines[0]
+    assert all((tmp_path / "lr-sweep" / r["dashboard"]).exists() for r in data["runs"])
