@@ -2,6 +2,7 @@
 
     python bench/eval_diagnosis.py --quick                       # 200-step runs: the pipeline (tests, CI)
     python bench/eval_diagnosis.py --jobs 2                      # tuning, held-out and both out-of-vocabulary splits
+    python bench/eval_diagnosis.py --ray                         # the same, its runs on a local Ray cluster
     python bench/eval_diagnosis.py --suites tuning --no-train    # score what is there, one split
     python bench/eval_diagnosis.py --docs                        # also regenerate docs/diagnosis.md's tables
     python bench/eval_diagnosis.py --docs-from FILE              # regenerate them from a results file only
@@ -34,7 +35,8 @@ from diagnosis_suites import FULL_BASE, QUICK_BASE, Case  # noqa: E402,F401  (re
 
 from minitrain.analysis import detectors, stability  # noqa: E402
 from minitrain.core.config import build_config  # noqa: E402
-from minitrain.lab import runner  # noqa: E402
+from minitrain.core.errors import UserError  # noqa: E402
+from minitrain.lab import ray_backend, runner  # noqa: E402
 from minitrain.run import reader  # noqa: E402
 
 NO_NAME = ("healthy", "unknown")  # the answers that name no cause: never a wrong name
@@ -119,10 +121,11 @@ def _train_one(args: tuple[str, list[str], str]) -> tuple[str, float]:
     return folder, time.perf_counter() - t0
 
 
-def ensure_runs(cases: list[Case], suite: Path, base: list[str], jobs: int) -> None:
+def ensure_runs(cases: list[Case], suite: Path, base: list[str], jobs: int, backend=None) -> None:
     """Train every case not already in the suite with the same config, `jobs` at a time (lab/runner.py: one
     process per run; one job: one after another in this process). An injection run starts once the clean
-    run beside it (its donor) has ended, and forks from its checkpoint at or before K."""
+    run beside it (its donor) has ended, and forks from its checkpoint at or before K. `backend`: the
+    runner's backend to use instead (a Ray cluster, --ray)."""
     todo = [c for c in cases if not _up_to_date(suite / c.folder, _config(c, base))]
     todo.sort(key=lambda c: c.kind != "clean")  # clean runs first: the injection runs fork from them
     names = {c.folder for c in todo}
@@ -135,7 +138,7 @@ def ensure_runs(cases: list[Case], suite: Path, base: list[str], jobs: int) -> N
     if not work:
         return
     print(f"training {len(work)} run(s) with {jobs} job(s) ...", file=sys.stderr)
-    backend = runner.LocalProcesses(jobs) if jobs > 1 else runner.InThisProcess()
+    backend = backend or (runner.LocalProcesses(jobs) if jobs > 1 else runner.InThisProcess())
 
     def trained(j: runner.Job) -> None:
         if not j.failed:
@@ -431,7 +434,10 @@ def main(argv=None) -> int:
     ap.add_argument("--suites", help=f"comma-separated suites (default {','.join(DEFAULT_SUITES)}; known: "
                                      f"{', '.join(SUITES)})")
     ap.add_argument("--suite", metavar="DIR", help="where the runs live (default experiments/diagnosis-suite[-quick])")
-    ap.add_argument("--jobs", type=int, default=1, help="training processes in parallel (default 1)")
+    ap.add_argument("--jobs", type=int, default=None, help="training processes in parallel (default 1; with --ray: "
+                                                         "the cluster's CPUs)")
+    ap.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                    help="train on a Ray cluster at ADDRESS, or on a local one without (docs/scale.md)")
     ap.add_argument("--no-train", action="store_true", help="score the runs already there, train nothing "
                                                           "(the natural suite still trains what labels it)")
     ap.add_argument("--sweep", default=str(NATURAL_SWEEP), help="the LR sweep the natural suite's cases come from "
@@ -447,12 +453,18 @@ def main(argv=None) -> int:
     suite = Path(args.suite or f"experiments/diagnosis-suite{'-quick' if args.quick else ''}")
     NATURAL_SWEEP = Path(args.sweep)
     t0 = time.perf_counter()
-    by_suite = cases_of(names, suite, max(1, args.jobs))
+    by_suite = cases_of(names, suite, max(1, args.jobs or 1))
     cases = [c for cs in by_suite.values() for c in cs]
     base = {c.folder: BASE.get(n, FULL_BASE) for n, cs in by_suite.items() for c in cs}
     if not args.no_train:
+        try:
+            backend = ray_backend.backend(args.ray, args.jobs) if args.ray else None
+        except UserError as e:  # a bad address, no Ray installed: one line
+            raise SystemExit(f"eval_diagnosis: {e}") from None
         for n, cs in by_suite.items():  # one suite after another: each has its own base config
-            ensure_runs(cs, suite, BASE.get(n, FULL_BASE), max(1, args.jobs))
+            ensure_runs(cs, suite, BASE.get(n, FULL_BASE), max(1, args.jobs or 1), backend)
+        if backend:
+            backend.close()
     # missing: not there, not finished, or trained with another config than the case's
     missing = [c.folder for c in cases if not _up_to_date(suite / c.folder, _config(c, base[c.folder]))]
     cases = [c for c in cases if c.folder not in missing]

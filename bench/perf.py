@@ -3,6 +3,8 @@ default telemetry, and the lab's wall time against four sequential bare runs.
 
     python bench/perf.py step [--rounds 9] [--steps-per-block 100]
     python bench/perf.py lab [--rounds 2]
+    python bench/perf.py procs [--rounds 2]
+    python bench/perf.py explore [--rounds 2]
 
 `step` builds six loops in ONE process and runs them interleaved step by step (each round: n steps, every
 loop taking each step in turn, the order rotated every step), timing every step:
@@ -26,6 +28,19 @@ the process's CPU time (one torch thread: other jobs' share of the cores does no
 `lab` times the whole lab (`just lab` = `minitrain lab`: baseline, the three injections, report, index) in a fresh folder
 against four sequential bare 2000-step runs (each a fresh process: import, data, 2000 bare steps), rounds
 interleaved, and prints the median of the per-round ratios.
+
+`procs` times, as a user times them (wall clock of whole processes, one after another, the order rotated
+every round), a nanoGPT process (the reference GPT step above at the course shape: imports, data, model,
+2000 steps, one torch thread like minitrain's runs), a default `minitrain train` run (2000 steps, full telemetry, validation, checkpoints, its page)
+and `minitrain lab`; the issue's targets are the run against one nanoGPT process (<= 0.9x) and the lab
+against four of them one after another (4x the one measured in the same round; <= 0.4x).
+
+`explore` sweeps a fixed subset of `minitrain explore`'s default grid (2 baselines of 750 steps and 4
+cells of 250 steps after K, at the lab's lr and batch: clip course and off, A x50 and B) from an empty
+folder, each sweep a new interpreter, arms interleaved (order rotated every round): this checkout as it
+runs (workers forked from the sweep's already-imported process), this checkout with every run a new
+interpreter (multiprocessing's spawn: each run imports torch again), and with `--before SRC` another
+checkout's code (e.g. a worktree of main) as it runs.
 """
 from __future__ import annotations
 
@@ -319,6 +334,125 @@ def bench_lab(args) -> int:
     return 0
 
 
+def ref_run(args) -> int:
+    """One nanoGPT process: imports (done), data, the reference model at the course shape, 2000 steps, on
+    one torch thread as every minitrain run (two threads on this shared 2-core machine spin: 260 CPU s)."""
+    from minitrain.core.config import build_config
+    from minitrain.core.data import prepare
+
+    torch.set_num_threads(1)
+    cfg = build_config({}, ["progress=false"])
+    steps = reference_loop(cfg, course_shape_batches(prepare(cfg), cfg, cfg.steps))
+    steps(0, cfg.steps)
+    return 0
+
+
+def children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def timed_jobs(jobs: list) -> tuple[float, float]:
+    """Run the jobs one at a time, each a new interpreter; (wall seconds, CPU seconds of the children)."""
+    from minitrain.lab import runner
+
+    t0, c0 = time.perf_counter(), children_cpu()
+    failed = [j for j in runner.run_jobs(jobs, runner.LocalProcesses(1, fork=False)) if j.failed]
+    if failed:
+        raise SystemExit(f"{failed[0].name} failed: {failed[0].error()}")
+    return time.perf_counter() - t0, children_cpu() - c0
+
+
+def bench_procs(args) -> int:
+    from minitrain.lab import runner
+
+    here = Path(__file__).resolve()
+    os.environ["PYTHONPATH"] = str(here.parents[1] / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")
+    load0, rows, got = load(), [], {"ref": [], "train": [], "lab": []}
+    for r in range(args.rounds):
+        tmp = Path(tempfile.mkdtemp(prefix="minitrain-procs-"))
+        arms = {"ref": [runner.Job("nanogpt", call=ref_run, args=(None,))],
+                "train": [runner.Job("train", argv=["train", "--out", str(tmp / "run"), "--no-progress"])],
+                "lab": [runner.Job("lab", argv=["lab", "--experiments", str(tmp / "experiments")])]}
+        order = list(arms)[r % 3:] + list(arms)[:r % 3]
+        for name in order:
+            got[name].append(timed_jobs(arms[name]))
+        shutil.rmtree(tmp, ignore_errors=True)
+        (rw, rc), (tw, tc), (lw, lc) = (got[k][-1] for k in ("ref", "train", "lab"))
+        rows.append(f"| {r + 1} | {' > '.join(order)} | {rw:.1f} ({rc:.1f}) | {tw:.1f} ({tc:.1f}) | {lw:.1f} ({lc:.1f}) "
+                    f"| {tw / rw:.3f}x | {lw / (4 * rw):.3f}x | {load()} |")
+        print(f"round {r + 1}/{args.rounds}: {rows[-1]}", file=sys.stderr)
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.machine()}, {os.cpu_count()} cores, "
+          f"torch {torch.__version__}; load average {load0} at the start\n")
+    print("| round | order | nanoGPT process, wall s (CPU s) | minitrain train | minitrain lab | run / nanoGPT "
+          "| lab / four nanoGPT | load after |")
+    print("|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    run = statistics.median(t[0] / r[0] for t, r in zip(got["train"], got["ref"]))
+    lab = statistics.median(t[0] / (4 * r[0]) for t, r in zip(got["lab"], got["ref"]))
+    run_cpu = statistics.median(t[1] / r[1] for t, r in zip(got["train"], got["ref"]))
+    lab_cpu = statistics.median(t[1] / (4 * r[1]) for t, r in zip(got["lab"], got["ref"]))
+    print(f"\ndefault run / nanoGPT process: {run:.3f}x wall, {run_cpu:.3f}x CPU (target <= 0.9x)")
+    print(f"lab / four nanoGPT processes: {lab:.3f}x wall, {lab_cpu:.3f}x CPU (target <= 0.4x)")
+    return 0
+
+
+# One explore sweep in a new interpreter: a fixed part of the default grid (the lab's lr and batch, clip
+# course and off, A x50 and B), the workers forked (the runner's default) or each a new interpreter
+EXPLORE_DRIVER = """
+import sys
+from pathlib import Path
+from minitrain.lab import explore, runner
+explore.GRIDS["perf-subset"] = (explore.Slice((3e-4,), (8,), ("course", "off"), (explore.scale(50), explore.BAD_BATCH)),)
+if sys.argv[2] == "spawn":
+    runner.can_fork = lambda: False
+explore.run_explore(Path(sys.argv[1]), "perf-subset", jobs=int(sys.argv[3]) if sys.argv[3] != "0" else None,
+                    log=lambda line: None)
+"""
+
+
+def bench_explore(args) -> int:
+    """Interleaved arms, each an explore sweep of the same subset from an empty folder in a new interpreter:
+    `before` (the checkout whose src is --before, as it runs by default), this checkout with each run a new
+    interpreter, this checkout as it runs by default (workers forked). Wall and CPU (the sweep's process and
+    its children)."""
+    import subprocess
+
+    here = Path(__file__).resolve().parents[1] / "src"
+    arms = {"this checkout, runs forked": (here, "fork"), "this checkout, each run a new interpreter": (here, "spawn")}
+    if args.before:
+        arms = {"before (--before), as it runs": (Path(args.before).resolve(), "fork"), **arms}
+    names, got, rows, load0 = list(arms), {a: [] for a in arms}, [], load()
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            src, how = arms[name]
+            out = Path(tempfile.mkdtemp(prefix="minitrain-explore-")) / "explore"
+            env = {**os.environ, "PYTHONPATH": str(src)}
+            t0, c0 = time.perf_counter(), children_cpu()
+            subprocess.run([sys.executable, "-c", EXPLORE_DRIVER, str(out), how, str(args.jobs or 0)], env=env,
+                           check=True)
+            got[name].append((time.perf_counter() - t0, children_cpu() - c0))
+            shutil.rmtree(out.parent, ignore_errors=True)
+            print(f"round {r + 1}/{args.rounds} {name}: {got[name][-1][0]:.1f} s wall, {got[name][-1][1]:.1f} CPU s "
+                  f"(load {load()})", file=sys.stderr)
+        rows.append(f"| {r + 1} | " + " | ".join(f"{got[a][-1][0]:.1f} ({got[a][-1][1]:.1f})" for a in names)
+                    + f" | {load()} |")
+    ref = names[0]
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.machine()}, {os.cpu_count()} cores, "
+          f"{args.jobs or os.cpu_count()} workers; load average {load0} at the start; order rotated every round\n")
+    print("| round | " + " | ".join(f"{a}: wall s (CPU s)" for a in names) + " | load after |")
+    print("|---|" + "---|" * len(names) + "---|")
+    print("\n".join(rows))
+    for a in names[1:]:
+        wall = statistics.median(x[0] / y[0] for x, y in zip(got[a], got[ref]))
+        cpu = statistics.median(x[1] / y[1] for x, y in zip(got[a], got[ref]))
+        print(f"\n{a} / {ref}: {wall:.3f}x wall, {cpu:.3f}x CPU (median of {args.rounds} rounds)")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="what", required=True)
@@ -330,6 +464,15 @@ def main(argv=None) -> int:
     lab = sub.add_parser("lab", help="the whole lab's wall time against four sequential bare 2000-step runs")
     lab.add_argument("--rounds", type=int, default=3)
     lab.set_defaults(func=bench_lab)
+    procs = sub.add_parser("procs", help="a default run and the lab against nanoGPT processes, as a user times them")
+    procs.add_argument("--rounds", type=int, default=3)
+    procs.set_defaults(func=bench_procs)
+    ex = sub.add_parser("explore", help="a subset of explore's grid, workers forked vs new interpreters")
+    ex.add_argument("--rounds", type=int, default=2)
+    ex.add_argument("--jobs", type=int, default=None, help="worker processes (default: one per core)")
+    ex.add_argument("--before", metavar="SRC", help="another checkout's src folder (e.g. a worktree of main) as "
+                                                    "the reference arm")
+    ex.set_defaults(func=bench_explore)
     args = ap.parse_args(argv)
     return args.func(args)
 

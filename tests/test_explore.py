@@ -55,6 +55,9 @@ def test_every_cell_is_judged_by_the_lab_reports_definitions(tiny_map):
     assert [p["text"] for p in data["predictions"]] == [p.text for ps in signature.PREDICTIONS.values() for p in ps]
     assert data["cells"] == 12 and data["trained"] == 15 and data["reused"] == 0
     assert sum(1 for line in lines if "/12 " in line) == 12  # one progress line per cell
+    for trunk in (out / "runs").iterdir():  # each trunk's runs table, written once at the end, lists all its runs
+        table = (trunk / "index.html").read_text()
+        assert all(f'"{run.name}/dashboard.html"' in table for run in trunk.iterdir() if run.is_dir()), trunk.name
     for pred in data["predictions"]:
         # A: 3 thresholds x 2 factors; B1, B2: each B against each A of its trunk; C: one per threshold
         assert len(pred["points"]) == {"A": 6, "B": 6 if pred["id"] != "B3" else 3, "C": 3}[pred["letter"]], pred["id"]

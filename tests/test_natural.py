@@ -194,4 +194,6 @@ def test_lr_sweep_trains_caches_and_writes_its_page(tmp_path, monkeypatch):
     assert page.count('id="lrsweep-data"') == 1 and "https://" not in page
     assert "| claim |" in (tmp_path / "natural-instabilities.md").read_text()
     assert all((tmp_path / r["dashboard"]).exists() for r in data["runs"])
+    table = (tmp_path / "runs" / "index.html").read_text()  # the runs table, written once at the end
+    assert all(f'"{r["dashboard"].split("/")[-2]}/dashboard.html"' in table for r in data["runs"]), table[:300]
     assert lrsweep.run_lrsweep(tmp_path, "tiny", jobs=1, log=lines.append)["reused"] == 2

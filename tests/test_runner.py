@@ -214,3 +214,22 @@ def test_killing_minitrain_explore_stops_its_runs(tmp_path, sig):
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_a_ray_cluster_beyond_the_loopback_is_stopped_and_refused():
+    """lab/ray_backend.py's check, without Ray: a local cluster whose node took the machine's address (Ray
+    imported before the loopback switch was set) is shut down at once and the command refused in one line."""
+    from types import SimpleNamespace
+
+    from minitrain.lab import ray_backend
+
+    stopped = []
+    fake = SimpleNamespace(util=SimpleNamespace(get_node_ip_address=lambda: "192.0.2.2"),
+                           shutdown=lambda: stopped.append(True))
+    with pytest.raises(UserError, match=ray_backend.LOOPBACK_ENV):
+        ray_backend.check_loopback(fake)
+    assert stopped == [True]
+    for loopback in ("127.0.0.1", "::1"):  # the loopback is kept running
+        ray_backend.check_loopback(SimpleNamespace(util=SimpleNamespace(get_node_ip_address=lambda: loopback),
+                                                   shutdown=lambda: stopped.append(True)))
+    assert stopped == [True]

@@ -802,7 +802,8 @@ def cmd_reproduce(args) -> int:
     from minitrain.lab.reproduce import BUDGET, WINDOW, format_report, reproduce
 
     rep = reproduce(Path(args.run), Path(args.baseline), window=args.window or WINDOW, budget=args.budget or BUDGET,
-                    jobs=args.jobs, spoil=args.spoil, kinds=args.kinds.split(",") if args.kinds else None)
+                    jobs=args.jobs, spoil=args.spoil, kinds=args.kinds.split(",") if args.kinds else None,
+                    ray=args.ray)
     return _print_report(args, rep, lambda: format_report(rep))
 
 
@@ -821,7 +822,8 @@ REPRODUCE = Command(
      Arg("--kinds", metavar="K1,K2", help="search only these registered injections (default: every one)"),
      Arg("--jobs", type=int, metavar="N", help="hypotheses at a time (default: one per core)"),
      Arg("--json", action="store_true", help="print the report as one JSON object"),
-     Arg("--spoil", action="store_true", help="reproduce a run of a learner lab that is not revealed yet")),
+     Arg("--spoil", action="store_true", help="reproduce a run of a learner lab that is not revealed yet"),
+     RAY),
     cmd_reproduce)
 
 
@@ -881,7 +883,7 @@ def cmd_lr_sweep(args) -> int:
     from minitrain.lab import lrsweep
 
     lrsweep.run_lrsweep(Path(args.experiments) / "lr-sweep", "quick" if args.quick else "default", args.jobs,
-                        args.set or [], Path(args.doc) if args.doc else None)
+                        args.set or [], Path(args.doc) if args.doc else None, ray=args.ray)
     return 0
 
 
@@ -900,7 +902,8 @@ LR_SWEEP = Command(
                                                              "CPU core)"),
      Arg("--set", action="append", metavar="KEY=VALUE",
          help="a config override for every run (e.g. seed=7 or preset=medium); the sweep's own fields are refused"),
-     Arg("--doc", metavar="PATH", help="also write the doc there (e.g. docs/natural-instabilities.md)")),
+     Arg("--doc", metavar="PATH", help="also write the doc there (e.g. docs/natural-instabilities.md)"),
+     RAY),
     cmd_lr_sweep)
 
 

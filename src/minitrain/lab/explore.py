@@ -29,7 +29,7 @@ from minitrain.analysis.compare import CLIP_OFF, SPIKE, TOL, WINDOW
 from minitrain.analysis.regimes import CLIPS, axis_value, calibrate, clip_rate, fmt_lr
 from minitrain.core.config import LAB_K, TrainConfig, build_config
 from minitrain.core.errors import UserError
-from minitrain.lab import runner
+from minitrain.lab import ray_backend, runner, spoilers
 from minitrain.run import files, reader
 from minitrain.views import explore as page
 
@@ -148,18 +148,20 @@ def is_done(run: Path, cfg: TrainConfig, stop: int) -> bool:
                                               and res.get("steps_done") == stop))
 
 
-def train_one(cfg_dict: dict, out: str, stop: int) -> float:
+def train_one(cfg_dict: dict, out: str, stop: int, index: bool = True) -> float:
     """Worker process: train one run to `stop` (an injection run forks from its baseline's checkpoint at K),
-    then its dashboard. A run of this config left unfinished (its worker killed: a retry, or explore run
-    again) resumes from its last checkpoint, to the same bytes. Returns the CPU seconds it took."""
+    then its dashboard, and the index of its folder's runs unless `index` is False (a sweep writes each
+    folder's index once at its end: rewritten after every run, it read every run beside it each time).
+    A run of this config left unfinished (its worker killed: a retry, or explore run again) resumes from its
+    last checkpoint, to the same bytes. Returns the CPU seconds it took."""
     from minitrain.lab import runs
 
     t0, w0 = time.process_time(), time.perf_counter()
     cfg = build_config(cfg_dict)
     if runs.interrupted(Path(out), cfg):
-        runs.resume_run(Path(out), stop_at=stop)
+        runs.resume_run(Path(out), stop_at=stop, index=index)
     else:
-        runs.train_run(cfg, Path(out), force=True, stop_at=stop)
+        runs.train_run(cfg, Path(out), index=index, force=True, stop_at=stop)
     cpu = round(time.process_time() - t0, 2)  # the value kept in COST: a cached run counts the same
     files.atomic_write_json(Path(out) / COST, {"cpu_seconds": cpu,
                                                "wall_seconds": round(time.perf_counter() - w0, 2)})
@@ -199,6 +201,7 @@ class Sweep:
         self.done_cells = 0
         self.waiting: list[tuple] = []  # median / p99 baselines until their calibration comes
         self.task: dict[str, tuple] = {}  # a running job's name -> (its task, its run folder)
+        self.indexed: set[Path] = set()  # the folders of the runs trained here: their index.html, at the end
         self.t0 = time.perf_counter()
 
     def elapsed(self) -> str:
@@ -221,13 +224,8 @@ class Sweep:
         return cfg, self.folder[t.key] / "baseline"
 
     def run(self) -> None:
-        if self.ray is not None:
-            from minitrain.lab.ray_backend import RayCluster
-
-            backend = RayCluster(self.ray, self.jobs_asked)
-            self.jobs = backend.slots
-        else:
-            backend = runner.LocalProcesses(self.jobs)
+        backend = ray_backend.backend(self.ray, self.jobs if self.ray is None else self.jobs_asked)
+        self.jobs = backend.slots
         where = f" on the Ray cluster {self.ray}" if self.ray is not None else ""
         self.log(f"explore: grid {self.grid!r}: {len(self.trunks)} trunks, {self.n_cells} cells (K={K}, "
                  f"{TAIL} steps after K), {self.jobs} worker process{'es' if self.jobs > 1 else ''}{where}")
@@ -240,7 +238,12 @@ class Sweep:
                 warm = True
 
         first = self.jobs_of([("base", t) for t in sorted(self.trunks, key=lambda t: t.clip != "off")])
-        done = runner.run_jobs(first, backend, on_start=warm_up, on_end=self.ended)
+        try:
+            done = runner.run_jobs(first, backend, on_start=warm_up, on_end=self.ended)
+        finally:
+            backend.close()
+        for folder in sorted(f for f in self.indexed if f.is_dir()):  # each trunk's runs table, once
+            spoilers.refresh(folder)
         failed = next((j for j in done if j.failed), None)
         if failed:
             raise UserError(f"explore: training {failed.run} failed ({failed.error()}); "
@@ -263,11 +266,12 @@ class Sweep:
                 tasks += self.finished(task, run, None)
                 continue
             self.task[str(run)] = (task, run)
-            jobs.append(runner.Job(str(run), call=train_one, args=(cfg.to_dict(), str(run), self.stop), run=run))
+            jobs.append(runner.Job(str(run), call=train_one, args=(cfg.to_dict(), str(run), self.stop, False), run=run))
         return jobs
 
     def ended(self, job: runner.Job) -> list[runner.Job]:
         task, run = self.task.pop(job.name)
+        self.indexed.add(run.parent)
         if job.failed:
             return []
         waiting, self.waiting = self.waiting, []

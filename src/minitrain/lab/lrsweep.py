@@ -21,7 +21,7 @@ from pathlib import Path
 from minitrain.analysis import lrsweep as judge
 from minitrain.core.config import build_config
 from minitrain.core.errors import UserError
-from minitrain.lab import runner
+from minitrain.lab import ray_backend, runner, spoilers
 from minitrain.lab.explore import COST, is_done, train_one
 from minitrain.run import files, reader
 from minitrain.views import lrsweep as page
@@ -73,7 +73,7 @@ def run_folder(out: Path, variant: Variant, lr: float, cfg) -> Path:
 
 
 class Sweep:
-    def __init__(self, out: Path, grid: str, jobs: int | None, overrides: list[str], log):
+    def __init__(self, out: Path, grid: str, jobs: int | None, overrides: list[str], log, ray: str | None = None):
         if grid not in GRIDS:
             raise UserError(f"unknown grid {grid!r}; valid grids: {', '.join(GRIDS)}")
         for o in overrides:
@@ -84,6 +84,7 @@ class Sweep:
             raise UserError(f"--jobs must be at least 1, got {jobs}")
         self.out, self.grid, self.overrides, self.log = Path(out), grid, list(overrides), log
         self.jobs = max(1, jobs or os.cpu_count() or 1)
+        self.jobs_asked, self.ray = jobs, ray  # ray: a Ray cluster's address (lab/ray_backend.py), else local
         self.tasks = [(v, lr) for lr in GRIDS[grid]["lrs"] for v in VARIANTS]
         self.runs: dict[tuple[str, float], Path] = {}
         self.summaries: dict[tuple[str, float], dict] = {}
@@ -93,8 +94,11 @@ class Sweep:
 
     def run(self) -> None:
         n = len(self.tasks)
+        backend = ray_backend.backend(self.ray, self.jobs if self.ray is None else self.jobs_asked)
+        self.jobs = backend.slots
+        where = f" on the Ray cluster {self.ray}" if self.ray is not None else ""
         self.log(f"lr-sweep: grid {self.grid!r}: {len(VARIANTS)} variants x {len(GRIDS[self.grid]['lrs'])} LRs = {n} "
-                 f"runs, {self.jobs} worker process{'es' if self.jobs > 1 else ''}")
+                 f"runs, {self.jobs} worker process{'es' if self.jobs > 1 else ''}{where}")
         jobs, by_job = [], {}
         for v, lr in self.tasks:
             cfg = run_config(self.grid, v, lr, self.overrides)
@@ -104,10 +108,9 @@ class Sweep:
                 self.finished(v, lr, None)
                 continue
             by_job[str(folder)] = (v, lr)
-            jobs.append(runner.Job(str(folder), call=train_one, args=(cfg.to_dict(), str(folder), cfg.steps),
+            jobs.append(runner.Job(str(folder), call=train_one, args=(cfg.to_dict(), str(folder), cfg.steps, False),
                                    run=folder, steps=cfg.steps))
-        backend = runner.LocalProcesses(self.jobs)
-        warm = not backend.fork
+        warm = not getattr(backend, "fork", False)  # only a forking backend gains from this process's imports
 
         def warm_up(job: runner.Job) -> None:
             nonlocal warm
@@ -120,7 +123,12 @@ class Sweep:
                 self.finished(*by_job[job.name], job.result)
             return []
 
-        done = runner.run_jobs(jobs, backend, on_start=warm_up, on_end=ended)
+        try:
+            done = runner.run_jobs(jobs, backend, on_start=warm_up, on_end=ended)
+        finally:
+            backend.close()
+        if jobs and (self.out / "runs").is_dir():  # the runs table, once (train_one leaves it to us)
+            spoilers.refresh(self.out / "runs")
         failed = next((j for j in done if j.failed), None)
         if failed:
             raise UserError(f"lr-sweep: training {failed.run} failed ({failed.error()}); "
@@ -180,10 +188,11 @@ def _commit() -> str | None:
 
 
 def run_lrsweep(out: Path, grid: str = "default", jobs: int | None = None, overrides: list[str] | None = None,
-                doc: Path | None = None, log=print) -> dict:
+                doc: Path | None = None, log=print, ray: str | None = None) -> dict:
     """`minitrain lr-sweep`: train (or reuse) every run of GRID under OUT/runs, then write OUT/sweep.json,
-    OUT/index.html (the page) and OUT/natural-instabilities.md (and `doc`, when given)."""
-    sw = Sweep(Path(out), grid, jobs, list(overrides or []), log)
+    OUT/index.html (the page) and OUT/natural-instabilities.md (and `doc`, when given). `ray`: train on the
+    Ray cluster at this address (`local`: one started here; docs/scale.md)."""
+    sw = Sweep(Path(out), grid, jobs, list(overrides or []), log, ray)
     sw.run()
     data = collect(sw)
     files.atomic_write_json(Path(out) / "sweep.json", data)

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from minitrain.core.errors import EXIT_NON_FINITE, UserError
-from minitrain.lab import runner
+from minitrain.lab import ray_backend, runner
 from minitrain.run import files, reader
 
 LAB_INJECTIONS = ("scale", "bad_batch", "v_corrupt")  # A, B, C
@@ -74,18 +74,15 @@ def run_lab(experiments: Path, seed: int, k: int, jobs: int | None = None, sets:
         return runner.Job(name, argv=argv, run=experiments / name, steps=base_cfg.steps, donor=donor,
                           donor_step=fork_checkpoint(k, base_cfg.ckpt_every))
 
-    if ray is not None:
-        from minitrain.lab.ray_backend import RayCluster
-
-        backend = RayCluster(ray, jobs, main=main)
-    else:
-        backend = runner.LocalProcesses(jobs, main=main)
-
+    backend = ray_backend.backend(ray, jobs, main=main)
     if main is not None and getattr(backend, "fork", False):
         runner.warm_up()
         runner.warm_up_runs(base_cfg)
-    done = runner.run_jobs([job(inj) for inj in ("none", *LAB_INJECTIONS)], backend,
-                           on_tick=Progress(out).update)
+    try:
+        done = runner.run_jobs([job(inj) for inj in ("none", *LAB_INJECTIONS)], backend,
+                               on_tick=Progress(out).update)
+    finally:
+        backend.close()
     for line in (line for j in done for line in j.output if line.startswith(WARNING)):
         out.write(line + "\n")  # a child's warning (a page not written, say) is the user's to read
     failed = [j for j in done if j.failed]

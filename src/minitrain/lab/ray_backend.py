@@ -3,9 +3,9 @@
     RayCluster   one Ray task per job, one CPU each, `slots` at a time (default: the cluster's CPUs)
 
 Ray is an optional extra (`pip install 'minitrain[ray]'`). Without an address (or with `local`) this process
-starts a private cluster on this machine, token-authenticated (Ray 2.60 listens on the machine's address,
-not on 127.0.0.1 alone: docs/scale.md); with one (`auto`, HOST:PORT, ray://HOST:PORT)
-it joins an existing cluster and ships this process's minitrain package to the workers.
+starts a private cluster on this machine whose every port listens on 127.0.0.1 alone (LOOPBACK_ENV below;
+checked once it runs); with one (`auto`, HOST:PORT, ray://HOST:PORT) it joins an existing cluster and ships
+this process's minitrain package to the workers.
 
 What travels is small: the job's function (by name) and its arguments, the driver's working folder and a
 few environment variables. What does not travel is the run folder: a worker writes it where the job says,
@@ -21,6 +21,7 @@ the same job again, and a run of the same config left unfinished resumes from it
 from __future__ import annotations
 
 import io
+import ipaddress
 import os
 import re
 import subprocess
@@ -37,6 +38,10 @@ RETRIES = 3  # tries after a worker dies (Ray's default for tasks); an exception
 # environment variables a worker takes from this process (where the data cache is, say)
 PASSED_ENV = ("MINITRAIN_CACHE", "XDG_CACHE_HOME", "TOKENIZERS_PARALLELISM")
 ADDRESS = re.compile(r"^(local|auto|ray://[^\s]+|[A-Za-z0-9_.\-\[\]:]+:\d+)$")
+# Ray's switch for a machine that is never part of a multi-node cluster (its default on Windows and macOS):
+# the node's address is then 127.0.0.1, and GCS, raylet, workers and agents listen there alone, where on
+# Linux they would listen on every interface. Ray reads it when it is first imported.
+LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def check_address(address: str | None) -> str:
@@ -49,27 +54,39 @@ def check_address(address: str | None) -> str:
     return address
 
 
+def backend(ray: str | None, jobs: int | None = None, main=None):
+    """The runner's backend for a command's `--ray` value: a Ray cluster at that address, else (None) local
+    processes, `jobs` at a time. Close it when the jobs have run."""
+    if ray is None:
+        return runner.LocalProcesses(jobs, main=main)
+    return RayCluster(ray, jobs, main=main)
+
+
 class RayCluster:
     """One Ray task per job (module docstring). Function jobs call their function in the worker; command
     jobs call `main` (the CLI's entry point) there when given, else run `python -m minitrain` in a child
     of the worker."""
 
     def __init__(self, address: str | None = None, jobs: int | None = None, main=None):
+        address = check_address(address)
+        if jobs is not None and jobs < 1:
+            raise UserError(f"--jobs must be at least 1, got {jobs}")
+        if address == "local":
+            os.environ[LOOPBACK_ENV] = "0"  # before Ray's first import (LOOPBACK_ENV)
         try:
             import ray
         except ImportError:
             raise UserError("--ray needs Ray: pip install 'minitrain[ray]'") from None
-        address = check_address(address)
-        if jobs is not None and jobs < 1:
-            raise UserError(f"--jobs must be at least 1, got {jobs}")
         self.ray, self.main = ray, main
-        if not ray.is_initialized():
+        self.started = not ray.is_initialized()  # this object started (or joined) Ray: close() ends it
+        if self.started:
             package = Path(__file__).resolve().parents[1]  # src/minitrain
             env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
             if address == "local":  # same machine: the workers import this very package from where it is
                 env["PYTHONPATH"] = os.pathsep.join([str(package.parent), *filter(None, [os.environ.get("PYTHONPATH")])])
                 ray.init(address="local", num_cpus=jobs or os.cpu_count() or 1, include_dashboard=False,
                          log_to_driver=False, runtime_env={"env_vars": env})
+                check_loopback(ray)
             else:  # other machines: Ray uploads the package (a megabyte) once per session
                 try:
                     ray.init(address=address, log_to_driver=False,
@@ -80,12 +97,30 @@ class RayCluster:
         self.slots = max(1, jobs or int(ray.cluster_resources().get("CPU", 1)))
         self.task = ray.remote(num_cpus=1, max_retries=RETRIES, retry_exceptions=False)(run_in_worker)
 
+    def close(self) -> None:
+        """Stop the local cluster this object started, or leave the one it joined."""
+        if self.started and self.ray.is_initialized():
+            self.ray.shutdown()
+        self.started = False
+
     def start(self, job: runner.Job):
         if job.argv is not None:
             fn, args = (runner.run_command, (self.main, job.argv)) if self.main else (run_minitrain, (job.argv,))
         else:
             fn, args = job.call, job.args
         return RayTask(self.ray, self.task.remote(fn, args, os.getcwd()))
+
+
+def check_loopback(ray) -> None:
+    """A local cluster must listen on 127.0.0.1 alone: its node address says where its services listen. Ray
+    imported before LOOPBACK_ENV was set (by other code in this process) picks the machine's address:
+    then the cluster is stopped at once and the command refused."""
+    node = ray.util.get_node_ip_address()
+    if not ipaddress.ip_address(node).is_loopback:
+        ray.shutdown()
+        raise UserError(f"--ray local: the Ray cluster took the address {node}, not 127.0.0.1, so it would listen "
+                        f"beyond this machine (Ray was imported before minitrain could set {LOOPBACK_ENV}=0); "
+                        f"set {LOOPBACK_ENV}=0 in the environment, or train without --ray")
 
 
 class RayTask:

@@ -70,8 +70,9 @@ def train_replay(cfg_dict: dict, out: str, donor: str, step: int, stop: int) -> 
 
 
 def run_replays(replays: list[Replay], parent: Path, base: dict, jobs: int | None = None, out=None,
-                label: str = "replay") -> dict:
-    """Train every replay that is not cached, at most `jobs` at a time; fills in folder, cached and status.
+                label: str = "replay", backend=None) -> dict:
+    """Train every replay that is not cached, at most `jobs` at a time (on `backend` when given: a Ray
+    cluster, say; else local processes); fills in folder, cached and status.
     Returns the cost: {"trained", "cached", "seconds", "cpu_seconds"}."""
     out = out or sys.stderr
     parent = Path(parent)
@@ -90,7 +91,9 @@ def run_replays(replays: list[Replay], parent: Path, base: dict, jobs: int | Non
     if cached:
         out.write(f"{label}: {cached} of {total} cached under {parent}\n")
     if todo:
-        runner.warm_up_runs(replay_config(base, {}))
+        backend = backend or runner.LocalProcesses(jobs)
+        if getattr(backend, "fork", False):  # the forked children start with the imports and the data
+            runner.warm_up_runs(replay_config(base, {}))
         state = {"ended": cached}
 
         def on_end(j: runner.Job):
@@ -99,7 +102,7 @@ def run_replays(replays: list[Replay], parent: Path, base: dict, jobs: int | Non
             out.write(f"{label} [{state['ended']}/{total}] {j.name}: {what} ({j.ended - j.started:.1f} s)\n")
             out.flush()
 
-        done = runner.run_jobs(todo, runner.LocalProcesses(jobs), on_end=on_end)
+        done = runner.run_jobs(todo, backend, on_end=on_end)
         failed = [j for j in done if j.failed]
         if failed:
             raise UserError(f"replay {failed[0].name} failed: {failed[0].error()}")

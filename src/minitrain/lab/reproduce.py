@@ -27,7 +27,7 @@ from minitrain.analysis.walk import diagnose_run
 from minitrain.core.config import TrainConfig
 from minitrain.core.errors import UserError
 from minitrain.core.injections import REGISTRY as INJECTIONS
-from minitrain.lab import spoilers
+from minitrain.lab import ray_backend, spoilers
 from minitrain.lab.explain import retention_advice, run_config
 from minitrain.lab.remediate import checkpoint_before
 from minitrain.lab.replays import Replay, comparable_rows, cpu_seconds, replay_config, run_replays
@@ -97,8 +97,9 @@ def hypothesis(kind: str, step: int, magnitude: dict, tensor: str | None, base, 
 
 
 def reproduce(run: Path, baseline: Path, window: int = WINDOW, budget: int = BUDGET, jobs: int | None = None,
-              spoil: bool = False, kinds: list[str] | None = None, out=None) -> dict:
-    """Search the registered perturbations (all, or `kinds`) for the one that turns BASE into RUN."""
+              spoil: bool = False, kinds: list[str] | None = None, out=None, ray: str | None = None) -> dict:
+    """Search the registered perturbations (all, or `kinds`) for the one that turns BASE into RUN. `ray`:
+    train the hypotheses on the Ray cluster at this address (`local`: one started here; docs/scale.md)."""
     out = out or sys.stderr
     kinds = list(kinds or INJECTIONS)
     unknown = [k for k in kinds if k not in INJECTIONS]
@@ -143,7 +144,8 @@ def reproduce(run: Path, baseline: Path, window: int = WINDOW, budget: int = BUD
               if (h := hypothesis(kind, s, default_magnitude(kind), tensor, base_cfg, starts[s], stop1, 1)) is not None]
     if not stage1:
         raise UserError(retention_advice(baseline, steps[0], base_cfg))
-    cost = [run_replays(stage1[:budget], parent, base_cfg.to_dict(), jobs, out, label="reproduce stage 1")]
+    backend = ray_backend.backend(ray, jobs)  # both stages' replays; a Ray cluster ends with the process on an error
+    cost = [run_replays(stage1[:budget], parent, base_cfg.to_dict(), jobs, out, "reproduce stage 1", backend)]
     left = budget - len(stage1[:budget])
     if len(stage1) > budget:
         notes.append(f"the budget ({budget}) stopped stage 1 after {budget} of {len(stage1)} hypotheses")
@@ -163,7 +165,8 @@ def reproduce(run: Path, baseline: Path, window: int = WINDOW, budget: int = BUD
         notes.append(f"the budget ({budget}) stopped stage 2 after {max(left, 0)} of {len(stage2)} hypotheses")
         stage2 = stage2[:max(left, 0)]
     if stage2:
-        cost.append(run_replays(stage2, parent, base_cfg.to_dict(), jobs, out, label="reproduce stage 2"))
+        cost.append(run_replays(stage2, parent, base_cfg.to_dict(), jobs, out, "reproduce stage 2", backend))
+    backend.close()
     scored2 = sorted((score(h, run_rows, range(min(steps), stop2), blind_run) for h in stage2),
                      key=lambda r: r["distance"])
     kinds2 = {r["kind"] for r in scored2}

@@ -8,7 +8,8 @@
     InThisProcess   one job after another in this process (one worker: no process to start)
 
 A backend starts a job and returns a handle with poll() -> exit code or None, wait(), terminate() and
-finish() -> (output lines, result). A backend for another machine only needs these.
+finish() -> (output lines, result); close() ends the backend once its jobs have run. A backend for another
+machine only needs these (lab/ray_backend.py).
 
 Children never outlive the runner: on Linux each child gets SIGTERM when its parent dies (even by SIGKILL),
 and a SIGTERM or Ctrl-C to the parent terminates the running children before it exits.
@@ -174,6 +175,9 @@ class LocalProcesses:
             self.warm = True
         return ChildProcess(fn, args, log.name, "fork" if self.fork else "spawn")
 
+    def close(self) -> None:
+        pass
+
 
 class InThisProcess:
     """One job after another in this process: for a single worker, where a child process would only add
@@ -185,6 +189,9 @@ class InThisProcess:
         if job.call is None:
             raise ValueError(f"job {job.name!r}: InThisProcess runs functions, not commands")
         return Done(job.call(*job.args))
+
+    def close(self) -> None:
+        pass
 
 
 class Done:
