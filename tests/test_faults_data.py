@@ -250,6 +250,9 @@ class OneLog:
         return type("Ended", (), {"poll": lambda s: 0, "wait": lambda s: 0, "terminate": lambda s: None,
                                   "finish": lambda s: (lines, None)})()
 
+    def close(self):
+        pass
+
 
 def test_a_lab_childs_warning_reaches_the_user(tmp_path, monkeypatch):
     def warning(job):
