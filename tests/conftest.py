@@ -97,12 +97,16 @@ class ForkedCLI:
     def poll(self) -> int | None:
         return None if self.process.is_alive() else self.process.exitcode
 
-    def wait(self) -> int:
-        self.process.join()
+    def wait(self, timeout: float | None = None) -> int | None:
+        self.process.join(timeout)
         return self.process.exitcode
 
+    def send_signal(self, sig: int) -> None:
+        os.kill(self.pid, sig)
+
     def kill(self) -> None:
-        self.process.kill()
+        if self.process.exitcode is None:
+            self.process.kill()
 
 
 def _cli_child(argv: list[str]) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, small_args
+from conftest import ROOT, ForkedCLI, small_args
 from minitrain.core.errors import UserError
 from minitrain.lab import runner
 from minitrain.run import files, reader
@@ -173,9 +173,10 @@ def descendants(pid: int) -> set[int]:
     return out
 
 
-def assert_no_process_outlives(parent: subprocess.Popen, run: Path, sig: int) -> None:
-    """Once RUN is being trained, signal the parent; then every process that was below it has to end (the
-    runs, and anything else the command started, such as a multiprocessing resource tracker)."""
+def assert_no_process_outlives(parent: ForkedCLI, run: Path, sig: int) -> None:
+    """Once RUN is being trained, signal the parent (the command, forked from this process: its imports are
+    done) and every process that was below it has to end (the runs, and anything else the command started,
+    such as a multiprocessing resource tracker)."""
     pid = wait_for(lambda: reader.live_pid(run))
     assert pid, f"{run} never started"
     below = descendants(parent.pid)
@@ -194,8 +195,8 @@ def assert_no_process_outlives(parent: subprocess.Popen, run: Path, sig: int) ->
 def test_killing_minitrain_lab_stops_its_runs(tmp_path, sig):
     """`minitrain lab` terminated (its handler stops the runs) or killed outright (no handler runs: the
     kernel's parent-death signal does): no process of it is left."""
-    parent = start_parent(["-m", "minitrain", "lab", "--experiments", str(tmp_path), "--jobs", "1",
-                           *small_args("steps=100000", "ckpt_every=100000")], tmp_path)
+    parent = ForkedCLI("lab", "--experiments", str(tmp_path), "--jobs", "1",
+                       *small_args("steps=100000", "ckpt_every=100000"))
     try:
         assert_no_process_outlives(parent, tmp_path / "18-baseline", sig)
     finally:
@@ -205,7 +206,7 @@ def test_killing_minitrain_lab_stops_its_runs(tmp_path, sig):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["TERM", "KILL"])
 def test_killing_minitrain_explore_stops_its_runs(tmp_path, sig):
-    parent = start_parent(["-m", "minitrain", "explore", str(tmp_path), "--quick", "--jobs", "1"], tmp_path)
+    parent = ForkedCLI("explore", str(tmp_path), "--quick", "--jobs", "1")
     try:
         lock = wait_for(lambda: next((tmp_path / "explore" / "runs").glob("*/baseline/.lock"), None)
                         if (tmp_path / "explore" / "runs").is_dir() else None)
