@@ -125,3 +125,20 @@ def test_in_chromium_the_table_sorts_filters_and_compares_ticked_runs(exp, brows
     assert "18-baseline" in legend and "19-injection-A" in legend and "19-injection-B" not in legend
     assert not errors and not network, (errors, network)
     ctx.close()
+
+
+def test_a_finished_runs_page_and_the_table_beside_it_walk_the_run_once(tmp_path, small_baseline, monkeypatch):
+    """lab/runs.write_pages reads and walks the run once for its page and the runs table (readings.once);
+    outside that block every read is fresh, so a run that changes is never shown stale."""
+    from minitrain.analysis import readings
+    from minitrain.lab.runs import write_pages
+
+    run = shutil.copytree(small_baseline, tmp_path / "exp" / "18-baseline")
+    loads: list[Path] = []
+    real = readings.stability.load_evidence
+    monkeypatch.setattr(readings.stability, "load_evidence", lambda r: loads.append(Path(r)) or real(r))
+    assert write_pages(run)
+    assert loads == [run] and (tmp_path / "exp" / "index.html").exists()
+    readings.read(run)
+    readings.read(run)
+    assert loads == [run] * 3

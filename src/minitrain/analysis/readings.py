@@ -7,6 +7,7 @@ health line (health.py) and the course's spike flags (detectors.spike_flags).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from pathlib import Path
@@ -75,11 +76,37 @@ def _read(ev: stability.Evidence) -> dict:
                 "questions": questions(ev), "signals": signals(ev)}
 
 
+# Inside `once()`, a run is read and walked once: a finished run's page and the runs table beside it read the
+# same files one after the other (twice the walk of 2000 rows otherwise). Outside it nothing is kept.
+_ONCE: dict[Path, tuple] | None = None
+
+
+@contextlib.contextmanager
+def once():
+    global _ONCE
+    outer = _ONCE
+    _ONCE = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _ONCE = outer
+
+
+def _evidence_and_checks(run: Path) -> tuple[stability.Evidence | None, dict | None]:
+    key = Path(run).resolve()
+    if _ONCE is not None and key in _ONCE:
+        return _ONCE[key]
+    ev = _evidence(run)
+    got = (ev, None if ev is None else _read(ev))
+    if _ONCE is not None:
+        _ONCE[key] = got
+    return got
+
+
 def read(run: Path) -> dict | None:
     """The walker's verdict, every question and the tree's signals for one run; None when the walker cannot
     read it (no metrics, unordered steps: `minitrain diagnose RUN` says why)."""
-    ev = _evidence(run)
-    return None if ev is None else _read(ev)
+    return _evidence_and_checks(run)[1]
 
 
 def page(run: Path, sealed: bool) -> dict:
@@ -87,8 +114,7 @@ def page(run: Path, sealed: bool) -> dict:
     `health` line, the course's `spikes` (steps) and `vocab_size`, the V of the page's ln V line (the walker's:
     the run's tokenizer, else its config, else evidence.ASSUMED_VOCAB)."""
     run = Path(run)
-    ev = _evidence(run)
-    checks = None if ev is None else _read(ev)
+    ev, checks = _evidence_and_checks(run)
     verdict = checks["verdict"] if checks else None
     if sealed:  # the verdict and the tree's answers name the cause: not in the page at all before the reveal
         checks = verdict = None

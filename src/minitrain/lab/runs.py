@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from minitrain import loop
+from minitrain.analysis import readings
 from minitrain.core.config import TrainConfig
 from minitrain.core.errors import EXIT_NON_FINITE, Interrupted, UserError
 from minitrain.lab import spoilers
@@ -41,6 +42,11 @@ def write_pages(out: Path, index: bool = True) -> bool:
     here must never cost the run, so it is one warning line. Returns whether the page was written.
     Ctrl-C here interrupts a run that has already ended: the message names the command that finishes the
     job (a --resume would only say the run has ended)."""
+    with readings.once():  # the page and the runs table read and walk this run once
+        return _write_pages(out, index)
+
+
+def _write_pages(out: Path, index: bool) -> bool:
     if out is None or not (Path(out) / reader.METRICS).exists():
         return False
     experiments = spoilers.experiments_of(out)
