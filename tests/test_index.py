@@ -11,11 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SMALL_K, run_cli
+from test_dashboard import browser  # noqa: F401 - the fixture (headless Chromium)
 from minitrain.views import index
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
 def copy_lab(small_lab: Path, dest: Path) -> Path:
@@ -78,18 +75,6 @@ def test_a_regime_map_sweep_is_one_row_and_a_damaged_run_one_line(tmp_path, smal
     assert "scale-x50" not in page and "wrote" in r.stdout
     row = page.split('data-run="broken"')[1].split("</tr>")[0]
     assert "manifest.json is unreadable" in row and "the walker cannot read this run" in row
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip(f"chromium is not installed at {CHROMIUM} (Debian: apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def test_in_chromium_the_table_sorts_filters_and_compares_ticked_runs(exp, browser):

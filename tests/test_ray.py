@@ -11,7 +11,6 @@ import ipaddress
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -25,18 +24,6 @@ from minitrain.views import explore as explore_page
 
 if importlib.util.find_spec("ray") is None:
     pytest.skip("Ray is not installed (pip install 'minitrain[ray]')", allow_module_level=True)
-
-WAIT = 300  # seconds a test waits for something that takes a few on an idle machine
-
-
-def wait_for(what, seconds: float = WAIT):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        got = what()
-        if got:
-            return got
-        time.sleep(0.01)
-    return None
 
 
 @pytest.fixture(scope="module")

@@ -18,11 +18,8 @@ import pytest
 import torch
 
 from minitrain.lab import spoilers
+from test_dashboard import browser  # noqa: F401 - the fixture (headless Chromium)
 from minitrain.views import serve
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
 class Served:
@@ -110,18 +107,6 @@ def test_ctrl_c_stops_the_server(tmp_path):
         assert r.status == 200 and b"no run folders here yet" in r.read()
     proc.send_signal(signal.SIGINT)
     assert proc.wait() == 0 and "stopped" in proc.stderr.read()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip(f"chromium is not installed at {CHROMIUM} (Debian: apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 def test_in_chromium_the_curves_and_the_table_follow_a_run_while_it_trains(tmp_path, browser):
