@@ -1,7 +1,7 @@
 """Performance bench (issue 14): the project's training step against a reference GPT step, the cost of the
 default telemetry, and the lab's wall time against four sequential bare runs.
 
-    python bench/perf.py step [--rounds 9] [--steps-per-block 100]
+    python bench/perf.py step [--rounds 9] [--steps-per-block 100] [--before SRC]
     python bench/perf.py lab [--rounds 2]
     python bench/perf.py procs [--rounds 2]
     python bench/perf.py explore [--rounds 2]
@@ -22,6 +22,10 @@ loop taking each step in turn, the order rotated every step), timing every step:
   telemetry  the same loop with validation and checkpoints switched off: the default telemetry (and its
              metrics row, written and flushed every step) against the bare step, the issue's 1.15x target
   natural    the telemetry loop with `natural_signals` on (docs/natural-instabilities.md)
+  before     with `--before SRC` (another checkout's src folder, e.g. a worktree of main): that code's
+             telemetry loop, imported beside this checkout's in the same process (its modules are put in
+             sys.modules around each of its steps, outside the clock) and interleaved with the others: the
+             telemetry's cost before and after a change, under the same load
 Each ratio is taken per round, then the median over rounds (the shared machine's load drifts). Times are
 the process's CPU time (one torch thread: other jobs' share of the cores does not count) and wall time.
 
@@ -53,6 +57,7 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -189,6 +194,40 @@ def default_loop(cfg, folder: Path):
     return steps
 
 
+def is_minitrain(module: str) -> bool:
+    return module == "minitrain" or module.startswith("minitrain.")
+
+
+@contextmanager
+def modules_of(mods: dict):
+    """`mods` (another checkout's minitrain modules) in sys.modules for the duration, this checkout's put
+    back after; whatever the other code imports meanwhile is added to `mods`."""
+    mine = {k: sys.modules.pop(k) for k in [k for k in sys.modules if is_minitrain(k)]}
+    sys.modules.update(mods)
+    try:
+        yield
+    finally:
+        mods.update({k: sys.modules.pop(k) for k in [k for k in sys.modules if is_minitrain(k)]})
+        sys.modules.update(mine)
+
+
+def before_telemetry_loop(src: Path, overrides: list[str], folder: Path):
+    """The telemetry loop (`default_loop` with validation and checkpoints off) of the checkout whose src
+    folder is `src`, its config built by that code; returns (steps, its modules)."""
+    mods: dict = {}
+    sys.path.insert(0, str(src))
+    try:
+        with modules_of(mods):
+            from minitrain.core.config import build_config
+
+            steps = default_loop(build_config({}, overrides), folder)
+    finally:
+        sys.path.remove(str(src))
+    if not Path(mods["minitrain"].__file__).resolve().is_relative_to(src):
+        raise SystemExit(f"--before {src}: minitrain was not imported from there")
+    return steps, mods
+
+
 def load() -> str:
     try:
         return "/".join(f"{x:.1f}" for x in os.getloadavg())
@@ -216,6 +255,7 @@ def _bench_step(args, cfg, bare, run, batches, tmp: Path) -> int:
     total = n * (rounds + 1)
     never = 10 ** 9
     telemetry_cfg = cfg.replace(eval_every=never, ckpt_every=never)
+    before = f"the telemetry loop of --before {args.before}" if args.before else None
     loops = {"reference GPT step, the project's batches (same tokens)": reference_loop(cfg, batches),
              "minitrain bare step": bare,
              "minitrain default run (full telemetry, metrics, validation, checkpoints)": default_loop(cfg, tmp / "run"),
@@ -225,9 +265,19 @@ def _bench_step(args, cfg, bare, run, batches, tmp: Path) -> int:
                  default_loop(telemetry_cfg, tmp / "telemetry"),
              "the same with natural_signals on (attention logits and entropy, log Z on detail steps)":
                  default_loop(telemetry_cfg.replace(natural_signals=True), tmp / "natural")}
+    context = dict.fromkeys(loops, None)  # the modules to put in place around a loop's steps (None: this code's)
+    if before:
+        loops[before], context[before] = before_telemetry_loop(
+            Path(args.before).resolve(), ["progress=false", f"steps={max(total, 2000)}", f"eval_every={never}",
+                                          f"ckpt_every={never}"], tmp / "before")
     load0 = load()
-    for fn in loops.values():  # warm up: one block each
-        fn(0, n)
+
+    def in_context(name: str):
+        return nullcontext() if context[name] is None else modules_of(context[name])
+
+    for name, fn in loops.items():  # warm up: one block each
+        with in_context(name):
+            fn(0, n)
     times: dict[str, list[float]] = {k: [] for k in loops}  # CPU ms per step of this process
     walls: dict[str, list[float]] = {k: [] for k in loops}
     names = list(loops)
@@ -239,15 +289,16 @@ def _bench_step(args, cfg, bare, run, batches, tmp: Path) -> int:
         for step in range(start, start + n):
             k = step % len(names)
             for name in names[k:] + names[:k]:
-                c0, t0 = time.process_time(), time.perf_counter()
-                loops[name](step, step + 1)
-                cpu[name] += time.process_time() - c0
-                wall[name] += time.perf_counter() - t0
+                with in_context(name):  # outside the clock
+                    c0, t0 = time.process_time(), time.perf_counter()
+                    loops[name](step, step + 1)
+                    cpu[name] += time.process_time() - c0
+                    wall[name] += time.perf_counter() - t0
         for name in names:
             times[name].append(cpu[name] / n * 1000)
             walls[name].append(wall[name] / n * 1000)
         print(f"round {r + 1}/{rounds}", file=sys.stderr)
-    ref, bare_t, default_t, course, telemetry_t, natural_t = (times[k] for k in loops)
+    ref, bare_t, default_t, course, telemetry_t, natural_t = (times[k] for k in list(loops)[:6])
 
     def ratio(a, b) -> float:
         return statistics.median(x / y for x, y in zip(a, b))
@@ -271,6 +322,12 @@ def _bench_step(args, cfg, bare, run, batches, tmp: Path) -> int:
     print(f"per-round telemetry / bare: {', '.join(f'{r:.3f}' for r in spread)}")
     print(f"default telemetry and metrics / bare step: {ratio(telemetry_t, bare_t):.3f}x CPU, "
           f"{ratio(walls[list(loops)[4]], wbare):.3f}x wall (target <= 1.15x)")
+    if before:
+        spread = sorted(x / y for x, y in zip(times[before], bare_t))
+        print(f"per-round before / bare: {', '.join(f'{r:.3f}' for r in spread)}")
+        print(f"before's telemetry and metrics / bare step: {ratio(times[before], bare_t):.3f}x CPU, "
+              f"{ratio(walls[before], wbare):.3f}x wall; this checkout's / before's: "
+              f"{ratio(telemetry_t, times[before]):.3f}x CPU")
     print(f"natural_signals on / bare step: {ratio(natural_t, bare_t):.3f}x CPU, "
           f"{ratio(walls[list(loops)[5]], wbare):.3f}x wall")
     print(f"default run (telemetry, metrics, validation every {cfg.eval_every} steps, checkpoints every "
@@ -460,6 +517,8 @@ def main(argv=None) -> int:
     s.add_argument("--rounds", type=int, default=9)
     s.add_argument("--steps-per-block", type=int, default=100,
                    help="a multiple of eval_every and ckpt_every (100): every block does the same work")
+    s.add_argument("--before", metavar="SRC", help="another checkout's src folder (e.g. a worktree of main): its "
+                                                   "telemetry loop as a seventh loop")
     s.set_defaults(func=bench_step)
     lab = sub.add_parser("lab", help="the whole lab's wall time against four sequential bare 2000-step runs")
     lab.add_argument("--rounds", type=int, default=3)

@@ -49,13 +49,15 @@ def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(groups, lr=cfg.lr_max, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
 
 
-def clip_grad_norm(grads: list[torch.Tensor], max_norm: float, norms: list[torch.Tensor] | None = None) -> torch.Tensor:
+def clip_grad_norm(grads: list[torch.Tensor], max_norm: float,
+                   norms: torch.Tensor | list[torch.Tensor] | None = None) -> torch.Tensor:
     """`torch.nn.utils.clip_grad_norm_` on these gradients (one device), reusing the per-tensor norms telemetry
-    has already taken: the same operations, so the same total norm and clipped gradients bit for bit
-    (tests/test_loop.py), without a second pass over the gradients or torch's per-call regrouping by device."""
+    has already taken (stacked, or a list): the same operations, so the same total norm and clipped gradients
+    bit for bit (tests/test_loop.py), without a second pass over the gradients or torch's per-call regrouping
+    by device."""
     if norms is None:
         norms = torch._foreach_norm(grads)
-    total = torch.linalg.vector_norm(torch.stack(norms))
+    total = torch.linalg.vector_norm(norms if torch.is_tensor(norms) else torch.stack(norms))
     torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
     return total
 
@@ -160,7 +162,7 @@ def train_step(run: Run, step: int) -> dict:
     for n, g in grads.items():
         params[n].grad = g
     grad_list = list(grads.values())
-    norms = run.telemetry.after_backward(grad_list)  # per-tensor norms (telemetry's g), or None
+    norms = run.telemetry.after_backward(grad_list)  # per-tensor norms (telemetry's g) stacked, or None
     present = [g for g in grad_list if g is not None]
     grad_norm = clip_grad_norm(present, cfg.grad_clip or math.inf, norms)  # grad_clip 0: no clipping
     take_step = apply_remedy(step, grad_norm, run.remedy)  # REMEDY (remedy.py): no-op unless cfg.remedy set

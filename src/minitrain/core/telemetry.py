@@ -119,6 +119,7 @@ PARAM_STATS = (
     ("r", False, lambda m: m.rms_adam_ratio()),  # RMS(g / (sqrt(v_hat) + eps))
 )
 PARAM_ORDER = tuple(key for key, _, _ in PARAM_STATS)
+STAT_FNS = {key: fn for key, _, fn in PARAM_STATS}
 EVERY_STEP = tuple(key for key, every, _ in PARAM_STATS if every)
 DETAIL = tuple(key for key, every, _ in PARAM_STATS if not every)
 
@@ -166,14 +167,13 @@ class Telemetry:
         self.vm_prev: list[float] | None = None
 
     # --- called by the loop around the optimizer step ---
-    def after_backward(self, grads: list[torch.Tensor]) -> list[torch.Tensor] | None:
-        """Per-tensor gradient norms before clipping (and after any gradient injection); returned so that
-        the clip can reuse them (None with basic telemetry)."""
+    def after_backward(self, grads: list[torch.Tensor]) -> torch.Tensor | None:
+        """Per-tensor gradient norms before clipping (and after any gradient injection), stacked; returned so
+        that the clip can reuse them (None with basic telemetry)."""
         if not self.full:
             return None
-        norms = torch._foreach_norm(grads)
-        self.grad_norms = torch.stack(norms)
-        return list(norms)
+        self.grad_norms = torch.stack(torch._foreach_norm(grads))
+        return self.grad_norms
 
     def before_step(self, taking: bool = True) -> None:
         """Called just before the optimizer step (`taking`: False when a remedy skips it)."""
@@ -213,49 +213,58 @@ class Telemetry:
         with torch.no_grad():
             view = StepView(self.model, logits, loss, grad_norm)
             parts = [distributed.all_reduce(fn(view), op) for _, op, fn, _ in STEP_SIGNALS]  # global over ranks
-            states = [self.opt.state.get(p) for p in self.params] if self.full else []
-            moments = _Moments(self, states) if self.full and all(states) else None
-            every = self._stats(moments, EVERY_STEP) if self.full else loss.new_zeros(0)
-            scalars = torch.stack([loss.detach().float(), grad_norm.detach().float()])
-            tail = [] if extra is None else [extra.detach().float()]
-            vals = torch.cat([*parts, scalars, *tail, every.flatten()]).tolist()  # the step's ONE transfer
-            n_extra = 0 if extra is None else len(extra)
+            n_host = 2 + (0 if extra is None else len(extra))
+            host_parts = [torch.stack([loss.detach().float(), grad_norm.detach().float()])]
+            if extra is not None:
+                host_parts.append(extra.detach().float())
+            moments = self.moments() if self.full else None
+            every = self._stats(moments, EVERY_STEP) if self.full else []
+            # the step's ONE transfer: the caller's numbers, the step signals, then each every-step statistic
+            # for all tensors (one key after the other)
+            vals = torch.cat([*host_parts, *parts, *every]).tolist()
+            host, measured = vals[:n_host], vals[n_host:]
+            loss_f, norm_f = host[0], host[1]
+            composition = self.batch_composition(batch) if batch is not None else None
+            columns = []  # per statistic, its values for all tensors (host floats, unrounded)
+            if self.full:
+                n = len(self.params)
+                at = len(measured) - n * len(EVERY_STEP)
+                columns = [measured[at + j * n:at + (j + 1) * n] for j in range(len(EVERY_STEP))]
+                measured = measured[:at]
+                keys = EVERY_STEP
+                g, vm = columns[EVERY_STEP.index("g")], columns[EVERY_STEP.index("vm")]
+                if self.detail_due(step, loss_f, norm_f, g, vm, composition["dup_rows"] if composition else 0):
+                    detail = torch.cat(self._stats(moments, DETAIL)).tolist()  # a second transfer, detail steps only
+                    columns += [detail[j * n:(j + 1) * n] for j in range(len(DETAIL))]
+                    keys = EVERY_STEP + DETAIL
+                order = [key for key in PARAM_ORDER if key in keys]  # the file's order: PARAM_STATS'
+                columns = [columns[keys.index(key)] for key in order]
+            # every telemetry float rounded in one call: the step signals' values, then the statistics'
+            rounded = rnd_all([*measured, *(x for column in columns for x in column)])
             out: dict = {}
             at = 0
             for (key, _, _, as_list), part in zip(STEP_SIGNALS, parts):
-                chunk = rnd_all(vals[at:at + len(part)])
+                chunk = rounded[at:at + len(part)]
                 out[key] = chunk if as_list else chunk[0]
                 at += len(part)
-            host = vals[at:at + 2 + n_extra]
-            loss_f, norm_f = host[0], host[1]
-            at += 2 + n_extra
-            composition = self.batch_composition(batch) if batch is not None else None
             if self.full:
-                k = len(EVERY_STEP)
-                cheap = vals[at:]
-                g, vm = cheap[EVERY_STEP.index("g")::k], cheap[EVERY_STEP.index("vm")::k]
-                keys = EVERY_STEP
-                if self.detail_due(step, loss_f, norm_f, g, vm, composition["dup_rows"] if composition else 0):
-                    detail = self._stats(moments, DETAIL).flatten().tolist()  # a second transfer, detail steps only
-                    d = len(DETAIL)
-                    cheap = [x for i in range(len(self.names)) for x in (*cheap[i * k:(i + 1) * k],
-                                                                         *detail[i * d:(i + 1) * d])]
-                    keys = EVERY_STEP + DETAIL
-                order = [key for key in PARAM_ORDER if key in keys]  # the file's order: PARAM_STATS'
-                pick = [keys.index(key) for key in order]
-                flat = rnd_all(cheap)
-                n = len(keys)
-                out["params"] = {name: {key: flat[i * n + j] for key, j in zip(order, pick)}
-                                 for i, name in enumerate(self.names)}
+                n = len(self.params)
+                by_key = [rounded[at + j * n:at + (j + 1) * n] for j in range(len(order))]
+                out["params"] = {name: dict(zip(order, stats)) for name, stats in zip(self.names, zip(*by_key))}
                 if self.cfg.spectral_every and step % self.cfg.spectral_every == 0:
                     out["sigma"] = self._spectral()
-                if self.natural and keys != EVERY_STEP:  # a detail step
+                if self.natural and len(order) > len(EVERY_STEP):  # a detail step
                     out.update(self.natural_row(logits))
             out["nonfinite"] = int(not math.isfinite(loss_f)) + (
                 0 if math.isfinite(norm_f) else sum(int((~torch.isfinite(p.grad)).sum()) for p in self.params))
             if composition is not None:  # None: the caller has no batch of token ids (the probe without ids)
                 out["batch"] = composition
         return out, host
+
+    def moments(self) -> "_Moments | None":
+        """What PARAM_STATS read, or None before the optimizer has state (a step-0 skipped update)."""
+        states = [self.opt.state.get(p) for p in self.params]
+        return _Moments(self, states) if all(states) else None
 
     def natural_row(self, logits: torch.Tensor) -> dict:
         """The natural-instability signals of this step's forward (module docstring), global over ranks."""
@@ -276,13 +285,12 @@ class Telemetry:
         return {"attn_logit_max": rnd_all(host_max[:n_layer]), "attn_entropy_min": rnd_all(entropy),
                 "logz_mean": rnd(lz_sum / targets), "logz_max": rnd(host_max[-1]), "logit_mean": rnd(mean_sum / targets)}
 
-    def _stats(self, moments: "_Moments | None", keys: tuple[str, ...]) -> torch.Tensor:
-        """[n_params, len(keys)]: those statistics of PARAM_STATS for every tensor (zeros before the
-        optimizer has state, i.e. at a step-0 skipped update)."""
+    def _stats(self, moments: "_Moments | None", keys: tuple[str, ...]) -> list[torch.Tensor]:
+        """Those statistics of PARAM_STATS, each one value per tensor (zeros before the optimizer has
+        state, i.e. at a step-0 skipped update)."""
         if moments is None:
-            return torch.zeros(len(self.params), len(keys), device=self.device)
-        fns = dict((key, fn) for key, _, fn in PARAM_STATS)
-        return torch.stack([fns[key](moments) for key in keys], dim=1)
+            return [torch.zeros(len(self.params), device=self.device) for _ in keys]
+        return [STAT_FNS[key](moments) for key in keys]
 
     # --- the detail schedule ---
     def detail_due(self, step: int, loss: float, grad_norm: float, g: list[float], vm: list[float],
