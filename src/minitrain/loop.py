@@ -183,10 +183,12 @@ def metrics_row(run: Run, step, lr, loss, per_target, batch, logits, grad_norm, 
     # regular and irregular rows' loss sums in one product, summed over ranks with the loss share (as they
     # are on one process); their target counts are the global batch's, known on the host
     split = batch.target_kinds() @ per_target
-    sums = distributed.all_reduce(torch.cat([loss.detach().reshape(1), split]), "sum")
+    if distributed.world_size() > 1:
+        sums = distributed.all_reduce(torch.cat([loss.detach().reshape(1), split]), "sum")
+        loss, split = sums[0], sums[1:]
     reg_n, irr_n = run.last_batch.kind_counts()
     # the telemetry's fields, and the loss, norm and sums on the host: one transfer for the whole row
-    measured, host = run.telemetry.measure(step, run.last_batch, logits, sums[0], grad_norm, extra=sums[1:])
+    measured, host = run.telemetry.measure(step, run.last_batch, logits, loss, grad_norm, extra=split)
     loss_f, gn, reg_loss, irr_loss = host
     clipped_norm = min(gn, cfg.grad_clip) if math.isfinite(gn) and cfg.grad_clip > 0 else gn
     fired = run.inject is not None and step == cfg.injection_step and cfg.injection != "none"

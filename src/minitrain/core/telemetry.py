@@ -86,9 +86,14 @@ def rare_token_mask(train_ids: torch.Tensor, vocab_size: int,
     return counts, rare
 
 
-def _max_abs(x: torch.Tensor) -> torch.Tensor:
-    lo, hi = torch.aminmax(x)  # one pass, no |x| copy
-    return torch.maximum(hi, -lo)
+def _max_and_neg_min(x: torch.Tensor) -> list[torch.Tensor]:
+    lo, hi = torch.aminmax(x.detach())  # one pass, no |x| copy; max|x| = max(hi, -lo), taken on the host
+    return [hi, -lo]
+
+
+def _larger(hi: float, neg_lo: float) -> float:
+    """max(hi, -lo) as torch.maximum takes it: NaN if either is NaN."""
+    return math.nan if math.isnan(hi) or math.isnan(neg_lo) else max(hi, neg_lo)
 
 
 class StepView:
@@ -98,13 +103,14 @@ class StepView:
         self.model, self.logits, self.loss, self.grad_norm = model, logits, loss, grad_norm
 
 
-# Per-step signals: (row key, how DDP ranks combine it, function of the StepView -> 1-d tensor, written as a
-# list?). Adding a signal is one entry here (and a line in docs/metrics.md); `row` stacks them all into the
-# step's single host transfer. Ranks hold equal-shaped shares, so a mean of rank means is the global mean.
+# Per-step signals: (row key, how DDP ranks combine its values, function of the StepView -> a list of 0-d
+# tensors, function of their host values -> the row's value). Adding a signal is one entry here (and a line in
+# docs/metrics.md); `measure` stacks every signal's tensors with the loss and the norm into the step's single
+# host transfer (one stack, not a stack per signal: at this model's size a step pays per tensor operation).
+# Ranks hold equal-shaped shares, so a mean of rank means is the global mean.
 STEP_SIGNALS = (
-    ("logit_max", "max", lambda s: _max_abs(s.logits.detach()).float().reshape(1), False),
-    ("act", "mean", lambda s: torch.stack(s.model.last_activations).float() if s.model.last_activations
-     else torch.zeros(0, device=s.logits.device), True),
+    ("logit_max", "max", lambda s: _max_and_neg_min(s.logits), lambda xs: rnd(_larger(*xs))),
+    ("act", "mean", lambda s: s.model.last_activations, rnd_all),
 )
 
 # Per-parameter-tensor statistics (full telemetry): (key, measured on every step?, function of the
@@ -131,6 +137,16 @@ TRIGGER_GRAD_RATIO = 3.0  # a healthy default run has 4 steps past it (natural s
 TRIGGER_LOSS_NATS = 0.5
 TRIGGER_V_RESIDUAL = 1e-3
 REBUILD_MIN_KEEP = 0.5  # AdamW's update is rebuilt only while its decay factor 1 - lr * wd stays above this
+
+
+def _signals_over_ranks(head: torch.Tensor, parts: list[list[torch.Tensor]]) -> torch.Tensor:
+    """`measure`'s stacked [loss, grad_norm, *signals] with each signal's values combined over DDP ranks (the
+    loss and the norm are global already)."""
+    pieces, at = [head[:2]], 2
+    for (_, op, _, _), part in zip(STEP_SIGNALS, parts):
+        pieces.append(distributed.all_reduce(head[at:at + len(part)], op))
+        at += len(part)
+    return torch.cat(pieces)
 
 
 class Telemetry:
@@ -212,25 +228,27 @@ class Telemetry:
         (`extra`, a 1-d tensor) ride along in the step's ONE device-to-host transfer."""
         with torch.no_grad():
             view = StepView(self.model, logits, loss, grad_norm)
-            parts = [distributed.all_reduce(fn(view), op) for _, op, fn, _ in STEP_SIGNALS]  # global over ranks
-            n_host = 2 + (0 if extra is None else len(extra))
-            host_parts = [torch.stack([loss.detach().float(), grad_norm.detach().float()])]
-            if extra is not None:
-                host_parts.append(extra.detach().float())
+            parts = [fn(view) for _, _, fn, _ in STEP_SIGNALS]
+            head = torch.stack([loss, grad_norm, *(t for part in parts for t in part)]).float()
+            if distributed.world_size() > 1:
+                head = _signals_over_ranks(head, parts)
             moments = self.moments() if self.full else None
             every = self._stats(moments, EVERY_STEP) if self.full else []
-            # the step's ONE transfer: the caller's numbers, the step signals, then each every-step statistic
-            # for all tensors (one key after the other)
-            vals = torch.cat([*host_parts, *parts, *every]).tolist()
-            host, measured = vals[:n_host], vals[n_host:]
+            # the step's ONE transfer: loss, norm and the signals, the caller's numbers, then each every-step
+            # statistic for all tensors (one key after the other)
+            vals = torch.cat([head, *([] if extra is None else [extra.float()]), *every]).tolist()
+            n_head, n_host = len(head), 2 + (0 if extra is None else len(extra))
+            host = vals[:2] + vals[n_head:n_head - 2 + n_host]
             loss_f, norm_f = host[0], host[1]
+            out: dict = {}
+            at = 2
+            for (key, _, _, on_host), part in zip(STEP_SIGNALS, parts):
+                out[key] = on_host(vals[at:at + len(part)])
+                at += len(part)
             composition = self.batch_composition(batch) if batch is not None else None
-            columns = []  # per statistic, its values for all tensors (host floats, unrounded)
             if self.full:
-                n = len(self.params)
-                at = len(measured) - n * len(EVERY_STEP)
-                columns = [measured[at + j * n:at + (j + 1) * n] for j in range(len(EVERY_STEP))]
-                measured = measured[:at]
+                n, at = len(self.params), n_head - 2 + n_host
+                columns = [vals[at + j * n:at + (j + 1) * n] for j in range(len(EVERY_STEP))]  # host floats
                 keys = EVERY_STEP
                 g, vm = columns[EVERY_STEP.index("g")], columns[EVERY_STEP.index("vm")]
                 if self.detail_due(step, loss_f, norm_f, g, vm, composition["dup_rows"] if composition else 0):
@@ -238,18 +256,8 @@ class Telemetry:
                     columns += [detail[j * n:(j + 1) * n] for j in range(len(DETAIL))]
                     keys = EVERY_STEP + DETAIL
                 order = [key for key in PARAM_ORDER if key in keys]  # the file's order: PARAM_STATS'
-                columns = [columns[keys.index(key)] for key in order]
-            # every telemetry float rounded in one call: the step signals' values, then the statistics'
-            rounded = rnd_all([*measured, *(x for column in columns for x in column)])
-            out: dict = {}
-            at = 0
-            for (key, _, _, as_list), part in zip(STEP_SIGNALS, parts):
-                chunk = rounded[at:at + len(part)]
-                out[key] = chunk if as_list else chunk[0]
-                at += len(part)
-            if self.full:
-                n = len(self.params)
-                by_key = [rounded[at + j * n:at + (j + 1) * n] for j in range(len(order))]
+                rounded = rnd_all([x for key in order for x in columns[keys.index(key)]])
+                by_key = [rounded[j * n:(j + 1) * n] for j in range(len(order))]
                 out["params"] = {name: dict(zip(order, stats)) for name, stats in zip(self.names, zip(*by_key))}
                 if self.cfg.spectral_every and step % self.cfg.spectral_every == 0:
                     out["sigma"] = self._spectral()
