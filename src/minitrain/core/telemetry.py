@@ -57,13 +57,13 @@ from minitrain.core.tokenizer import PAD
 SIG = 5  # significant digits kept for telemetry floats (loss, lr and norms keep full precision)
 
 
+_RND_FMT = f"%.{SIG}g"
+
+
 def rnd(x: float) -> float | None:
     if not math.isfinite(x):
         return None
-    return float(f"{x:.{SIG}g}")
-
-
-_RND_FMT = f"%.{SIG}g"
+    return float(_RND_FMT % x)
 
 
 def rnd_all(xs: list[float]) -> list[float | None]:
@@ -86,14 +86,14 @@ def rare_token_mask(train_ids: torch.Tensor, vocab_size: int,
     return counts, rare
 
 
-def _max_and_neg_min(x: torch.Tensor) -> list[torch.Tensor]:
-    lo, hi = torch.aminmax(x.detach())  # one pass, no |x| copy; max|x| = max(hi, -lo), taken on the host
-    return [hi, -lo]
+def _min_and_max(x: torch.Tensor) -> list[torch.Tensor]:
+    lo, hi = torch.aminmax(x.detach())  # one pass, no |x| copy
+    return [lo, hi]
 
 
-def _larger(hi: float, neg_lo: float) -> float:
+def _largest_abs(lo: float, hi: float) -> list[float]:
     """max(hi, -lo) as torch.maximum takes it: NaN if either is NaN."""
-    return math.nan if math.isnan(hi) or math.isnan(neg_lo) else max(hi, neg_lo)
+    return [math.nan if math.isnan(lo) or math.isnan(hi) else max(hi, -lo)]
 
 
 class StepView:
@@ -103,14 +103,15 @@ class StepView:
         self.model, self.logits, self.loss, self.grad_norm = model, logits, loss, grad_norm
 
 
-# Per-step signals: (row key, how DDP ranks combine its values, function of the StepView -> a list of 0-d
-# tensors, function of their host values -> the row's value). Adding a signal is one entry here (and a line in
-# docs/metrics.md); `measure` stacks every signal's tensors with the loss and the norm into the step's single
-# host transfer (one stack, not a stack per signal: at this model's size a step pays per tensor operation).
-# Ranks hold equal-shaped shares, so a mean of rank means is the global mean.
+# Per-step signals: (row key, how DDP ranks combine each value (max, min or mean), function of the StepView ->
+# 0-d tensors, function of their host values -> the values written (None: as they are), written as a list?).
+# Adding a signal is one entry here (and a line in docs/metrics.md). `measure` stacks every signal's tensors
+# with the loss and the norm, one stack for all: at this model's size a step pays for each tensor operation
+# (and each kind of operation) telemetry adds, so a signal adds none of its own. Ranks hold equal-shaped
+# shares, so a mean of rank means is the global mean.
 STEP_SIGNALS = (
-    ("logit_max", "max", lambda s: _max_and_neg_min(s.logits), lambda xs: rnd(_larger(*xs))),
-    ("act", "mean", lambda s: s.model.last_activations, rnd_all),
+    ("logit_max", ("min", "max"), lambda s: _min_and_max(s.logits), lambda xs: _largest_abs(*xs), False),
+    ("act", "mean", lambda s: s.model.last_activations, None, True),
 )
 
 # Per-parameter-tensor statistics (full telemetry): (key, measured on every step?, function of the
@@ -140,13 +141,19 @@ REBUILD_MIN_KEEP = 0.5  # AdamW's update is rebuilt only while its decay factor 
 
 
 def _signals_over_ranks(head: torch.Tensor, parts: list[list[torch.Tensor]]) -> torch.Tensor:
-    """`measure`'s stacked [loss, grad_norm, *signals] with each signal's values combined over DDP ranks (the
+    """`measure`'s stacked [loss, grad_norm, *signals] with each signal value combined over DDP ranks (the
     loss and the norm are global already)."""
     pieces, at = [head[:2]], 2
-    for (_, op, _, _), part in zip(STEP_SIGNALS, parts):
-        pieces.append(distributed.all_reduce(head[at:at + len(part)], op))
+    for (_, ops, _, _, _), part in zip(STEP_SIGNALS, parts):
+        for i, op in enumerate([ops] * len(part) if isinstance(ops, str) else ops):
+            x = head[at + i:at + i + 1]
+            pieces.append(-distributed.all_reduce(-x, "max") if op == "min" else distributed.all_reduce(x, op))
         at += len(part)
     return torch.cat(pieces)
+
+
+def _float32(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype == torch.float32 else t.float()  # (a .float() that changes nothing still costs a call)
 
 
 class Telemetry:
@@ -225,48 +232,58 @@ class Telemetry:
     def measure(self, step: int, batch, logits: torch.Tensor, loss: torch.Tensor, grad_norm: torch.Tensor,
                 extra: torch.Tensor | None = None) -> tuple[dict, list[float]]:
         """The step's telemetry fields, and [loss, grad_norm, *extra] on the host: the caller's own numbers
-        (`extra`, a 1-d tensor) ride along in the step's ONE device-to-host transfer."""
-        with torch.no_grad():
-            view = StepView(self.model, logits, loss, grad_norm)
-            parts = [fn(view) for _, _, fn, _ in STEP_SIGNALS]
-            head = torch.stack([loss, grad_norm, *(t for part in parts for t in part)]).float()
-            if distributed.world_size() > 1:
-                head = _signals_over_ranks(head, parts)
-            moments = self.moments() if self.full else None
-            every = self._stats(moments, EVERY_STEP) if self.full else []
-            # the step's ONE transfer: loss, norm and the signals, the caller's numbers, then each every-step
-            # statistic for all tensors (one key after the other)
-            vals = torch.cat([head, *([] if extra is None else [extra.float()]), *every]).tolist()
-            n_head, n_host = len(head), 2 + (0 if extra is None else len(extra))
-            host = vals[:2] + vals[n_head:n_head - 2 + n_host]
-            loss_f, norm_f = host[0], host[1]
-            out: dict = {}
-            at = 2
-            for (key, _, _, on_host), part in zip(STEP_SIGNALS, parts):
-                out[key] = on_host(vals[at:at + len(part)])
-                at += len(part)
-            composition = self.batch_composition(batch) if batch is not None else None
-            if self.full:
-                n, at = len(self.params), n_head - 2 + n_host
-                columns = [vals[at + j * n:at + (j + 1) * n] for j in range(len(EVERY_STEP))]  # host floats
-                keys = EVERY_STEP
-                g, vm = columns[EVERY_STEP.index("g")], columns[EVERY_STEP.index("vm")]
-                if self.detail_due(step, loss_f, norm_f, g, vm, composition["dup_rows"] if composition else 0):
+        (`extra`, a 1-d tensor) ride along in the step's ONE device-to-host transfer. Every tensor read here
+        is detached or holds no graph (no grad-mode switch needed)."""
+        view = StepView(self.model, logits, loss, grad_norm)
+        parts = [fn(view) for _, _, fn, _, _ in STEP_SIGNALS]
+        head = _float32(torch.stack([loss.detach(), grad_norm.detach(), *(t for part in parts for t in part)]))
+        if distributed.world_size() > 1:
+            head = _signals_over_ranks(head, parts)
+        moments = self.moments() if self.full else None
+        every = self._stats(moments, EVERY_STEP) if self.full else []
+        # the step's ONE transfer: loss, norm and the signals, the caller's numbers, then each every-step
+        # statistic for all tensors (one key after the other)
+        vals = torch.cat([head, *([] if extra is None else [_float32(extra)]), *every]).tolist()
+        n_head, n_host = head.shape[0], 2 + (0 if extra is None else extra.shape[0])
+        host = vals[:2] + vals[n_head:n_head - 2 + n_host]
+        loss_f, norm_f = host[0], host[1]
+        signals, at = [], 2  # each signal's host values, unrounded
+        for (_, _, _, on_host, _), part in zip(STEP_SIGNALS, parts):
+            signals.append(vals[at:at + len(part)] if on_host is None else on_host(vals[at:at + len(part)]))
+            at += len(part)
+        composition = self.batch_composition(batch) if batch is not None else None
+        columns, order = [], ()  # per statistic written, its values for all tensors
+        if self.full:
+            n, at = len(self.params), n_head - 2 + n_host
+            columns = [vals[at + j * n:at + (j + 1) * n] for j in range(len(EVERY_STEP))]  # host floats
+            keys = EVERY_STEP
+            g, vm = columns[EVERY_STEP.index("g")], columns[EVERY_STEP.index("vm")]
+            if self.detail_due(step, loss_f, norm_f, g, vm, composition["dup_rows"] if composition else 0):
+                with torch.no_grad():  # (a probe's gradients may hold a graph)
                     detail = torch.cat(self._stats(moments, DETAIL)).tolist()  # a second transfer, detail steps only
-                    columns += [detail[j * n:(j + 1) * n] for j in range(len(DETAIL))]
-                    keys = EVERY_STEP + DETAIL
-                order = [key for key in PARAM_ORDER if key in keys]  # the file's order: PARAM_STATS'
-                rounded = rnd_all([x for key in order for x in columns[keys.index(key)]])
-                by_key = [rounded[j * n:(j + 1) * n] for j in range(len(order))]
-                out["params"] = {name: dict(zip(order, stats)) for name, stats in zip(self.names, zip(*by_key))}
-                if self.cfg.spectral_every and step % self.cfg.spectral_every == 0:
-                    out["sigma"] = self._spectral()
-                if self.natural and len(order) > len(EVERY_STEP):  # a detail step
-                    out.update(self.natural_row(logits))
-            out["nonfinite"] = int(not math.isfinite(loss_f)) + (
-                0 if math.isfinite(norm_f) else sum(int((~torch.isfinite(p.grad)).sum()) for p in self.params))
-            if composition is not None:  # None: the caller has no batch of token ids (the probe without ids)
-                out["batch"] = composition
+                columns += [detail[j * n:(j + 1) * n] for j in range(len(DETAIL))]
+                keys = EVERY_STEP + DETAIL
+            order = [key for key in PARAM_ORDER if key in keys]  # the file's order: PARAM_STATS'
+            columns = [columns[keys.index(key)] for key in order]
+        # every telemetry float rounded in one call: the signals' values, then the statistics'
+        rounded = rnd_all([*(x for xs in signals for x in xs), *(x for column in columns for x in column)])
+        out: dict = {}
+        at = 0
+        for (key, _, _, _, as_list), xs in zip(STEP_SIGNALS, signals):
+            out[key] = rounded[at:at + len(xs)] if as_list else rounded[at]
+            at += len(xs)
+        if self.full:
+            n = len(self.params)
+            by_key = [rounded[at + j * n:at + (j + 1) * n] for j in range(len(order))]
+            out["params"] = {name: dict(zip(order, stats)) for name, stats in zip(self.names, zip(*by_key))}
+            if self.cfg.spectral_every and step % self.cfg.spectral_every == 0:
+                out["sigma"] = self._spectral()
+            if self.natural and len(order) > len(EVERY_STEP):  # a detail step
+                out.update(self.natural_row(logits))
+        out["nonfinite"] = int(not math.isfinite(loss_f)) + (
+            0 if math.isfinite(norm_f) else sum(int((~torch.isfinite(p.grad)).sum()) for p in self.params))
+        if composition is not None:  # None: the caller has no batch of token ids (the probe without ids)
+            out["batch"] = composition
         return out, host
 
     def moments(self) -> "_Moments | None":
