@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import functools
 import math
+from array import array
 
 import torch
 
@@ -115,20 +116,30 @@ STEP_SIGNALS = (
 )
 
 # Per-parameter-tensor statistics (full telemetry): (key, measured on every step?, function of the
-# telemetry's `_Moments` -> one value per tensor, a single `_foreach` pass). Adding one is one entry here.
+# telemetry's `_Moments` -> one value per tensor, a single `_foreach` pass; function of (the telemetry, those
+# values on the host) -> the values written, or None: as they are). Adding one is one entry here.
 PARAM_STATS = (
-    ("g", True, lambda m: m.grad_norms),  # gradient norm before clipping (after any injection)
-    ("u", False, lambda m: m.update),  # update norm |p_new - p_old|
-    ("ur", False, lambda m: m.update / m.weight.clamp_min(1e-12)),  # update-to-weight ratio
-    ("vm", True, lambda m: m.v_mean),  # mean of exp_avg_sq
-    ("vx", False, lambda m: torch.stack(torch._foreach_max(m.v))),  # max of exp_avg_sq
-    ("vn", False, lambda m: m.norms(m.v)),  # L2 norm of exp_avg_sq
-    ("r", False, lambda m: m.rms_adam_ratio()),  # RMS(g / (sqrt(v_hat) + eps))
+    ("g", True, lambda m: m.grad_norms, None),  # gradient norm before clipping (after any injection)
+    ("u", False, lambda m: m.update, None),  # update norm |p_new - p_old|
+    ("ur", False, lambda m: m.update / m.weight.clamp_min(1e-12), None),  # update-to-weight ratio
+    ("vm", True, lambda m: m.v_sums, lambda tel, sums: float32_quotients(sums, tel.numel_host)),  # mean of exp_avg_sq
+    ("vx", False, lambda m: torch.stack(torch._foreach_max(m.v)), None),  # max of exp_avg_sq
+    ("vn", False, lambda m: m.norms(m.v), None),  # L2 norm of exp_avg_sq
+    ("r", False, lambda m: m.rms_adam_ratio(), None),  # RMS(g / (sqrt(v_hat) + eps))
 )
-PARAM_ORDER = tuple(key for key, _, _ in PARAM_STATS)
-STAT_FNS = {key: fn for key, _, fn in PARAM_STATS}
-EVERY_STEP = tuple(key for key, every, _ in PARAM_STATS if every)
-DETAIL = tuple(key for key, every, _ in PARAM_STATS if not every)
+PARAM_ORDER = tuple(key for key, _, _, _ in PARAM_STATS)
+STAT_FNS = {key: fn for key, _, fn, _ in PARAM_STATS}
+STAT_ON_HOST = {key: on_host for key, _, _, on_host in PARAM_STATS if on_host}
+EVERY_STEP = tuple(key for key, every, _, _ in PARAM_STATS if every)
+DETAIL = tuple(key for key, every, _, _ in PARAM_STATS if not every)
+
+
+def float32_quotients(xs: list[float], ys: list[float]) -> list[float]:
+    """x / y as a float32 division gives it, for float32 values x and y (host floats): the float64 quotient
+    rounded to float32 is the correctly rounded float32 quotient (53 >= 2 * 24 + 2 bits), so the host does the
+    device's division bit for bit, without one more kind of tensor operation in every step."""
+    return array("f", [x / y for x, y in zip(xs, ys)]).tolist()
+
 
 # The detail schedule (see the module docstring); every threshold of it lives here.
 DETAIL_EVERY = 10
@@ -183,6 +194,7 @@ class Telemetry:
         self.sizes = [p.numel() for p in self.params]
         self.device = self.params[0].device
         self.numel = torch.tensor(self.sizes, dtype=torch.float32, device=self.device)
+        self.numel_host = self.numel.tolist()  # the same float32 values
         # the detail schedule's state (module docstring); `state()` / `restore()` carry it through checkpoints
         self.ema_grad: float | None = None
         self.ema_loss: float | None = None
@@ -256,6 +268,8 @@ class Telemetry:
         if self.full:
             n, at = len(self.params), n_head - 2 + n_host
             columns = [vals[at + j * n:at + (j + 1) * n] for j in range(len(EVERY_STEP))]  # host floats
+            columns = [STAT_ON_HOST[key](self, column) if key in STAT_ON_HOST else column
+                       for key, column in zip(EVERY_STEP, columns)]
             keys = EVERY_STEP
             g, vm = columns[EVERY_STEP.index("g")], columns[EVERY_STEP.index("vm")]
             if self.detail_due(step, loss_f, norm_f, g, vm, composition["dup_rows"] if composition else 0):
@@ -464,11 +478,14 @@ class _Moments:
 
     def __init__(self, tel: Telemetry, states: list[dict]):
         self.tel, self.states = tel, states
-        self.norms = lambda ts: torch.stack(torch._foreach_norm(ts))
         self.numel = tel.numel
         self.grad_norms = tel.grad_norms if tel.grad_norms is not None else torch.zeros_like(tel.numel)
         self.v = [st["exp_avg_sq"] for st in states]
-        self.v_mean = torch.stack([v.sum() for v in self.v]) / self.numel  # (3.5x faster than an L1 _foreach_norm)
+        self.v_sums = torch.stack([v.sum() for v in self.v])  # (3.5x faster than an L1 _foreach_norm)
+
+    @staticmethod
+    def norms(ts: list[torch.Tensor]) -> torch.Tensor:
+        return torch.stack(torch._foreach_norm(ts))
 
     @functools.cached_property
     def hyper(self) -> dict[str, list[float]]:
