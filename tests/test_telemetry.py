@@ -49,7 +49,7 @@ def test_per_tensor_stats_match_a_direct_computation():
 
 
 def test_a_new_step_signal_is_one_entry(monkeypatch):
-    extra = ("loss_x2", "max", lambda s: (2 * s.loss.detach()).reshape(1), False)
+    extra = ("loss_x2", "max", lambda s: [2 * s.loss.detach()], None, False)
     monkeypatch.setattr(telemetry, "STEP_SIGNALS", telemetry.STEP_SIGNALS + (extra,))
     rows = rows_of(small_config("telemetry=basic"), 2)
     assert rows[1]["loss_x2"] == pytest.approx(2 * rows[1]["loss"], rel=1e-4)
