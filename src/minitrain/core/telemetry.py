@@ -46,7 +46,9 @@ Row fields written by `Telemetry.row` (see docs/metrics.md for the full schema):
 """
 from __future__ import annotations
 
+import collections
 import functools
+import itertools
 import math
 from array import array
 
@@ -56,18 +58,12 @@ from minitrain.core import distributed
 from minitrain.core.tokenizer import PAD
 
 SIG = 5  # significant digits kept for telemetry floats (loss, lr and norms keep full precision)
-
-
 _RND_FMT = f"%.{SIG}g"
+_RND_FMTS: dict[int, str] = {}  # the format of n values, by n
 
 
 def rnd(x: float) -> float | None:
-    if not math.isfinite(x):
-        return None
-    return float(_RND_FMT % x)
-
-
-_RND_FMTS: dict[int, str] = {}  # the format of n values, by n
+    return float(_RND_FMT % x) if math.isfinite(x) else None
 
 
 def rnd_all(xs: list[float]) -> list[float | None]:
@@ -91,31 +87,21 @@ def rare_token_mask(train_ids: torch.Tensor, vocab_size: int,
     return counts, rare
 
 
-def _min_and_max(x: torch.Tensor) -> list[torch.Tensor]:
-    lo, hi = torch.aminmax(x.detach())  # one pass, no |x| copy
-    return [lo, hi]
-
-
 def _largest_abs(lo: float, hi: float) -> list[float]:
-    """max(hi, -lo) as torch.maximum takes it: NaN if either is NaN."""
-    return [math.nan if math.isnan(lo) or math.isnan(hi) else max(hi, -lo)]
+    return [math.nan if math.isnan(lo) or math.isnan(hi) else max(hi, -lo)]  # torch.maximum's NaN rule
 
 
-class StepView:
-    """What a step signal may read: the step's tensors, named."""
-
-    def __init__(self, model, logits, loss, grad_norm):
-        self.model, self.logits, self.loss, self.grad_norm = model, logits, loss, grad_norm
+StepView = collections.namedtuple("StepView", "model logits loss grad_norm")  # what a step signal may read
 
 
 # Per-step signals: (row key, how DDP ranks combine each value (max, min or mean), function of the StepView ->
 # 0-d tensors, function of their host values -> the values written (None: as they are), written as a list?).
-# Adding a signal is one entry here (and a line in docs/metrics.md). `measure` stacks every signal's tensors
-# with the loss and the norm, one stack for all: at this model's size a step pays for each tensor operation
-# (and each kind of operation) telemetry adds, so a signal adds none of its own. Ranks hold equal-shaped
-# shares, so a mean of rank means is the global mean.
-STEP_SIGNALS = (
-    ("logit_max", ("min", "max"), lambda s: _min_and_max(s.logits), lambda xs: _largest_abs(*xs), False),
+# Adding a signal is one entry here (and a line in docs/metrics.md). `measure` stacks all signals' tensors in
+# one stack (a step pays for each kind of tensor operation telemetry adds: docs/benchmarks.md). Ranks hold
+# equal-shaped shares, so a mean of rank means is the global mean.
+STEP_SIGNALS = (  # logit_max: max(hi, -lo) of one aminmax pass (no |logits| copy), on the host
+    ("logit_max", ("min", "max"), lambda s: list(torch.aminmax(s.logits.detach())), lambda xs: _largest_abs(*xs),
+     False),
     ("act", "mean", lambda s: s.model.last_activations, None, True),
 )
 
@@ -134,15 +120,13 @@ PARAM_ORDER = tuple(key for key, _, _ in PARAM_STATS)
 STAT_FNS = {key: fn for key, _, fn in PARAM_STATS}
 EVERY_STEP = tuple(key for key, every, _ in PARAM_STATS if every)
 DETAIL = tuple(key for key, every, _ in PARAM_STATS if not every)
-# Statistics whose last operation the host does, on the values transferred: (the telemetry, values) -> values.
-# vm's division by numel costs a step one kind of tensor operation less this way, with the same bits.
+# Statistics whose last operation the host does (the same bits, one kind of tensor operation less per step)
 FINISHED_ON_HOST = {"vm": lambda tel, sums: float32_quotients(sums, tel.numel_host)}
 
 
 def float32_quotients(xs: list[float], ys: list[float]) -> list[float]:
     """x / y as a float32 division gives it, for float32 values x and y (host floats): the float64 quotient
-    rounded to float32 is the correctly rounded float32 quotient (53 >= 2 * 24 + 2 bits), so the host does the
-    device's division bit for bit, without one more kind of tensor operation in every step."""
+    rounded to float32 is the correctly rounded float32 quotient (53 >= 2 * 24 + 2 bits)."""
     return array("f", [x / y for x, y in zip(xs, ys)]).tolist()
 
 
@@ -157,15 +141,11 @@ REBUILD_MIN_KEEP = 0.5  # AdamW's update is rebuilt only while its decay factor 
 
 
 def _signals_over_ranks(head: torch.Tensor, parts: list[list[torch.Tensor]]) -> torch.Tensor:
-    """`measure`'s stacked [loss, grad_norm, *signals] with each signal value combined over DDP ranks (the
-    loss and the norm are global already)."""
-    pieces, at = [head[:2]], 2
-    for (_, ops, _, _, _), part in zip(STEP_SIGNALS, parts):
-        for i, op in enumerate([ops] * len(part) if isinstance(ops, str) else ops):
-            x = head[at + i:at + i + 1]
-            pieces.append(-distributed.all_reduce(-x, "max") if op == "min" else distributed.all_reduce(x, op))
-        at += len(part)
-    return torch.cat(pieces)
+    """`measure`'s [loss, grad_norm, *signals], each signal value combined over DDP ranks (loss, norm: global)."""
+    ops = [op for (_, how, _, _, _), part in zip(STEP_SIGNALS, parts)
+           for op in ([how] * len(part) if isinstance(how, str) else how)]
+    return torch.cat([head[:2], *(-distributed.all_reduce(-x, "max") if op == "min" else distributed.all_reduce(x, op)
+                                  for op, x in zip(ops, head[2:].split(1)))])
 
 
 def _float32(t: torch.Tensor) -> torch.Tensor:
@@ -210,10 +190,9 @@ class Telemetry:
     def after_backward(self, grads: list[torch.Tensor]) -> torch.Tensor | None:
         """Per-tensor gradient norms before clipping (and after any gradient injection), stacked; returned so
         that the clip can reuse them (None with basic telemetry)."""
-        if not self.full:
-            return None
-        self.grad_norms = torch.stack(torch._foreach_norm(grads))
-        return self.grad_norms
+        if self.full:
+            self.grad_norms = torch.stack(torch._foreach_norm(grads))
+        return self.grad_norms if self.full else None
 
     def before_step(self, taking: bool = True) -> None:
         """Called just before the optimizer step (`taking`: False when a remedy skips it)."""
@@ -256,25 +235,22 @@ class Telemetry:
         head = _float32(torch.stack([loss.detach(), grad_norm.detach(), *(t for part in parts for t in part)]))
         if distributed.world_size() > 1:
             head = _signals_over_ranks(head, parts)
-        moments = self.moments() if self.full else None
+        states = [self.opt.state.get(p) for p in self.params] if self.full else []
+        moments = _Moments(self, states) if self.full and all(states) else None  # None: no optimizer state yet
         every = self._stats(moments, EVERY_STEP) if self.full else []
-        # the step's ONE transfer: loss, norm and the signals, the caller's numbers, then each every-step
-        # statistic for all tensors (one key after the other)
+        # the step's ONE transfer: loss, norm, signals, the caller's numbers, the every-step statistics key by key
         vals = torch.cat([head, *([] if extra is None else [_float32(extra)]), *every]).tolist()
         n_head, n_host = head.shape[0], 2 + (0 if extra is None else extra.shape[0])
         host = vals[:2] + vals[n_head:n_head - 2 + n_host]
         loss_f, norm_f = host[0], host[1]
-        signals, at = [], 2  # each signal's host values, unrounded
-        for (_, _, _, on_host, _), part in zip(STEP_SIGNALS, parts):
-            signals.append(vals[at:at + len(part)] if on_host is None else on_host(vals[at:at + len(part)]))
-            at += len(part)
+        ends = list(itertools.accumulate((len(part) for part in parts), initial=2))  # each signal's values
+        signals = [(on_host or list)(vals[a:b]) for (_, _, _, on_host, _), a, b in zip(STEP_SIGNALS, ends, ends[1:])]
         composition = self.batch_composition(batch) if batch is not None else None
         columns, order = [], ()  # per statistic written, its values for all tensors
         if self.full:
             n, at = len(self.params), n_head - 2 + n_host
             columns = [vals[at + j * n:at + (j + 1) * n] for j in range(len(EVERY_STEP))]  # host floats
-            columns = [FINISHED_ON_HOST[key](self, column) if key in FINISHED_ON_HOST else column
-                       for key, column in zip(EVERY_STEP, columns)]
+            columns = [FINISHED_ON_HOST[k](self, c) if k in FINISHED_ON_HOST else c for k, c in zip(EVERY_STEP, columns)]
             keys = EVERY_STEP
             g, vm = columns[EVERY_STEP.index("g")], columns[EVERY_STEP.index("vm")]
             if self.detail_due(step, loss_f, norm_f, g, vm, composition["dup_rows"] if composition else 0):
@@ -305,15 +281,9 @@ class Telemetry:
             out["batch"] = composition
         return out, host
 
-    def moments(self) -> "_Moments | None":
-        """What PARAM_STATS read, or None before the optimizer has state (a step-0 skipped update)."""
-        states = [self.opt.state.get(p) for p in self.params]
-        return _Moments(self, states) if all(states) else None
-
     def natural_row(self, logits: torch.Tensor) -> dict:
         """The natural-instability signals of this step's forward (module docstring), global over ranks."""
-        z = logits.detach().float()
-        z = z.flatten(0, -2)  # [targets, V]
+        z = logits.detach().float().flatten(0, -2)  # [targets, V]
         lz = torch.logsumexp(z, dim=-1)
         blocks = [attention_stats(b.attn.last_qk, self.model.last_mask, self.model.last_key_pad)
                   for b in self.model.blocks]
@@ -483,14 +453,11 @@ class _Moments:
 
     def __init__(self, tel: Telemetry, states: list[dict]):
         self.tel, self.states = tel, states
+        self.norms = lambda ts: torch.stack(torch._foreach_norm(ts))
         self.numel = tel.numel
         self.grad_norms = tel.grad_norms if tel.grad_norms is not None else torch.zeros_like(tel.numel)
         self.v = [st["exp_avg_sq"] for st in states]
         self.v_sums = torch.stack([v.sum() for v in self.v])  # (3.5x faster than an L1 _foreach_norm)
-
-    @staticmethod
-    def norms(ts: list[torch.Tensor]) -> torch.Tensor:
-        return torch.stack(torch._foreach_norm(ts))
 
     @functools.cached_property
     def hyper(self) -> dict[str, list[float]]:
