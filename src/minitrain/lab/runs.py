@@ -42,7 +42,7 @@ def write_pages(out: Path, index: bool = True) -> bool:
     here must never cost the run, so it is one warning line. Returns whether the page was written.
     Ctrl-C here interrupts a run that has already ended: the message names the command that finishes the
     job (a --resume would only say the run has ended)."""
-    with readings.once():  # the page and the runs table read and walk this run once
+    with readings.once(), reader.metrics_once():  # the page and the runs table read and walk this run once
         return _write_pages(out, index)
 
 

@@ -168,12 +168,6 @@ def render_index(title: str, rows: list[dict], series: dict | None, served: bool
                                        "HOW": "served live by minitrain serve" if served else "written by minitrain index"})
 
 
-def table(experiments: Path, sealed: set[Path] | None, verdict=verdict_text) -> list[dict]:
-    """Every run's row; `sealed`: see write_index."""
-    return [run_row(run, experiments, None if sealed is None else run.resolve() in sealed, verdict)
-            for run in find_runs(experiments)]
-
-
 def write_index(experiments: Path, sealed: set[Path] | None = None) -> Path:
     """EXPERIMENTS/index.html: the runs table. `sealed`: run folders whose diagnosis is sealed (the lab layer
     knows; default: blind runs)."""
@@ -181,8 +175,12 @@ def write_index(experiments: Path, sealed: set[Path] | None = None) -> Path:
     if not experiments.is_dir():
         raise UserError(f"{experiments} is not a folder; give the folder that holds your run folders")
     sealed_set = None if sealed is None else {Path(p).resolve() for p in sealed}
-    rows = table(experiments, sealed_set)
-    series = {r["run"]: compact_series(experiments / r["run"]) for r in rows if r["kind"] == "run"}
+    rows, series = [], {}
+    with reader.metrics_once():  # each run's verdict and its series, one after the other: its rows read once
+        for run in find_runs(experiments):
+            rows.append(run_row(run, experiments, None if sealed_set is None else run.resolve() in sealed_set))
+            if rows[-1]["kind"] == "run":
+                series[rows[-1]["run"]] = compact_series(run)
     page = render_index(f"{experiments.resolve().name}: minitrain runs", rows, series, served=False)
     out = experiments / "index.html"
     files.atomic_write_text(out, page)
