@@ -110,11 +110,12 @@ def refresh_tails(baseline: Path, tails: list[Path]) -> None:
             if not page.exists() or page.stat().st_mtime < done.stat().st_mtime:
                 write_pages(tail)
         elif not sig.exists() or sig.stat().st_mtime < done.stat().st_mtime:
-            try:
-                signature.write(tail)
-            except UserError:  # e.g. a run that diverged before K: it has no signature, as when run alone
-                continue
-            write_pages(tail)
+            with reader.metrics_once():  # the signature and the page read the same two runs
+                try:
+                    signature.write(tail)
+                except UserError:  # e.g. a run that diverged before K: it has no signature, as when run alone
+                    continue
+                write_pages(tail)
 
 
 class Progress:

@@ -137,14 +137,16 @@ def lab_run(cfg: TrainConfig, experiments: Path, force: bool = False, index: boo
             if not (out / PAGE).exists():  # it ended without its page (a full disk, Ctrl-C): write it now
                 line += f"; wrote its missing {PAGE}" if write_pages(out, index) else f"; its {PAGE} is missing"
             return out, line
-    if not force and interrupted(out, cfg):  # `minitrain lab` again after Ctrl-C or a kill: continue it
-        res = resume_run(out, index=index)
-    else:
-        res = train_run(cfg, out, index=index, force=force)
-    line = summary_line(out.name, res)
-    if cfg.injection != "none" and not spoilers.is_sealed(out):  # expected vs observed (a sealed run's: at the reveal)
-        try:
-            signature.write(out)
-        except UserError as e:
-            print(f"{out.name}: no signature.json yet ({e})", file=sys.stderr)
+    with reader.metrics_once():  # the signature reads the rows of the run and its baseline the page has read
+        if not force and interrupted(out, cfg):  # `minitrain lab` again after Ctrl-C or a kill: continue it
+            res = resume_run(out, index=index)
+        else:
+            res = train_run(cfg, out, index=index, force=force)
+        line = summary_line(out.name, res)
+        # expected vs observed (a sealed run's: at the reveal)
+        if cfg.injection != "none" and not spoilers.is_sealed(out):
+            try:
+                signature.write(out)
+            except UserError as e:
+                print(f"{out.name}: no signature.json yet ({e})", file=sys.stderr)
     return out, line
