@@ -29,9 +29,10 @@ own batches `data.train_batch(step, batch_size, seed + i)`, the run's warmup + c
   one-model    not an ensemble: ONE model with batch M x B, the same number of rows through one set of
                weights: the ceiling of any batching at this shape (no per-member weights, one AdamW of 130k).
 
-The timing: rounds, each of `--steps` steps of every arm at every M, the arms' order rotated every round; CPU
-time (one torch thread) and wall time per step; per round the ratio ensemble / sequential, then the median
-over rounds. The load average is printed with every round.
+The timing: rounds, each of `--steps` steps of every arm at every M, the arms of one M interleaved step by step
+(their order rotated every step); CPU time (one torch thread) and wall time per step summed over the round;
+per round the ratio arm / sequential, then the median over rounds. The load average is printed with every
+round.
 
 The numerics check (`--check-members` members from the same initial weights, `--check-steps` steps): after each
 listed step, the largest difference between each member's loss in the ensemble and its sequential model's
@@ -253,33 +254,34 @@ def bench_timing(cfg, data, Ms: list[int], rounds: int, steps: int, arms: list[s
     total = WARMUP + rounds * steps
     print(f"building {len(arms)} arms at M = {Ms}, load average {load()}", file=sys.stderr, flush=True)
     loops = {(M, arm): make_arm(arm, cfg, data, M, total) for M in Ms for arm in arms}
-    counter = dict.fromkeys(loops, 0)
-
-    def run(key, n):
-        for _ in range(n):
-            loops[key].step(counter[key])
-            counter[key] += 1
-
     print(f"warm-up ({WARMUP} steps of each arm), load average {load()}", file=sys.stderr, flush=True)
-    for key in loops:
-        run(key, WARMUP)
+    for key, arm in loops.items():
+        for step in range(WARMUP):
+            arm.step(step)
     cpu = {k: [] for k in loops}  # ms per step of all M members, per round
     wall = {k: [] for k in loops}
-    keys = list(loops)
     for r in range(rounds):
-        order = keys[r % len(keys):] + keys[:r % len(keys)]
-        for key in order:
-            c0, w0 = time.process_time(), time.perf_counter()
-            run(key, steps)
-            cpu[key].append((time.process_time() - c0) / steps * 1000)
-            wall[key].append((time.perf_counter() - w0) / steps * 1000)
+        for M in Ms:
+            # the arms of one M interleaved step by step, the order rotated every step (the shared machine's
+            # speed drifts within a block of steps); each arm's time summed over the round's steps
+            c_sum, w_sum = dict.fromkeys(arms, 0.0), dict.fromkeys(arms, 0.0)
+            for step in range(WARMUP + r * steps, WARMUP + (r + 1) * steps):
+                k = step % len(arms)
+                for arm in arms[k:] + arms[:k]:
+                    c0, w0 = time.process_time(), time.perf_counter()
+                    loops[(M, arm)].step(step)
+                    c_sum[arm] += time.process_time() - c0
+                    w_sum[arm] += time.perf_counter() - w0
+            for arm in arms:
+                cpu[(M, arm)].append(c_sum[arm] / steps * 1000)
+                wall[(M, arm)].append(w_sum[arm] / steps * 1000)
         print(f"round {r + 1}/{rounds} done, load average {load()}", file=sys.stderr, flush=True)
 
     def ratio(a, b):
         return statistics.median(x / y for x, y in zip(a, b))
 
-    print(f"\n## Timing: {rounds} rounds of {steps} steps, arms interleaved; 1 torch thread, torch {torch.__version__},"
-          f" {platform.machine()}, {os.cpu_count()} cores, commit {commit()}, load average at the end {load()}\n")
+    print(f"\n## Timing: {rounds} rounds of {steps} steps, arms interleaved step by step; 1 torch thread, "
+          f"torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cores, commit {commit()}, load average at the end {load()}\n")
     print("| M | arm | CPU ms per step of all M | per member | vs sequential (CPU) | vs sequential (wall) "
           "| per-round CPU ratios |")
     print("|---|---|---|---|---|---|---|")
@@ -316,12 +318,13 @@ def param_diff(ens: Ensemble, seq: Sequential) -> tuple[float, float]:
 def check_numerics(cfg, data: Batches, M: int, checkpoints: list[int], backward: str = "autograd") -> list[dict]:
     """Train an ensemble of M and the M sequential models from the same initial weights; at each checkpoint
     the largest loss and parameter differences so far. Also member 0 as an ensemble of one, against member 0
-    of the ensemble of M (bit-equal or not: does a member's result depend on its mates?)."""
+    of the ensemble of M: the first step after which member 0's loss or weights differ in any bit (does a
+    member's result depend on its mates?), None while they are equal."""
     seq = Sequential(cfg, data, members(cfg, M))
     ens = Ensemble(cfg, data, members(cfg, M), backward=backward)
     alone = Ensemble(cfg, data, members(cfg, 1), backward=backward)
     loss_abs = loss_rel = 0.0
-    mates_equal = True
+    mates_differ = None
     out = []
     for step in range(max(checkpoints)):
         ls = torch.stack(seq.step(step))
@@ -329,12 +332,13 @@ def check_numerics(cfg, data: Batches, M: int, checkpoints: list[int], backward:
         la = alone.step(step)
         loss_abs = max(loss_abs, float((le - ls).abs().max()))
         loss_rel = max(loss_rel, float(((le - ls).abs() / ls.abs()).max()))
-        mates_equal = mates_equal and bool(la[0] == le[0])
+        if mates_differ is None and not (bool(la[0] == le[0]) and all(
+                torch.equal(alone.params[n][0], ens.params[n][0]) for n in ens.params)):
+            mates_differ = step + 1
         if step + 1 in checkpoints:
             p_abs, p_rel = param_diff(ens, seq)
-            mates_equal = mates_equal and all(torch.equal(alone.params[n][0], ens.params[n][0]) for n in ens.params)
             out.append({"steps": step + 1, "loss_abs": loss_abs, "loss_rel": loss_rel, "param_abs": p_abs,
-                        "param_rel": p_rel, "final_loss": float(ls.mean()), "mates_equal": mates_equal})
+                        "param_rel": p_rel, "final_loss": float(ls.mean()), "mates_differ": mates_differ})
             print(f"numerics: {step + 1} steps checked, load average {load()}", file=sys.stderr, flush=True)
     return out
 
@@ -343,11 +347,11 @@ def print_numerics(rows: list[dict], M: int, backward: str) -> None:
     print(f"\n## Numerics: ensemble of {M} ({backward} backward) against {M} sequential runs, the same initial "
           "weights and batches\n")
     print("| steps | max abs loss diff | max rel loss diff | max abs param diff | max param diff / tensor's max "
-          "| mean loss at the last step | member 0 alone == member 0 among mates |")
+          "| mean loss at the last step | member 0 alone vs among mates: bits differ after step |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['steps']} | {r['loss_abs']:.2e} | {r['loss_rel']:.2e} | {r['param_abs']:.2e} "
-              f"| {r['param_rel']:.2e} | {r['final_loss']:.4f} | {'yes' if r['mates_equal'] else 'no'} |")
+              f"| {r['param_rel']:.2e} | {r['final_loss']:.4f} | {r['mates_differ'] or 'never (bit-equal)'} |")
 
 
 def main(argv: list[str] | None = None) -> int:
