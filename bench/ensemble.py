@@ -1,28 +1,29 @@
 """A batched ensemble of the course model (stacked parameters, torch.func.vmap) against the same runs stepped one
 after another, as `minitrain explore` steps them today: does batching M same-shape runs into one step pay at
-this shape (130k parameters, an op-dispatch-bound step of ~6 ms)?
+this shape (130k parameters, a step of ~6 ms: how much of it is per-operation overhead that batching saves)?
 
-    python bench/ensemble.py [--members 1,2,4,8,16] [--rounds 7] [--steps 10] [--check-steps 50,250]
+    python bench/ensemble.py [--members 1,2,4,8,16] [--rounds 9] [--steps 10] [--check-steps 50,250]
                              [--check-members 4] [--no-timing] [--no-check]
 
-Two ways of taking one training step for M runs (member i: the course model and config, seed `seed + i`, its
-own batches `data.train_batch(step, batch_size, seed + i)`, the run's warmup + cosine learning rate):
+The arms, each a way of taking one training step of M runs (member i: the course model and config, seed
+`seed + i`, its own batches `data.train_batch(step, batch_size, seed + i)`, the run's warmup + cosine LR):
 
   sequential   M ordinary models, each with loop.make_optimizer's AdamW (fused, decay on matrices only), each
                step as the loop's bare step: forward at the loss's targets, masked_loss, backward,
                loop.clip_grad_norm, opt.step; the M models one after another.
-  ensemble     the M models' parameters stacked into one tensor per name (torch.func.stack_module_state), the
-               forward of all M at once: torch.func.functional_call of the real GPT under torch.func.vmap over
-               members (in_dims=0 for parameters and batches; the RoPE table shared), each member's batch
-               right-padded to the widest member's width and its target list padded with weight-0 entries (a
-               causal model's real positions never see the pad, and the loss skips the padded targets). The
-               loss is each member's token mean, summed over members; ONE autograd backward through the
-               vmapped forward (`--backward autograd`, the default) gives each member's gradient in its slice
-               (nothing couples members, so the gradient of the sum is each member's own). Clipping per member,
-               by that member's own global norm over its slices; ONE fused torch.optim.AdamW over the stacked
-               tensors (elementwise: per member the same update as its own AdamW; decay on what is a matrix in
-               one member). `--backward func-grad` takes the gradients with vmap(torch.func.grad(member loss))
-               instead, timed as a third arm.
+  ensemble-autograd   the M models' parameters stacked into one tensor per name
+               (torch.func.stack_module_state), the forward of all M at once: torch.func.functional_call of
+               the real GPT under torch.func.vmap over members (in_dims=0 for parameters and batches; the RoPE
+               table shared), each member's batch right-padded to the widest member's width and its target list
+               padded with weight-0 entries (a causal model's real positions never see the pad, and the loss
+               skips the padded targets). The loss is each member's token mean, summed over members; ONE
+               autograd backward through the vmapped forward gives each member's gradient in its slice (nothing
+               couples members, so the gradient of the sum is each member's own; the stacked tensors stay
+               ordinary leaves whose .grad AdamW reads). Clipping per member, by that member's own global norm
+               over its slices; ONE fused torch.optim.AdamW over the stacked tensors (elementwise: per member
+               the same update as its own AdamW; decay on what is a matrix in one member).
+  ensemble-func-grad   the same with the gradients from vmap(torch.func.grad_and_value(member loss))
+               (`--backward func-grad` in the numerics check).
   ensemble-math-attention   the ensemble with SDPA's math backend: torch 2.13 has no vmap batching rule for
                the CPU flash attention kernel, so vmap runs it once per member; the math backend's matmuls and
                softmax it batches (different bits from the runs: what a batching rule could buy).
@@ -281,7 +282,8 @@ def bench_timing(cfg, data, Ms: list[int], rounds: int, steps: int, arms: list[s
         return statistics.median(x / y for x, y in zip(a, b))
 
     print(f"\n## Timing: {rounds} rounds of {steps} steps, arms interleaved step by step; 1 torch thread, "
-          f"torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cores, commit {commit()}, load average at the end {load()}\n")
+          f"torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cores, commit {commit()}, "
+          f"load average at the end {load()}\n")
     print("| M | arm | CPU ms per step of all M | per member | vs sequential (CPU) | vs sequential (wall) "
           "| per-round CPU ratios |")
     print("|---|---|---|---|---|---|---|")
@@ -358,11 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--members", default="1,2,4,8,16", help="ensemble sizes M to time (default 1,2,4,8,16)")
-    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (default 7)")
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds (default 9)")
     ap.add_argument("--steps", type=int, default=10, help="steps of each arm per round (default 10)")
     ap.add_argument("--arms", default=",".join(ARMS),
-                    help="arms to time, 'sequential' first (default all: " + "; ".join(f"{k}: {v}" for k, v in ARMS.items())
-                    + ")")
+                    help="arms to time, 'sequential' first (default all: "
+                         + "; ".join(f"{k}: {v}" for k, v in ARMS.items()) + ")")
     ap.add_argument("--check-members", type=int, default=4, help="members in the numerics check (default 4)")
     ap.add_argument("--check-steps", default="50,250", help="steps after which to report differences (default 50,250)")
     ap.add_argument("--backward", choices=("autograd", "func-grad"), default="autograd",
