@@ -17,16 +17,18 @@ def test_perf_step_bench_runs_and_prints_every_ratio(capsys):
 
 
 def test_ensemble_bench_members_follow_their_sequential_runs(capsys):
-    """bench/ensemble.py's numerics check, 2 members for 3 steps: each member's losses and weights in the vmap'd
-    ensemble stay within float rounding of its own sequential run, and the check's table is printed."""
+    """bench/ensemble.py's numerics check, 2 members for 3 steps at a high LR without warmup: each member in the
+    vmap'd ensemble follows its own sequential run to float rounding. Adam moves a weight by about lr a step;
+    rounding differs most where a gradient is near zero (g / (sqrt(v) + eps)), about 1e-3 of an update here,
+    while clipping coupled across members or decay on the norm gains differ by about 1e-1 of one update."""
     import ensemble
+    from minitrain.core.config import build_config
+    from minitrain.core.data import prepare
 
-    assert ensemble.main(["--no-timing", "--check-members", "2", "--check-steps", "1,3"]) == 0
-    out = capsys.readouterr().out
-    assert "| 3 |" in out, out
-    import re
-
-    rows = [line.split("|")[2:6] for line in out.splitlines() if re.match(r"\| [13] \|", line)]
-    assert len(rows) == 2, out
-    for loss_abs, loss_rel, param_abs, param_rel in rows:
-        assert float(loss_rel) < 1e-5 and float(param_rel) < 1e-5, out  # float32 rounding, not a different run
+    cfg = build_config({}, ["progress=false", "warmup_steps=0", "lr_max=3e-3"])
+    rows = ensemble.check_numerics(cfg, ensemble.Batches(prepare(cfg), cfg, 2, 3), 2, [1, 3])
+    assert [r["steps"] for r in rows] == [1, 3]
+    for r in rows:
+        assert r["loss_rel"] < 1e-5 and r["param_abs"] < 0.01 * cfg.lr_max, rows
+    ensemble.print_numerics(rows, 2, "autograd")
+    assert "| 3 |" in capsys.readouterr().out
