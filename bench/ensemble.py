@@ -215,6 +215,17 @@ def clip_per_member(params, max_norm: float) -> torch.Tensor:
     return total
 
 
+@contextlib.contextmanager
+def one_thread():
+    """One torch thread, as minitrain's runs train (cfg.threads), the previous count restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def members(cfg, M: int, first: int = 0):
     """M course models, seeds cfg.seed + first .. + first + M - 1, initialised as loop.build_run does."""
     out = [build_model(cfg, torch.Generator().manual_seed(cfg.seed + first + i)) for i in range(M)]
@@ -251,6 +262,7 @@ def make_arm(arm: str, cfg, data, M: int, steps: int):
                     attention="math" if arm == "ensemble-math-attention" else "flash")
 
 
+@one_thread()
 def bench_timing(cfg, data, Ms: list[int], rounds: int, steps: int, arms: list[str]) -> None:
     total = WARMUP + rounds * steps
     print(f"building {len(arms)} arms at M = {Ms}, load average {load()}", file=sys.stderr, flush=True)
@@ -317,6 +329,7 @@ def param_diff(ens: Ensemble, seq: Sequential) -> tuple[float, float]:
     return worst_abs, worst_rel
 
 
+@one_thread()
 def check_numerics(cfg, data: Batches, M: int, checkpoints: list[int], backward: str = "autograd") -> list[dict]:
     """Train an ensemble of M and the M sequential models from the same initial weights; at each checkpoint
     the largest loss and parameter differences so far. Also member 0 as an ensemble of one, against member 0
@@ -385,7 +398,6 @@ def main(argv: list[str] | None = None) -> int:
     if min(Ms + checkpoints + [args.check_members, args.rounds, args.steps]) < 1:
         print("--members, --check-steps, --check-members, --rounds and --steps must be at least 1", file=sys.stderr)
         return 2
-    torch.set_num_threads(1)
     cfg = build_config({}, ["progress=false"])
     print(f"preparing the course data, load average {load()}", file=sys.stderr, flush=True)
     data = prepare(cfg)
