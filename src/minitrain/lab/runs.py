@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from minitrain import loop
 from minitrain.analysis import readings
 from minitrain.core.config import TrainConfig
 from minitrain.core.errors import EXIT_NON_FINITE, Interrupted, UserError
@@ -77,6 +76,8 @@ def exit_code(*runs: Path) -> int:
 
 
 def train_run(cfg: TrainConfig, out: Path, index: bool = True, **kwargs) -> dict:
+    from minitrain import loop  # here: a command that fails on its arguments never imports torch
+
     res = loop.train(cfg, out, **kwargs)
     if "steps_done" in res:  # under torchrun only rank 0 writes files and gets the full results
         write_pages(out, index)
@@ -84,6 +85,8 @@ def train_run(cfg: TrainConfig, out: Path, index: bool = True, **kwargs) -> dict
 
 
 def resume_run(out: Path, device: str | None = None, index: bool = True, stop_at: int | None = None) -> dict:
+    from minitrain import loop
+
     res = loop.resume(out, device=device, stop_at=stop_at)
     if "steps_done" in res:
         write_pages(out, index)
