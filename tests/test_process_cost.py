@@ -49,6 +49,11 @@ def test_eager_adamw_takes_torchs_steps_bit_for_bit_and_round_trips_its_state():
     assert s1["param_groups"] == s2["param_groups"]
     for k in s1["state"]:
         assert all(torch.equal(s1["state"][k][n], s2["state"][k][n]) for n in ("step", "exp_avg", "exp_avg_sq"))
+    seen = []  # torch's step hooks still run around EagerAdamW's step (Optimizer wraps every subclass's step)
+    o2.register_step_pre_hook(lambda opt, args, kwargs: seen.append("pre"))
+    o2.register_step_post_hook(lambda opt, args, kwargs: seen.append("post"))
+    o2.step()
+    assert seen == ["pre", "post"]
     o2.zero_grad()
     assert all(p.grad is None for p in m2.parameters())  # set_to_none, as torch's
     assert torch.is_grad_enabled()  # step restored it
