@@ -58,7 +58,8 @@ class Case:
 
 
 FULL_BASE = ["progress=false", "ckpt_keep_last=0"]  # every checkpoint kept: an injection forks at its K
-QUICK_BASE = ["steps=200", "warmup_steps=20", "ckpt_every=50", "eval_every=50", "spectral_every=0", "progress=false"]
+QUICK_BASE = ["steps=200", "warmup_steps=20", "ckpt_every=50", "eval_every=50", "spectral_every=0", "progress=false",
+              "ckpt_keep_last=0"]  # every checkpoint kept: an injection forks at its K
 
 RARE_SENTENCES = ["She has written the letter.", "You have eaten an apple.", "It has gone.", "I have seen."]
 COMMON_SENTENCE = "You finish the project."

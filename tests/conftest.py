@@ -128,9 +128,11 @@ def assert_one_line_error(proc, *needles: str):
 
 
 def fingerprint(folder: Path) -> dict[str, str]:
-    """Every file under FOLDER (hidden ones included) by relative path: the sha256 of its bytes."""
+    """Every file under FOLDER (hidden ones included) by relative path: the sha256 of its bytes. A run's
+    `.lock` counts by its presence only: its text names the last process that took the lock, which a
+    command that only checks the run (a --resume of a finished run) may be, in another xdist worker."""
     folder = Path(folder)
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+    return {str(p.relative_to(folder)): "lock" if p.name == ".lock" else hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
@@ -174,17 +176,37 @@ def make_small_lab(baseline: Path, exp: Path) -> Path:
     return exp
 
 
+def built_once(tmp_path_factory, name: str, make) -> Path:
+    """`make(folder)` run once per test session, not once per xdist worker: the workers share the session's
+    base temp folder, and the first to need NAME builds it under a lock while the others wait for it."""
+    import fcntl
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the folder above the workers' own, the same for every worker of this session
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a worker that failed half way left it
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def small_baseline(tmp_path_factory):
     """A finished small baseline run folder (18-baseline layout); read-only (read_only)."""
-    yield from read_only(make_small_baseline(tmp_path_factory.mktemp("experiments") / "18-baseline"))
+    exp = built_once(tmp_path_factory, "experiments", lambda exp: make_small_baseline(exp / "18-baseline"))
+    yield from read_only(exp / "18-baseline")
 
 
 @pytest.fixture(scope="session")
 def small_lab(small_baseline, tmp_path_factory):
     """An experiments folder: a copy of the small baseline and the lab's three injections at SMALL_K forked
     from it (19-injection-A/B/C, no pages); read-only (read_only)."""
-    yield from read_only(make_small_lab(small_baseline, tmp_path_factory.mktemp("small-lab")))
+    yield from read_only(built_once(tmp_path_factory, "small-lab", lambda exp: make_small_lab(small_baseline, exp)))
 
 
 @pytest.fixture(scope="session")
@@ -193,7 +215,8 @@ def small_blind_lab(small_baseline, tmp_path_factory):
     read-only (a test that reveals it works on a copy)."""
     from minitrain.lab import blind
 
-    exp = tmp_path_factory.mktemp("blind") / "experiments"
-    shutil.copytree(small_baseline, exp / "18-baseline")
-    blind.make_lab("spike", exp / "19-blind", list(SMALL))
-    yield from read_only(exp)
+    def make(root: Path) -> None:
+        shutil.copytree(small_baseline, root / "experiments" / "18-baseline")
+        blind.make_lab("spike", root / "experiments" / "19-blind", list(SMALL))
+
+    yield from read_only(built_once(tmp_path_factory, "blind", make) / "experiments")

@@ -4,6 +4,7 @@ Chromium (file://, every other request aborted): sorting, the filter box and the
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -127,3 +128,28 @@ def test_a_finished_runs_page_and_the_table_beside_it_walk_the_run_once(tmp_path
     readings.read(run)
     readings.read(run)
     assert loads == [run] * 3
+
+
+def test_the_table_walks_only_the_runs_that_changed_since_it_was_last_written(tmp_path, small_lab, monkeypatch):
+    """index.ROW_CACHE beside the table: a run whose files are unchanged is not walked or read again; one that
+    changed is; a sealed run's verdict is never kept there; a damaged cache is ignored."""
+    from minitrain.analysis import readings
+
+    exp = copy_lab(small_lab, tmp_path / "experiments")
+    first = cells(index.write_index(exp).read_text())
+    loads: list[str] = []
+    real = readings.stability.load_evidence
+    monkeypatch.setattr(readings.stability, "load_evidence", lambda r: loads.append(Path(r).name) or real(r))
+    assert cells(index.write_index(exp).read_text()) == first and loads == []
+    with open(exp / "19-injection-A" / "metrics.jsonl", "ab") as f:  # the run changed: walked again
+        f.write(b"")
+    os.utime(exp / "19-injection-A" / "metrics.jsonl", ns=(1, 1))
+    assert cells(index.write_index(exp).read_text()) == first and loads == ["19-injection-A"]
+    index.write_index(exp, sealed={exp / "18-baseline"})
+    cache = json.loads((exp / index.ROW_CACHE).read_text())
+    assert "verdict" not in cache["runs"]["18-baseline"] and "verdict" in cache["runs"]["19-injection-B"]
+    index.write_index(exp)  # no word from the lab layer: a blind run is sealed
+    assert "verdict" not in json.loads((exp / index.ROW_CACHE).read_text())["runs"]["19-blind/01"]
+    (exp / index.ROW_CACHE).write_text('{"code": [1, 2')  # damaged: ignored, rewritten
+    loads.clear()
+    assert cells(index.write_index(exp).read_text()) == first and len(loads) == 4

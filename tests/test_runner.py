@@ -234,3 +234,22 @@ def test_a_ray_cluster_beyond_the_loopback_is_stopped_and_refused():
         ray_backend.check_loopback(SimpleNamespace(util=SimpleNamespace(get_node_ip_address=lambda: loopback),
                                                    shutdown=lambda: stopped.append(True)))
     assert stopped == [True]
+
+
+def test_a_ray_address_where_nothing_listens_is_one_line_at_once():
+    """`--ray HOST:PORT` with no cluster there: refused after one TCP connection, without Ray installed or
+    its minutes of retries."""
+    import socket
+
+    from minitrain.lab import ray_backend
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens on it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        with pytest.raises(UserError, match="nothing answers there"):
+            ray_backend.RayCluster(address)
+    with socket.socket() as s:  # a listening socket is let through to Ray
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        ray_backend.refuse_unreachable(f"127.0.0.1:{s.getsockname()[1]}")

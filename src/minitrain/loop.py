@@ -24,6 +24,7 @@ from minitrain.core.config import TrainConfig
 from minitrain.core.data import RunData, prepare
 from minitrain.core.injections import InjectContext, maybe_inject, validate_injection_config
 from minitrain.core.model import GPT, PARAM_ALIASES, build_model
+from minitrain.core.optimizer import EagerAdamW
 from minitrain.core.remedy import (RemedyContext, apply_remedy, make_context, remedy_checkpoint, remedy_record,
                                 remedy_restore)
 from minitrain.core.telemetry import Telemetry
@@ -44,9 +45,10 @@ def make_optimizer(model: GPT, cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices and embeddings only (not on biases or norm gains). The fused
     kernel: one pass per tensor instead of a dozen, deterministic, and resumed runs stay byte-identical
     (tests/test_loop.py); the numbers differ from the foreach kernel's in the last bits. With `update_clip`
-    every tensor has its own group, so that each can take its own LR (core/update_clip.py)."""
+    every tensor has its own group, so that each can take its own LR (core/update_clip.py). torch's AdamW
+    without its torch.compile wrappers (core/optimizer.py: a process skips importing torch._dynamo)."""
     groups = make_param_groups(list(model.named_parameters()), cfg.weight_decay, per_tensor=cfg.update_clip)
-    return torch.optim.AdamW(groups, lr=cfg.lr_max, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
+    return EagerAdamW(groups, lr=cfg.lr_max, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True)
 
 
 def clip_grad_norm(grads: list[torch.Tensor], max_norm: float,

@@ -207,20 +207,24 @@ def _prepare(corpus_seed: int, val_verbs: tuple[str, ...], vocab_size: int, cont
     rows = corpus.generate(corpus_seed, corpus_scale)
     train_rows, val_rows = corpus.split(rows, list(val_verbs), corpus_seed)
     tok = train_tokenizer(training_texts(train_rows), vocab_size)
+    # every row encoded once: whether it fits the context and its EncodedSet read the same ids
+    train_enc = [encode_row(tok, r.spanish, r.text) for r in train_rows]
+    val_enc = [encode_row(tok, r.spanish, r.text) for r in val_rows]
     # Rows longer than the context are dropped (and counted): mostly held-out verbs, whose words the
     # training-split tokenizer has never merged and so spells out in short pieces.
-    dropped = {"train": sum(not fits(tok, r, context) for r in train_rows),
-               "val": sum(not fits(tok, r, context) for r in val_rows)}
+    dropped = {"train": sum(not fits(ids, context) for ids, _ in train_enc),
+               "val": sum(not fits(ids, context) for ids, _ in val_enc)}
     if dropped["train"] > len(train_rows) // 2 or dropped["val"] == len(val_rows):
         raise UserError(f"context={context} is too short: {dropped['train']} of {len(train_rows)} training rows "
                         f"and {dropped['val']} of {len(val_rows)} validation rows do not fit; raise context (default 32)")
-    train_rows = [r for r in train_rows if fits(tok, r, context)]
-    val_rows = [r for r in val_rows if fits(tok, r, context)]
-    if len(val_rows) > val_max_rows:  # an evenly spaced, fixed subset: same rows for every run
-        stride = len(val_rows) / val_max_rows
-        val_rows = [val_rows[int(i * stride)] for i in range(val_max_rows)]
-    train = encode_rows(tok, train_rows, context)
-    val = encode_rows(tok, val_rows, context)
+    train_pairs = [(r, e) for r, e in zip(train_rows, train_enc) if fits(e[0], context)]
+    val_pairs = [(r, e) for r, e in zip(val_rows, val_enc) if fits(e[0], context)]
+    if len(val_pairs) > val_max_rows:  # an evenly spaced, fixed subset: same rows for every run
+        stride = len(val_pairs) / val_max_rows
+        val_pairs = [val_pairs[int(i * stride)] for i in range(val_max_rows)]
+    train_rows, val_rows = [r for r, _ in train_pairs], [r for r, _ in val_pairs]
+    train = encode_rows(tok, train_rows, context, [e for _, e in train_pairs])
+    val = encode_rows(tok, val_rows, context, [e for _, e in val_pairs])
     counts, rare = rare_token_mask(train.ids, vocab_size)
     manifest = corpus.data_manifest(rows, train_rows, val_rows, corpus_seed, list(val_verbs), corpus_scale)
     manifest["dropped_longer_than_context"] = dropped

@@ -71,15 +71,18 @@ class EncodedSet:
         return self.ids.shape[0]
 
 
-def fits(tok: Tokenizer, row: Row, context: int) -> bool:
-    """A row fits when its inputs (all tokens but the last) fit the context."""
-    return len(encode_row(tok, row.spanish, row.text)[0]) - 1 <= context
+def fits(ids: list[int], context: int) -> bool:
+    """A row (its ids, as encode_row gives them) fits when its inputs (all tokens but the last) fit the context."""
+    return len(ids) - 1 <= context
 
 
-def encode_rows(tok: Tokenizer, rows: list[Row], context: int) -> EncodedSet:
+def encode_rows(tok: Tokenizer, rows: list[Row], context: int,
+                encoded: list[tuple[list[int], int]] | None = None) -> EncodedSet:
+    """The rows as an EncodedSet; `encoded`: each row's `encode_row` result, when the caller has it already."""
     seqs, starts = [], []
-    for r in rows:
-        ids, start = encode_row(tok, r.spanish, r.text)
+    if encoded is None:
+        encoded = [encode_row(tok, r.spanish, r.text) for r in rows]
+    for r, (ids, start) in zip(rows, encoded):
         if len(ids) - 1 > context:
             raise UserError(
                 f"row {r.id!r} is {len(ids)} tokens, more than context+1={context + 1}; "

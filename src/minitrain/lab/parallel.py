@@ -9,11 +9,10 @@ a run is a function of its config and the checkpoint it forks from, never of the
 (tests/test_lab_parallel.py).
 
 Given the CLI's entry point (`main`, as `minitrain lab` does) on Linux, each run's process is forked from
-this one instead of starting a new interpreter, once this process has imported torch, `torch._dynamo`
-(which torch.optim's Optimizer imports), the loop and the page writers and prepared the data
-(runner.warm_up_runs, before the first run starts). Every run then starts training at once instead of
-spending ~3.5 s of CPU on imports and data, which the baseline would otherwise pay too, on the critical path.
-Without `main` (or elsewhere) each run is a new `python -m minitrain lab-run`.
+this one instead of starting a new interpreter, once this process has imported torch, the loop and the
+page writers and prepared the data (runner.warm_up_runs, before the first run starts). Every run then
+starts training at once instead of spending ~2 s of CPU on imports and data, which the baseline would
+otherwise pay too, on the critical path. Without `main` (or elsewhere) each run is a new `python -m minitrain lab-run`.
 
 Progress: one line per run (step, steps/s), redrawn in place on a terminal; elsewhere one line as each run
 starts and ends.
@@ -111,11 +110,12 @@ def refresh_tails(baseline: Path, tails: list[Path]) -> None:
             if not page.exists() or page.stat().st_mtime < done.stat().st_mtime:
                 write_pages(tail)
         elif not sig.exists() or sig.stat().st_mtime < done.stat().st_mtime:
-            try:
-                signature.write(tail)
-            except UserError:  # e.g. a run that diverged before K: it has no signature, as when run alone
-                continue
-            write_pages(tail)
+            with reader.metrics_once():  # the signature and the page read the same two runs
+                try:
+                    signature.write(tail)
+                except UserError:  # e.g. a run that diverged before K: it has no signature, as when run alone
+                    continue
+                write_pages(tail)
 
 
 class Progress:

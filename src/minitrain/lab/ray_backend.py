@@ -24,6 +24,7 @@ import io
 import ipaddress
 import os
 import re
+import socket
 import subprocess
 import sys
 import traceback
@@ -42,6 +43,7 @@ ADDRESS = re.compile(r"^(local|auto|ray://[^\s]+|[A-Za-z0-9_.\-\[\]:]+:\d+)$")
 # the node's address is then 127.0.0.1, and GCS, raylet, workers and agents listen there alone, where on
 # Linux they would listen on every interface. Ray reads it when it is first imported.
 LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+CONNECT_TIMEOUT = 10.0  # seconds a cluster's address has to accept a TCP connection (refuse_unreachable)
 
 
 def check_address(address: str | None) -> str:
@@ -52,6 +54,21 @@ def check_address(address: str | None) -> str:
         raise UserError(f"--ray {address}: not a Ray address (local, auto, HOST:PORT or ray://HOST:PORT); "
                         "to use a local cluster, put --ray after the other arguments or write --ray=local")
     return address
+
+
+def refuse_unreachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
+    """HOST:PORT or ray://HOST:PORT: one TCP connection first. Where nothing listens, `ray.init` retries for
+    minutes before it gives up; this says so in one line within `timeout` seconds."""
+    if address in ("local", "auto"):
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not port.isdigit():
+        return  # ray://HOST: Ray's own default port, left to Ray
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise UserError(f"--ray {address}: nothing answers there ({e.strerror or e}); start the cluster with "
+                        "'ray start --head', check the address, or leave it out for a local cluster") from None
 
 
 def backend(ray: str | None, jobs: int | None = None, main=None):
@@ -73,6 +90,7 @@ class RayCluster:
             raise UserError(f"--jobs must be at least 1, got {jobs}")
         if address == "local":
             os.environ[LOOPBACK_ENV] = "0"  # before Ray's first import (LOOPBACK_ENV)
+        refuse_unreachable(address)
         try:
             import ray
         except ImportError:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from minitrain import loop
 from minitrain.core.config import build_config
 from minitrain.core.errors import Interrupted, UserError
 from minitrain.core.fmt import fmt
@@ -126,6 +125,8 @@ def train_or_continue(cfg, out: Path, donor: tuple[Path, int] | None, force: boo
     """The remediation run: trained (replacing RUN-remediated with --force), or, when RUN-remediated holds
     this very config (a remediate killed or interrupted, the same command again), continued from its last
     checkpoint, or taken as it is when it has ended. Another config there is refused without --force."""
+    from minitrain import loop  # here: a remediate that fails on its arguments never imports torch
+
     if not force:
         if interrupted(out, cfg):
             return loop.resume(out)

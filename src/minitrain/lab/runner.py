@@ -383,11 +383,8 @@ def warm_up() -> None:
 
 
 def warm_up_runs(cfg) -> None:
-    """What each forked run would otherwise do first, done once here: the imports (torch._dynamo, which
-    torch.optim's Optimizer imports on first use; the loop; the signature and page writers) and the data
-    (kept by data.prepare's cache)."""
-    import torch._dynamo  # noqa: F401
-
+    """What each forked run would otherwise do first, done once here: the imports (the loop; the signature
+    and page writers) and the data (kept by data.prepare's cache)."""
     from minitrain import loop  # noqa: F401
     from minitrain.analysis import readings, signature  # noqa: F401
     from minitrain.core.data import prepare

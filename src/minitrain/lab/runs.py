@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from minitrain import loop
 from minitrain.analysis import readings
 from minitrain.core.config import TrainConfig
 from minitrain.core.errors import EXIT_NON_FINITE, Interrupted, UserError
@@ -42,7 +41,7 @@ def write_pages(out: Path, index: bool = True) -> bool:
     here must never cost the run, so it is one warning line. Returns whether the page was written.
     Ctrl-C here interrupts a run that has already ended: the message names the command that finishes the
     job (a --resume would only say the run has ended)."""
-    with readings.once():  # the page and the runs table read and walk this run once
+    with readings.once(), reader.metrics_once():  # the page and the runs table read and walk this run once
         return _write_pages(out, index)
 
 
@@ -77,6 +76,8 @@ def exit_code(*runs: Path) -> int:
 
 
 def train_run(cfg: TrainConfig, out: Path, index: bool = True, **kwargs) -> dict:
+    from minitrain import loop  # here: a command that fails on its arguments never imports torch
+
     res = loop.train(cfg, out, **kwargs)
     if "steps_done" in res:  # under torchrun only rank 0 writes files and gets the full results
         write_pages(out, index)
@@ -84,6 +85,8 @@ def train_run(cfg: TrainConfig, out: Path, index: bool = True, **kwargs) -> dict
 
 
 def resume_run(out: Path, device: str | None = None, index: bool = True, stop_at: int | None = None) -> dict:
+    from minitrain import loop
+
     res = loop.resume(out, device=device, stop_at=stop_at)
     if "steps_done" in res:
         write_pages(out, index)
@@ -137,14 +140,16 @@ def lab_run(cfg: TrainConfig, experiments: Path, force: bool = False, index: boo
             if not (out / PAGE).exists():  # it ended without its page (a full disk, Ctrl-C): write it now
                 line += f"; wrote its missing {PAGE}" if write_pages(out, index) else f"; its {PAGE} is missing"
             return out, line
-    if not force and interrupted(out, cfg):  # `minitrain lab` again after Ctrl-C or a kill: continue it
-        res = resume_run(out, index=index)
-    else:
-        res = train_run(cfg, out, index=index, force=force)
-    line = summary_line(out.name, res)
-    if cfg.injection != "none" and not spoilers.is_sealed(out):  # expected vs observed (a sealed run's: at the reveal)
-        try:
-            signature.write(out)
-        except UserError as e:
-            print(f"{out.name}: no signature.json yet ({e})", file=sys.stderr)
+    with reader.metrics_once():  # the signature reads the rows of the run and its baseline the page has read
+        if not force and interrupted(out, cfg):  # `minitrain lab` again after Ctrl-C or a kill: continue it
+            res = resume_run(out, index=index)
+        else:
+            res = train_run(cfg, out, index=index, force=force)
+        line = summary_line(out.name, res)
+        # expected vs observed (a sealed run's: at the reveal)
+        if cfg.injection != "none" and not spoilers.is_sealed(out):
+            try:
+                signature.write(out)
+            except UserError as e:
+                print(f"{out.name}: no signature.json yet ({e})", file=sys.stderr)
     return out, line

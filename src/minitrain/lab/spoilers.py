@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import re
+import sys
 from pathlib import Path
 
 from minitrain.core.errors import UserError
@@ -111,4 +112,5 @@ def refresh(experiments: Path, pages: list[Path] = ()) -> Path:
         if (Path(run) / reader.METRICS).exists():
             dashboard.write_dashboard(run, sealed=is_sealed(run))
     runs = index.find_runs(experiments) if Path(experiments).is_dir() else []
-    return index.write_index(experiments, sealed={run for run in runs if is_sealed(run)})
+    return index.write_index(experiments, sealed={run for run in runs if is_sealed(run)},
+                             notice=lambda line: print(f"minitrain: {line}", file=sys.stderr, flush=True))

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +15,21 @@ from minitrain.core.errors import UserError
 
 _DECODER = json.JSONDecoder(parse_constant=lambda _c: None)
 # A float literal past float range (1e999) reads as None too: only a literal with 300+ digits or a 3-digit
-# exponent can be one, and only a text holding such a literal pays for the slower exact decoder.
-_HUGE_LITERAL = re.compile(rb"[0-9]{300}|[eE][-+]?[0-9]{3}")
+# exponent can be one, and only a text holding such a literal pays for the slower exact decoder. The test is
+# the pattern [0-9]{300}|[eE][-+]?[0-9]{3} taken as substring searches on the text with every digit read as 0
+# and E as e: a sixth of the pattern's time (it runs on every metrics row of every read)
+_DIGITS_AS_ZERO = bytes.maketrans(b"123456789E", b"000000000e")
+_HUGE_MARKS = (b"0" * 300, b"e000", b"e+000", b"e-000")
 _EXACT_DECODER = json.JSONDecoder(parse_constant=lambda _c: None,
                                   parse_float=lambda t: (lambda f: f if f - f == 0 else None)(float(t)),
                                   parse_int=lambda t: int(t) if len(t.lstrip("-")) <= 308 else None)
 MAX_NESTING = 64  # deepest JSON a reader takes (minitrain writes 4 levels; a tokenizer file about 6)
+
+
+def may_overflow(raw: bytes) -> bool:
+    """Does RAW hold a literal that could be past float range (300+ digits in a row, or a 3-digit exponent)?"""
+    text = raw.translate(_DIGITS_AS_ZERO)
+    return any(mark in text for mark in _HUGE_MARKS)
 
 
 class DamagedJSON(json.JSONDecodeError):
@@ -49,7 +57,7 @@ def loads_json(text: str | bytes) -> Any:
     raw = text if isinstance(text, bytes) else text.encode()
     text = raw.decode()
     try:
-        obj = (_EXACT_DECODER if _HUGE_LITERAL.search(raw) else _DECODER).decode(text)
+        obj = (_EXACT_DECODER if may_overflow(raw) else _DECODER).decode(text)
     except RecursionError:
         raise DamagedJSON(f"nested deeper than {MAX_NESTING} levels", text, 0) from None
     if raw.count(b"[") + raw.count(b"{") > MAX_NESTING and _nesting(obj) > MAX_NESTING:

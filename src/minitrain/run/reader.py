@@ -1,6 +1,7 @@
 """THE reader of a run folder: every module that looks at a finished or live run reads it through here.
 
     read_json / read_metrics   one file, strict (a clear UserError when missing or corrupt; JSON: run/jsonfile.py)
+    metrics_once               a scope in which each metrics file is parsed once (a page and the table beside it)
     read_config / tokenizer_of a run's config.yaml and tokenizer.json
     live_pid / live_note       is a process writing the run right now (its lock is held)?
     load_run                   manifest, results, diagnosis and metrics rows of a folder
@@ -36,6 +37,7 @@ What a reader trusts is checked here, once, so that no command meets a value of 
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -203,10 +205,49 @@ def row_problem(row: dict) -> str | None:
     return None
 
 
+# Inside `metrics_once()`, a metrics file is parsed once while it stays the same file with the same size and
+# times: a finished run's page, its walk and the runs table beside it read the same rows three times
+# otherwise. The rows' dicts are shared, so code inside the scope only reads them. The scope keeps the last
+# SHARED_FILES files read (a page reads its run and its baseline; a table of eighty runs reads one at a
+# time and must not hold them all). Outside it nothing is kept.
+SHARED_FILES = 2
+_SHARED: list | None = None  # [(file key, rows, note)], the most recent last
+
+
+@contextlib.contextmanager
+def metrics_once():
+    global _SHARED
+    outer = _SHARED
+    _SHARED = [] if outer is None else outer
+    try:
+        yield
+    finally:
+        _SHARED = outer
+
+
 def read_metrics(path: Path) -> tuple[list[dict], str | None]:
     """Rows of a metrics file and a note if it ends early (a partial last line, as a killed run leaves).
     Each row is a JSON object with an integer "step", steps strictly increase and every field has the
     schema's type (the module docstring says why); anything else is a UserError naming the line."""
+    if _SHARED is None:
+        return parse_metrics(path)
+    try:
+        st = os.stat(path)
+        key = (str(Path(path).resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    except OSError:  # parse_metrics says what is wrong with it
+        return parse_metrics(path)
+    for i, (k, rows, note) in enumerate(_SHARED):
+        if k == key:
+            _SHARED.append(_SHARED.pop(i))
+            return list(rows), note
+    rows, note = parse_metrics(path)
+    _SHARED.append((key, rows, note))
+    del _SHARED[:-SHARED_FILES]
+    return list(rows), note
+
+
+def parse_metrics(path: Path) -> tuple[list[dict], str | None]:
+    """read_metrics, always from the file."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path} is missing; the run has not started or the folder is not a run")

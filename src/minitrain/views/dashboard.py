@@ -359,6 +359,7 @@ def write_dashboard(run: Path, baseline: Path | None = None, out: Path | None = 
     out = Path(out) if out else run / "dashboard.html"
     if out.is_dir():
         raise UserError(f"{out} is a folder; give --out a file name such as {out / 'dashboard.html'}")
-    page = render_html(build_payload(run, baseline, compare, sealed))
+    with reader.metrics_once():  # the page's series and the walk read the same rows
+        page = render_html(build_payload(run, baseline, compare, sealed))
     files.atomic_write_text(out, page)
     return out

@@ -5,7 +5,8 @@
                                       final validation loss and the walker's verdict ("sealed" before a lab's
                                       reveal), or one line saying why the folder cannot be read
     write_index(experiments, sealed)  index.html: the rows, sortable by any column, a filter box, a tick per
-                                      run and "compare ticked runs"
+                                      run and "compare ticked runs"; each finished run's verdict and series
+                                      are kept beside it (ROW_CACHE) and reused while its files are unchanged
 
 The page works from disk with no server: the rows are HTML (readable without script), and the page script
 (assets/index.js) sorts, filters and draws the ticked runs' loss, validation loss, learning rate and
@@ -23,13 +24,16 @@ from pathlib import Path
 
 from minitrain.analysis import readings
 from minitrain.core.errors import UserError
-from minitrain.run import files, reader
+from minitrain.run import files, jsonfile, reader
 from minitrain.views.dashboard import asset, embed_json, fill
 
 SWEEP_MARK = "cells.json"  # a regime-map sweep (minitrain explore): it has its own page, one index row
 COMPARE_SERIES = ("loss", "val_loss", "lr", "grad_norm")  # what the static page's comparison draws
 COMPARE_POINTS = 600  # at most this many points per series in the static page (every k-th step, extremes kept)
 UPLOT = ("vendor/uPlot.iife.min.js", "vendor/uPlot.min.css")
+# beside index.html: each finished run's verdict and compact series, by the size and time of its files and of
+# the judging code, so that a `train` rewriting the table walks its own run, not every run beside it again
+ROW_CACHE = ".index-rows.json"
 COLUMNS = (("run", "run folder (its dashboard)"), ("status", "finished, running, non_finite, ..."),
            ("steps", "steps written so far"), ("seed", "seed"), ("K", "injection step"),
            ("injection", "the injected fault"), ("lr", "peak learning rate (lr_max)"),
@@ -168,22 +172,103 @@ def render_index(title: str, rows: list[dict], series: dict | None, served: bool
                                        "HOW": "served live by minitrain serve" if served else "written by minitrain index"})
 
 
-def table(experiments: Path, sealed: set[Path] | None, verdict=verdict_text) -> list[dict]:
-    """Every run's row; `sealed`: see write_index."""
-    return [run_row(run, experiments, None if sealed is None else run.resolve() in sealed, verdict)
-            for run in find_runs(experiments)]
+def _code_stamp() -> list[int]:
+    """The judging code's files (analysis/): a verdict cached under other code is judged again."""
+    from minitrain import analysis
+
+    stats = [p.stat() for p in sorted(Path(analysis.__file__).parent.rglob("*.py"))]
+    return [len(stats), max((st.st_mtime_ns for st in stats), default=0), sum(st.st_size for st in stats)]
 
 
-def write_index(experiments: Path, sealed: set[Path] | None = None) -> Path:
+class RowCache:
+    """ROW_CACHE read once and written once per table: {run: {"stamp", "verdict", "series"}}. Damaged or
+    absent, it is empty (it only saves time). A live or sealed run's verdict is never taken from it."""
+
+    def __init__(self, experiments: Path):
+        self.path = Path(experiments) / ROW_CACHE
+        try:
+            old = jsonfile.read_json(self.path, "row cache") if self.path.is_file() else {}
+        except UserError:
+            old = {}
+        self.code = _code_stamp()
+        self.old = old if isinstance(old, dict) and old.get("code") == self.code else {}
+        self.new: dict = {}
+
+    @staticmethod
+    def stamp(run: Path) -> list:
+        """Size and time of the files a row is made of (None for one that is absent: a killed run's results)."""
+        out = []
+        for name in (reader.METRICS, reader.MANIFEST, reader.RESULTS):
+            try:
+                st = (run / name).stat()
+                out.append([st.st_size, st.st_mtime_ns])
+            except OSError:
+                out.append(None)
+        return out
+
+    def stale(self, run: Path, rel: str) -> bool:
+        entry = (self.old.get("runs") or {}).get(rel)
+        return not isinstance(entry, dict) or entry.get("stamp") != self.stamp(run)
+
+    def entry(self, run: Path, rel: str) -> dict:
+        if rel in self.new:
+            return self.new[rel]
+        stamp = self.stamp(run)
+        entry = (self.old.get("runs") or {}).get(rel)
+        if not isinstance(entry, dict) or entry.get("stamp") != stamp:
+            entry = {"stamp": stamp}
+        self.new[rel] = entry
+        return entry
+
+    def verdict(self, run: Path, sealed: bool, live: bool, rel: str) -> str:
+        entry = self.entry(run, rel)
+        if sealed or live:
+            entry.pop("verdict", None)  # the cache beside the table never holds a sealed run's answer
+            return verdict_text(run, sealed, live)
+        if "verdict" not in entry:
+            entry["verdict"] = verdict_text(run, sealed, live)
+        return entry["verdict"]
+
+    def series(self, run: Path, rel: str) -> dict | None:
+        entry = self.entry(run, rel)
+        if "series" not in entry:
+            entry["series"] = compact_series(run)
+        return entry["series"]
+
+    def save(self) -> None:
+        try:
+            files.atomic_write_json(self.path, {"code": self.code, "runs": self.new})
+        except OSError:
+            pass  # a cache that cannot be written costs time, never the table
+
+
+NOTICE_RUNS = 20  # more runs than this to read for the table: say so first (it takes a while)
+
+
+def write_index(experiments: Path, sealed: set[Path] | None = None, notice=None) -> Path:
     """EXPERIMENTS/index.html: the runs table. `sealed`: run folders whose diagnosis is sealed (the lab layer
-    knows; default: blind runs)."""
+    knows; default: blind runs). `notice(line)`: told once when many runs must be read (not in the cache)."""
     experiments = Path(experiments)
     if not experiments.is_dir():
         raise UserError(f"{experiments} is not a folder; give the folder that holds your run folders")
     sealed_set = None if sealed is None else {Path(p).resolve() for p in sealed}
-    rows = table(experiments, sealed_set)
-    series = {r["run"]: compact_series(experiments / r["run"]) for r in rows if r["kind"] == "run"}
+    rows, series = [], {}
+    cache = RowCache(experiments)
+    runs = find_runs(experiments)
+    todo = sum(1 for run in runs if cache.stale(run, run.relative_to(experiments).as_posix()))
+    if notice and todo > NOTICE_RUNS:
+        notice(f"runs table {experiments / 'index.html'}: reading {todo} runs under {experiments} once (their rows "
+               f"are then kept in {experiments / ROW_CACHE}); to skip this, keep runs in an experiments folder of their own")
+    with reader.metrics_once():  # each run's verdict and its series, one after the other: its rows read once
+        for run in runs:
+            rel = run.relative_to(experiments).as_posix()
+            verdict = lambda r, s, live, rel=rel: cache.verdict(r, s, live, rel)  # noqa: E731
+            rows.append(run_row(run, experiments, None if sealed_set is None else run.resolve() in sealed_set,
+                                verdict))
+            if rows[-1]["kind"] == "run":
+                series[rows[-1]["run"]] = cache.series(run, rel) if not rows[-1].get("live") else compact_series(run)
     page = render_index(f"{experiments.resolve().name}: minitrain runs", rows, series, served=False)
     out = experiments / "index.html"
     files.atomic_write_text(out, page)
+    cache.save()
     return out
