@@ -160,11 +160,10 @@ def train_step(run: Run, step: int) -> dict:
     (objective * scale if scale != 1 else objective).backward()
     # 3. INJECT at the gradients (A: scale; after backward, i.e. after DDP's all-reduce), then clip-and-step
     params = run.params
-    if run.inject:  # (the gradients' dict is only built when an injection is configured)
-        grads = maybe_inject("grads", step, {n: p.grad for n, p in params.items()}, run.inject)
-        for n, g in grads.items():
-            params[n].grad = g
-    grad_list = [p.grad for p in params.values()]
+    grads = maybe_inject("grads", step, {n: p.grad for n, p in params.items()}, run.inject)
+    for n, g in grads.items():
+        params[n].grad = g
+    grad_list = list(grads.values())
     norms = run.telemetry.after_backward(grad_list)  # per-tensor norms (telemetry's g) stacked, or None
     present = [g for g in grad_list if g is not None]
     grad_norm = clip_grad_norm(present, cfg.grad_clip or math.inf, norms)  # grad_clip 0: no clipping
