@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, ForkedCLI, small_args
+from conftest import ROOT, ForkedCLI, ctrl_c_as_at_a_terminal, small_args
 from minitrain.core.errors import UserError
 from minitrain.lab import runner
 from minitrain.run import files, reader
@@ -134,7 +134,7 @@ def start_parent(code_or_argv, tmp_path: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
     argv = code_or_argv if isinstance(code_or_argv, list) else ["-c", code_or_argv, str(tmp_path / "pid")]
     return subprocess.Popen([sys.executable, *argv], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+                            stderr=subprocess.DEVNULL, preexec_fn=ctrl_c_as_at_a_terminal)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["TERM", "INT", "KILL"])

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import ctrl_c_as_at_a_terminal
 from minitrain.lab import spoilers
 from test_dashboard import browser  # noqa: F401 - the fixture (headless Chromium)
 from minitrain.views import serve
@@ -100,7 +101,7 @@ def test_sealed_runs_stay_sealed_and_a_deleted_or_corrupt_run_is_one_line(site):
 def test_ctrl_c_stops_the_server(tmp_path):
     (tmp_path / "experiments").mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "minitrain", "serve", str(tmp_path / "experiments"), "--port", "0"],
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_as_at_a_terminal)
     line = proc.stderr.readline()  # "minitrain serve: ... at http://127.0.0.1:PORT/": it listens
     assert "http://127.0.0.1:" in line
     with urllib.request.urlopen(line.split(" at ")[1].split()[0]) as r:
