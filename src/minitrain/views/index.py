@@ -180,48 +180,45 @@ def _code_stamp() -> list[int]:
     return [len(stats), max((st.st_mtime_ns for st in stats), default=0), sum(st.st_size for st in stats)]
 
 
+def run_stamp(run: Path) -> list:
+    """Size and time of the files a run's row and verdict are made of (None for one that is absent: a killed
+    run's results): equal stamps, the same row. The row cache and `minitrain serve` both key on it."""
+    out = []
+    for name in (reader.METRICS, reader.MANIFEST, reader.RESULTS):
+        try:
+            st = (Path(run) / name).stat()
+            out.append([st.st_size, st.st_mtime_ns])
+        except OSError:
+            out.append(None)
+    return out
+
+
 class RowCache:
     """ROW_CACHE read once and written once per table: {run: {"stamp", "verdict", "series"}}. Damaged or
     absent, it is empty (it only saves time). A live or sealed run's verdict is never taken from it."""
 
     def __init__(self, experiments: Path):
-        self.path = Path(experiments) / ROW_CACHE
+        self.experiments = Path(experiments)
+        self.path = self.experiments / ROW_CACHE
         try:
             old = jsonfile.read_json(self.path, "row cache") if self.path.is_file() else {}
         except UserError:
             old = {}
         self.code = _code_stamp()
-        self.old = old if isinstance(old, dict) and old.get("code") == self.code else {}
+        runs = old.get("runs") if isinstance(old, dict) and old.get("code") == self.code else None
+        self.old = runs if isinstance(runs, dict) else {}  # another code's, or damaged: nothing reused
         self.new: dict = {}
 
-    @staticmethod
-    def stamp(run: Path) -> list:
-        """Size and time of the files a row is made of (None for one that is absent: a killed run's results)."""
-        out = []
-        for name in (reader.METRICS, reader.MANIFEST, reader.RESULTS):
-            try:
-                st = (run / name).stat()
-                out.append([st.st_size, st.st_mtime_ns])
-            except OSError:
-                out.append(None)
-        return out
+    def entry(self, run: Path) -> dict:
+        """The run's cached entry while its stamp is unchanged, else a fresh one (kept for the next table)."""
+        rel = Path(run).relative_to(self.experiments).as_posix()
+        if rel not in self.new:
+            stamp, entry = run_stamp(run), self.old.get(rel)
+            self.new[rel] = entry if isinstance(entry, dict) and entry.get("stamp") == stamp else {"stamp": stamp}
+        return self.new[rel]
 
-    def stale(self, run: Path, rel: str) -> bool:
-        entry = (self.old.get("runs") or {}).get(rel)
-        return not isinstance(entry, dict) or entry.get("stamp") != self.stamp(run)
-
-    def entry(self, run: Path, rel: str) -> dict:
-        if rel in self.new:
-            return self.new[rel]
-        stamp = self.stamp(run)
-        entry = (self.old.get("runs") or {}).get(rel)
-        if not isinstance(entry, dict) or entry.get("stamp") != stamp:
-            entry = {"stamp": stamp}
-        self.new[rel] = entry
-        return entry
-
-    def verdict(self, run: Path, sealed: bool, live: bool, rel: str) -> str:
-        entry = self.entry(run, rel)
+    def verdict(self, run: Path, sealed: bool, live: bool) -> str:
+        entry = self.entry(run)
         if sealed or live:
             entry.pop("verdict", None)  # the cache beside the table never holds a sealed run's answer
             return verdict_text(run, sealed, live)
@@ -229,8 +226,8 @@ class RowCache:
             entry["verdict"] = verdict_text(run, sealed, live)
         return entry["verdict"]
 
-    def series(self, run: Path, rel: str) -> dict | None:
-        entry = self.entry(run, rel)
+    def series(self, run: Path) -> dict | None:
+        entry = self.entry(run)
         if "series" not in entry:
             entry["series"] = compact_series(run)
         return entry["series"]
@@ -255,18 +252,16 @@ def write_index(experiments: Path, sealed: set[Path] | None = None, notice=None)
     rows, series = [], {}
     cache = RowCache(experiments)
     runs = find_runs(experiments)
-    todo = sum(1 for run in runs if cache.stale(run, run.relative_to(experiments).as_posix()))
+    todo = sum(1 for run in runs if "series" not in cache.entry(run))  # changed since the last table, or new
     if notice and todo > NOTICE_RUNS:
         notice(f"runs table {experiments / 'index.html'}: reading {todo} runs under {experiments} once (their rows "
                f"are then kept in {experiments / ROW_CACHE}); to skip this, keep runs in an experiments folder of their own")
     with reader.metrics_once():  # each run's verdict and its series, one after the other: its rows read once
         for run in runs:
-            rel = run.relative_to(experiments).as_posix()
-            verdict = lambda r, s, live, rel=rel: cache.verdict(r, s, live, rel)  # noqa: E731
             rows.append(run_row(run, experiments, None if sealed_set is None else run.resolve() in sealed_set,
-                                verdict))
+                                cache.verdict))
             if rows[-1]["kind"] == "run":
-                series[rows[-1]["run"]] = cache.series(run, rel) if not rows[-1].get("live") else compact_series(run)
+                series[rows[-1]["run"]] = compact_series(run) if rows[-1].get("live") else cache.series(run)
     page = render_index(f"{experiments.resolve().name}: minitrain runs", rows, series, served=False)
     out = experiments / "index.html"
     files.atomic_write_text(out, page)

@@ -68,11 +68,7 @@ class Site:
     def verdict(self, run: Path, sealed: bool, live: bool) -> str:
         if sealed or live:
             return index.verdict_text(run, sealed, live)
-        try:
-            st = (run / reader.METRICS).stat()
-            key = (str(run), st.st_size, st.st_mtime_ns)
-        except OSError:
-            key = (str(run), None, None)
+        key = (str(run), repr(index.run_stamp(run)))
         with self.lock:
             if key in self.verdicts:
                 return self.verdicts[key]
