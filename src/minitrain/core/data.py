@@ -207,18 +207,18 @@ def _prepare(corpus_seed: int, val_verbs: tuple[str, ...], vocab_size: int, cont
     rows = corpus.generate(corpus_seed, corpus_scale)
     train_rows, val_rows = corpus.split(rows, list(val_verbs), corpus_seed)
     tok = train_tokenizer(training_texts(train_rows), vocab_size)
-    # every row encoded once: whether it fits the context and its EncodedSet read the same ids
-    train_enc = [encode_row(tok, r.spanish, r.text) for r in train_rows]
-    val_enc = [encode_row(tok, r.spanish, r.text) for r in val_rows]
-    # Rows longer than the context are dropped (and counted): mostly held-out verbs, whose words the
-    # training-split tokenizer has never merged and so spells out in short pieces.
-    dropped = {"train": sum(not fits(ids, context) for ids, _ in train_enc),
-               "val": sum(not fits(ids, context) for ids, _ in val_enc)}
+    # every row encoded once: whether it fits the context and its EncodedSet read the same ids. Rows longer
+    # than the context are dropped (and counted): mostly held-out verbs, whose words the training-split
+    # tokenizer has never merged and so spells out in short pieces.
+    def fitting(split: list) -> list:
+        encoded = ((r, encode_row(tok, r.spanish, r.text)) for r in split)
+        return [(r, e) for r, e in encoded if fits(e[0], context)]
+
+    train_pairs, val_pairs = fitting(train_rows), fitting(val_rows)
+    dropped = {"train": len(train_rows) - len(train_pairs), "val": len(val_rows) - len(val_pairs)}
     if dropped["train"] > len(train_rows) // 2 or dropped["val"] == len(val_rows):
         raise UserError(f"context={context} is too short: {dropped['train']} of {len(train_rows)} training rows "
                         f"and {dropped['val']} of {len(val_rows)} validation rows do not fit; raise context (default 32)")
-    train_pairs = [(r, e) for r, e in zip(train_rows, train_enc) if fits(e[0], context)]
-    val_pairs = [(r, e) for r, e in zip(val_rows, val_enc) if fits(e[0], context)]
     if len(val_pairs) > val_max_rows:  # an evenly spaced, fixed subset: same rows for every run
         stride = len(val_pairs) / val_max_rows
         val_pairs = [val_pairs[int(i * stride)] for i in range(val_max_rows)]

@@ -83,7 +83,7 @@ def encode_rows(tok: Tokenizer, rows: list[Row], context: int,
     if encoded is None:
         encoded = [encode_row(tok, r.spanish, r.text) for r in rows]
     for r, (ids, start) in zip(rows, encoded):
-        if len(ids) - 1 > context:
+        if not fits(ids, context):
             raise UserError(
                 f"row {r.id!r} is {len(ids)} tokens, more than context+1={context + 1}; "
                 "raise context or shorten the sentence"
