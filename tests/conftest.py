@@ -119,8 +119,14 @@ class ForkedCLI:
 
 
 def _cli_child(argv: list[str]) -> None:
+    import signal
+
     from minitrain import cli
 
+    # the signal dispositions a new `python -m minitrain` starts with, not the test process's (a Ray driver
+    # started by an earlier test in this worker handles SIGTERM, and the runner defers to such a handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)
     os.dup2(null, 2)
