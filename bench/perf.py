@@ -20,7 +20,8 @@ loop taking each step in turn, the order rotated every step), timing every step:
   default    the project's loop exactly as a default run drives it (full telemetry, a metrics row every
              step, validation every 100 steps, a checkpoint every 100, spectral norms every 50)
   telemetry  the same loop with validation and checkpoints switched off: the default telemetry (and its
-             metrics row, written and flushed every step) against the bare step, the issue's 1.15x target
+             metrics row every step, written as `minitrain train` writes it) against the bare step, the
+             issue's 1.15x target
   natural    the telemetry loop with `natural_signals` on (docs/natural-instabilities.md)
   before     with `--before SRC` (another checkout's src folder, e.g. a worktree of main): that code's
              telemetry loop, imported beside this checkout's in the same process (its modules are put in
@@ -186,7 +187,9 @@ def default_loop(cfg, folder: Path):
 
     run = loop.build_run(cfg, folder)
     run.lock = runfiles.claim_run_dir(folder, force=True)
-    run.metrics = runfiles.MetricsWriter(folder / "metrics.jsonl")
+    # the writer as `minitrain train` opens it (a checkout whose loop has no `open_metrics` flushes every row)
+    opener = getattr(loop, "open_metrics", runfiles.MetricsWriter)
+    run.metrics = opener(folder / "metrics.jsonl")
 
     def steps(start: int, stop: int) -> None:
         loop.run_steps(run, start, stop_at=stop)

@@ -311,6 +311,8 @@ def run_steps(run: Run, start: int, on_row=None, stop_at: int | None = None) -> 
             row = train_step(run, step)
             if run.metrics:
                 run.metrics.write(row)
+                if row.get("val_loss") is not None:  # a live view shows each validation point at once
+                    run.metrics.flush()
             if run.sinks:
                 run.sinks.write(row)
             if on_row:
@@ -332,6 +334,15 @@ def run_steps(run: Run, start: int, on_row=None, stop_at: int | None = None) -> 
     finally:
         if bar:
             bar.close()
+
+
+# A run's rows reach metrics.jsonl in blocks at least this far apart (and before every checkpoint, at every
+# validation and at the end: files.MetricsWriter); a live view (`minitrain serve`) lags by at most this much
+METRICS_FLUSH_SECONDS = 0.5
+
+
+def open_metrics(path: Path) -> files.MetricsWriter:
+    return files.MetricsWriter(path, flush_every=METRICS_FLUSH_SECONDS)
 
 
 def non_finite_weights(model: GPT) -> str | None:
@@ -489,7 +500,7 @@ def train(cfg: TrainConfig, out: Path, force: bool = False, fork: bool = True,
             write_tokenizer(run)
             if donor:
                 files.atomic_write_bytes(out / "metrics.jsonl", prefix)
-            run.metrics = files.MetricsWriter(out / "metrics.jsonl")
+            run.metrics = open_metrics(out / "metrics.jsonl")
             write_manifest(run, "running", {**environment(run.device), **forked, "started": now_iso()})
         return _drive(run, start, forked, stop_at)
     except OSError as e:
@@ -646,7 +657,7 @@ def _resume_locked(out: Path, device: str | None, lock, stop_at: int | None = No
         files.truncate_metrics(metrics_path, metrics_bytes)
     else:  # the donor's rows (verified), or none: whatever the killed run had copied is replaced
         files.atomic_write_bytes(metrics_path, donor_rows if meta is not None else b"")
-    run.metrics = files.MetricsWriter(metrics_path)
+    run.metrics = open_metrics(metrics_path)
     extra = {"distributed": None} if "distributed" in manifest else {}  # a DDP run resumed on one process
     if not steps:
         extra.update(forked)
