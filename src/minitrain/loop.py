@@ -148,6 +148,7 @@ def train_step(run: Run, step: int) -> dict:
     with distributed.autocast(cfg, run.device):
         # logits at the loss's targets only, [targets, V]: the Spanish prompt and the padding are not read
         logits = run.forward(local.x, local.key_pad, causal=cfg.causal_mask, at=local.target_index())
+    run.telemetry.after_forward(logits)  # (logit_max while the logits are in cache)
     # this rank's share of the GLOBAL token mean: every rank holds the global batch, so its target-token
     # count needs no all-reduce
     target_tokens = batch.loss_mask.sum().to(run.device)

@@ -175,13 +175,14 @@ class GPT(nn.Module):
             self.last_mask, self.last_key_pad = mask, key_pad
         rot = self.rope[:T]
         h = self.tok_emb(x)
-        acts = []
+        outs = []
         for i, block in enumerate(self.blocks):
             pruned = prune_last and at is not None and i == len(self.blocks) - 1
             h = block(h, mask, rot, at if pruned else None)
             if self.record_activations:
-                acts.append(h.detach().abs().mean())
-        self.last_activations = acts
+                outs.append(h)
+        # after the last block: the same operations one after another, each after its first in cache
+        self.last_activations = [o.detach().abs().mean() for o in outs]
         if at is not None and h.dim() == 3:  # not already cut to the targets by a pruned last block
             h = h.flatten(0, 1).index_select(0, at)
         h = self.ln_f(h)

@@ -91,7 +91,8 @@ def _largest_abs(lo: float, hi: float) -> list[float]:
     return [math.nan if math.isnan(lo) or math.isnan(hi) else max(hi, -lo)]  # torch.maximum's NaN rule
 
 
-StepView = collections.namedtuple("StepView", "model logits loss grad_norm")  # what a step signal may read
+# what a step signal may read; `logit_range`: aminmax of the logits taken right after the forward, or None
+StepView = collections.namedtuple("StepView", "model logits loss grad_norm logit_range")
 
 
 # Per-step signals: (row key, how DDP ranks combine each value (max, min or mean), function of the StepView ->
@@ -100,8 +101,8 @@ StepView = collections.namedtuple("StepView", "model logits loss grad_norm")  # 
 # one stack (a step pays for each kind of tensor operation telemetry adds: docs/benchmarks.md). Ranks hold
 # equal-shaped shares, so a mean of rank means is the global mean.
 STEP_SIGNALS = (  # logit_max: max(hi, -lo) of one aminmax pass (no |logits| copy), on the host
-    ("logit_max", ("min", "max"), lambda s: list(torch.aminmax(s.logits.detach())), lambda xs: _largest_abs(*xs),
-     False),
+    ("logit_max", ("min", "max"), lambda s: list(s.logit_range or torch.aminmax(s.logits.detach())),
+     lambda xs: _largest_abs(*xs), False),
     ("act", "mean", lambda s: s.model.last_activations, None, True),
 )
 
@@ -180,6 +181,7 @@ class Telemetry:
         self.device = self.params[0].device
         self.numel = torch.tensor(self.sizes, dtype=torch.float32, device=self.device)
         self.numel_host = self.numel.tolist()  # the same float32 values
+        self.logit_range: tuple[torch.Tensor, torch.Tensor] | None = None  # set by after_forward
         # the detail schedule's state (module docstring); `state()` / `restore()` carry it through checkpoints
         self.ema_grad: float | None = None
         self.ema_loss: float | None = None
@@ -187,6 +189,10 @@ class Telemetry:
         self.vm_prev: list[float] | None = None
 
     # --- called by the loop around the optimizer step ---
+    def after_forward(self, logits: torch.Tensor) -> None:
+        """logit_max's aminmax, taken while the logits are still in cache (`measure` takes it otherwise)."""
+        self.logit_range = torch.aminmax(logits.detach())
+
     def after_backward(self, grads: list[torch.Tensor]) -> torch.Tensor | None:
         """Per-tensor gradient norms before clipping (and after any gradient injection), stacked; returned so
         that the clip can reuse them (None with basic telemetry)."""
@@ -230,7 +236,7 @@ class Telemetry:
         """The step's telemetry fields, and [loss, grad_norm, *extra] on the host: the caller's own numbers
         (`extra`, a 1-d tensor) ride along in the step's ONE device-to-host transfer. Every tensor read here
         is detached or holds no graph (no grad-mode switch needed)."""
-        view = StepView(self.model, logits, loss, grad_norm)
+        view, self.logit_range = StepView(self.model, logits, loss, grad_norm, self.logit_range), None
         parts = [fn(view) for _, _, fn, _, _ in STEP_SIGNALS]
         head = _float32(torch.stack([loss.detach(), grad_norm.detach(), *(t for part in parts for t in part)]))
         if distributed.world_size() > 1:
