@@ -126,6 +126,9 @@ class Run:
     def __post_init__(self):
         self.params = dict(self.model.named_parameters())  # by stable name (see model.py)
         self.swap = frozenset(self.cfg.swap_steps)  # steps whose batch a counterfactual replay replaces
+        # the process group is joined before the run is built and kept to its end: read once, not every step
+        self.world, self.main = distributed.world_size(), distributed.is_main()
+        self.backward_scale = distributed.backward_scale()
 
 
 def train_step(run: Run, step: int) -> dict:
@@ -138,8 +141,8 @@ def train_step(run: Run, step: int) -> dict:
     if run.swap and step in run.swap:  # COUNTERFACTUAL (lab/explain.py): another batch of the same data order
         batch = run.data.train_batch(step + cfg.swap_offset, cfg.batch_size, cfg.seed)
     run.last_batch = batch
-    local = distributed.local_rows(batch).to(run.device)
-    evaluating = step % cfg.eval_every == 0 and distributed.is_main()  # DDP: rank 0 alone measures and logs
+    local = (distributed.local_rows(batch) if run.world > 1 else batch).to(run.device)
+    evaluating = step % cfg.eval_every == 0 and run.main  # DDP: rank 0 alone measures and logs
     val_loss = evaluate(model, run.data.val_batches) if evaluating else None
     # 2. schedule, forward (loss measured before this step's update), backward
     lr = maybe_inject("lr", step, lr_at(step, cfg), run.inject)  # INJECT at the LR (lr_spike)
@@ -157,7 +160,7 @@ def train_step(run: Run, step: int) -> dict:
     objective = loss + z_loss_term(logits, cfg.z_loss, target_tokens) if cfg.z_loss else loss
     for p in run.params.values():  # opt.zero_grad(set_to_none=True), without its per-call dynamo wrapper
         p.grad = None
-    scale = distributed.backward_scale()  # x world size: DDP averages gradients (1 alone: no multiply)
+    scale = run.backward_scale  # x world size: DDP averages gradients (1 alone: no multiply)
     (objective * scale if scale != 1 else objective).backward()
     # 3. INJECT at the gradients (A: scale; after backward, i.e. after DDP's all-reduce), then clip-and-step
     params = run.params
@@ -186,7 +189,7 @@ def metrics_row(run: Run, step, lr, loss, per_target, batch, logits, grad_norm, 
     # regular and irregular rows' loss sums in one product, summed over ranks with the loss share (as they
     # are on one process); their target counts are the global batch's, known on the host
     split = batch.target_kinds() @ per_target
-    if distributed.world_size() > 1:
+    if run.world > 1:
         sums = distributed.all_reduce(torch.cat([loss.detach().reshape(1), split]), "sum")
         loss, split = sums[0], sums[1:]
     reg_n, irr_n = run.last_batch.kind_counts()
