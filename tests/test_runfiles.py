@@ -1,4 +1,6 @@
+import hashlib
 import json
+import math
 import shutil
 
 import pytest
@@ -26,6 +28,33 @@ def test_read_metrics_tolerates_a_partial_last_line(tmp_path):
     p.write_text('{"step":0}\ngarbage\n{"step":2}\n')
     with pytest.raises(UserError, match="line 2 is corrupt"):
         reader.read_metrics(p)
+
+
+def test_metrics_rows_wait_for_their_block_and_are_on_disk_before_an_offset_or_digest_is_given(tmp_path):
+    """train's writer keeps rows until `flush_every` seconds have passed since its last block, or until
+    flush, tell, digest or close: the offset and sha256 a checkpoint records always describe rows on disk."""
+    rows = [{"step": i, "loss": 1 / (i + 3), "params": {"w": {"g": 0.5, "vm": 1.2e-06}}} for i in range(5)]
+    lines = [files.dumps_row(r).encode() for r in rows]
+    p = tmp_path / "metrics.jsonl"
+    w = files.MetricsWriter(p, flush_every=3600)
+    for row in rows[:3]:
+        w.write(row)
+    assert p.read_bytes() == b""
+    assert w.tell() == len(b"".join(lines[:3])) and p.read_bytes() == b"".join(lines[:3])
+    w.write(rows[3])
+    assert w.digest() == hashlib.sha256(b"".join(lines[:4])).hexdigest() == hashlib.sha256(p.read_bytes()).hexdigest()
+    w.flushed_at -= 3600  # the block's time has passed: the next row goes out with it
+    w.write(rows[4])
+    assert p.read_bytes() == b"".join(lines)
+    w.write({"step": 5, "loss": math.nan})
+    w.close()  # the end writes what waits, still strict JSON
+    assert p.read_bytes() == b"".join(lines) + files.dumps_row({"step": 5, "loss": math.nan}).encode()
+    assert b"NaN" not in p.read_bytes()
+    q = tmp_path / "probe.jsonl"  # flush_every 0 (the probe's): every row on disk as it comes
+    w = files.MetricsWriter(q)
+    w.write(rows[0])
+    assert q.read_bytes() == lines[0]
+    w.close()
 
 
 def test_non_finite_loss_stops_cleanly_and_keeps_rows(tmp_path):

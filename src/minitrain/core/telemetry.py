@@ -91,8 +91,7 @@ def _largest_abs(lo: float, hi: float) -> list[float]:
     return [math.nan if math.isnan(lo) or math.isnan(hi) else max(hi, -lo)]  # torch.maximum's NaN rule
 
 
-# what a step signal may read; `logit_range`: aminmax of the logits taken right after the forward, or None
-StepView = collections.namedtuple("StepView", "model logits loss grad_norm logit_range")
+StepView = collections.namedtuple("StepView", "model logits loss grad_norm logit_range")  # what a signal reads
 
 
 # Per-step signals: (row key, how DDP ranks combine each value (max, min or mean), function of the StepView ->
@@ -100,7 +99,7 @@ StepView = collections.namedtuple("StepView", "model logits loss grad_norm logit
 # Adding a signal is one entry here (and a line in docs/metrics.md). `measure` stacks all signals' tensors in
 # one stack (a step pays for each kind of tensor operation telemetry adds: docs/benchmarks.md). Ranks hold
 # equal-shaped shares, so a mean of rank means is the global mean.
-STEP_SIGNALS = (  # logit_max: max(hi, -lo) of one aminmax pass (no |logits| copy), on the host
+STEP_SIGNALS = (  # logit_max: max(hi, -lo) of one aminmax pass (after_forward's, or taken here), on the host
     ("logit_max", ("min", "max"), lambda s: list(s.logit_range or torch.aminmax(s.logits.detach())),
      lambda xs: _largest_abs(*xs), False),
     ("act", "mean", lambda s: s.model.last_activations, None, True),
@@ -175,13 +174,12 @@ class Telemetry:
         self.prev: list[torch.Tensor] = []  # the copy, allocated when first needed
         self.copied = False  # was the copy taken before this step
         self.stepped = True  # did the optimizer step (a remedy may skip it)
-        self.grad_norms: torch.Tensor | None = None
+        self.grad_norms = self.logit_range = None  # set by after_backward and after_forward
         self.beta2 = cfg.beta2
         self.sizes = [p.numel() for p in self.params]
         self.device = self.params[0].device
         self.numel = torch.tensor(self.sizes, dtype=torch.float32, device=self.device)
         self.numel_host = self.numel.tolist()  # the same float32 values
-        self.logit_range: tuple[torch.Tensor, torch.Tensor] | None = None  # set by after_forward
         # the detail schedule's state (module docstring); `state()` / `restore()` carry it through checkpoints
         self.ema_grad: float | None = None
         self.ema_loss: float | None = None
@@ -189,8 +187,7 @@ class Telemetry:
         self.vm_prev: list[float] | None = None
 
     # --- called by the loop around the optimizer step ---
-    def after_forward(self, logits: torch.Tensor) -> None:
-        """logit_max's aminmax, taken while the logits are still in cache (`measure` takes it otherwise)."""
+    def after_forward(self, logits: torch.Tensor) -> None:  # logit_max's aminmax while the logits are in cache
         self.logit_range = torch.aminmax(logits.detach())
 
     def after_backward(self, grads: list[torch.Tensor]) -> torch.Tensor | None:
@@ -247,8 +244,7 @@ class Telemetry:
         # the step's ONE transfer: loss, norm, signals, the caller's numbers, the every-step statistics key by key
         vals = torch.cat([head, *([] if extra is None else [_float32(extra)]), *every]).tolist()
         n_head, n_host = head.shape[0], 2 + (0 if extra is None else extra.shape[0])
-        host = vals[:2] + vals[n_head:n_head - 2 + n_host]
-        loss_f, norm_f = host[0], host[1]
+        loss_f, norm_f, *_ = host = vals[:2] + vals[n_head:n_head - 2 + n_host]
         ends = list(itertools.accumulate((len(part) for part in parts), initial=2))  # each signal's values
         signals = [(on_host or list)(vals[a:b]) for (_, _, _, on_host, _), a, b in zip(STEP_SIGNALS, ends, ends[1:])]
         composition = self.batch_composition(batch) if batch is not None else None
@@ -268,8 +264,7 @@ class Telemetry:
             columns = [columns[keys.index(key)] for key in order]
         # every telemetry float rounded in one call: the signals' values, then the statistics'
         rounded = rnd_all([*(x for xs in signals for x in xs), *(x for column in columns for x in column)])
-        out: dict = {}
-        at = 0
+        out, at = {}, 0
         for (key, _, _, _, as_list), xs in zip(STEP_SIGNALS, signals):
             out[key] = rounded[at:at + len(xs)] if as_list else rounded[at]
             at += len(xs)
@@ -459,8 +454,7 @@ class _Moments:
 
     def __init__(self, tel: Telemetry, states: list[dict]):
         self.tel, self.states = tel, states
-        self.norms = lambda ts: torch.stack(torch._foreach_norm(ts))
-        self.numel = tel.numel
+        self.numel, self.norms = tel.numel, lambda ts: torch.stack(torch._foreach_norm(ts))
         self.grad_norms = tel.grad_norms if tel.grad_norms is not None else torch.zeros_like(tel.numel)
         self.v = [st["exp_avg_sq"] for st in states]
         self.v_sums = torch.stack([v.sum() for v in self.v])  # (3.5x faster than an L1 _foreach_norm)
