@@ -160,9 +160,9 @@ def evaluate(cases: list[Case], suite: Path) -> None:
     for c in cases:
         run = suite / c.folder
         t0 = time.perf_counter()
-        verdict = stability.diagnose_run(run)
+        ev = stability.load_evidence(run)  # what diagnose_run does, keeping the evidence for the readings
+        verdict = stability.walk(ev)
         secs = time.perf_counter() - t0
-        ev = stability.load_evidence(run)
         flags = detectors.run_detectors(ev.loss, ev.grad_norm)
         c.result = {
             "leaf": verdict["leaf"], "cause": verdict["cause"], "anomaly_step": verdict["anomaly_step"],

@@ -235,3 +235,24 @@ def small_blind_lab(small_baseline, tmp_path_factory):
         blind.make_lab("spike", root / "experiments" / "19-blind", list(SMALL))
 
     yield from read_only(built_once(tmp_path_factory, "blind", make) / "experiments")
+
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's headless Chromium through Playwright, launched once per worker (each test opens its own
+    context, so nothing is shared between tests but the process); skipped when it is not installed."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"chromium is not installed at {CHROMIUM} (Debian: apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("the playwright python package is not installed (pip install -e '.[test]')")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield b
+        b.close()

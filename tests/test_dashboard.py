@@ -26,9 +26,6 @@ from minitrain.lab.runs import write_pages
 from minitrain.views import dashboard
 
 K = 30
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 HOSTILE = '</script><script>alert("x")</script><img src=x onerror=alert(1)> & <!--'
 
@@ -330,20 +327,6 @@ def test_a_failing_dashboard_never_loses_the_run(tmp_path, monkeypatch, capsys):
 # ---------------------------------------------------------------------------------------------------
 # A real browser, network blocked
 # ---------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip(f"chromium is not installed at {CHROMIUM} (Debian: apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("the playwright python package is not installed (pip install -e '.[test]')")
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield b
-        b.close()
 
 
 class Opened:

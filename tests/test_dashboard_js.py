@@ -7,7 +7,6 @@ import pytest
 
 from minitrain.analysis import panels
 from minitrain.views import dashboard
-from test_dashboard import browser  # noqa: F401  (the fixture: chromium, every network request refused)
 
 
 @pytest.fixture(scope="module")

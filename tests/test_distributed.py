@@ -1,13 +1,13 @@
 """DDP under torchrun (gloo on CPU), devices, bf16, presets and the corpus-size knob.
 
 One torchrun launch (2 processes) runs the whole distributed side through the real CLI, `minitrain.cli.main`:
-a 50-step baseline, the three injections at K=25 forked from it, and two refusals. The single-process
+a 30-step baseline, the three injections at K=15 forked from it, and two refusals. The single-process
 counterparts (batch 8 on one process) are trained in this process.
 
 Tolerance: world size 2 with per-rank batch 4 sums the same numbers as one process with batch 8, in another
 order (per-rank partial sums, then the all-reduce), so rows agree to float32 rounding, not bit for bit.
-Stated bound over 50 steps: |loss difference| < 1e-5 and relative grad_norm difference < 1e-5
-(measured on this machine: 1.4e-6 and 1.2e-7). Telemetry rounded to 5 significant digits: relative 1e-3.
+Stated bound over 30 steps: |loss difference| < 1e-5 and relative grad_norm difference < 1e-5
+(measured on this machine: 9.5e-7 and 1.2e-7). Telemetry rounded to 5 significant digits: relative 1e-3.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from minitrain.core.config import PRESETS, TrainConfig, build_config
 from minitrain.core.data import prepare
 from minitrain.core.errors import UserError
 
-STEPS, K = 50, 25
+STEPS, K = 30, 15
 DDP_SET = [f"steps={STEPS}", "ckpt_every=10", "eval_every=10", "spectral_every=10", "warmup_steps=10",
            "progress=false", "ckpt_keep_last=0"]  # every checkpoint kept: the injections fork at K
 INJECTIONS = ("scale", "bad_batch", "v_corrupt")
@@ -128,7 +128,7 @@ def test_each_injection_fires_once_on_every_rank_at_k(ddp, single, injection):
     got = rows(run)
     assert [(r["step"], r["injected"]) for r in got if r["injected"]] == [(K, injection)]
     m = manifest(run)
-    assert m["forked_from"] == {"run": "base", "checkpoint_step": 20}
+    assert m["forked_from"] == {"run": "base", "checkpoint_step": 10}
     assert m["injection"]["record"]["step"] == K
     assert m["injection"]["record"]["fired_steps_by_rank"] == [[K], [K]]  # gathered from both ranks
     assert m["distributed"]["replicas_agree"]  # a rank that skipped it would have other weights

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_one_line_error, run_cli
-from test_dashboard import ARTIFACTS, browser  # noqa: F401 - the browser fixture (headless Chromium)
+from test_dashboard import ARTIFACTS
 from minitrain.analysis import regimes, signature
 from minitrain.core.config import PRESETS, build_config
 from minitrain.lab import explore

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from conftest import SMALL_K, run_cli
-from test_dashboard import browser  # noqa: F401 - the fixture (headless Chromium)
 from minitrain.views import index
 
 

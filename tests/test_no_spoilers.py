@@ -19,7 +19,6 @@ from conftest import LAB_LETTERS, SMALL_K, run_cli, small_args
 from minitrain.analysis import signature, stability
 from minitrain.core.fmt import fmt
 from minitrain.lab import learner, parallel
-from test_dashboard import browser  # noqa: F401  (the fixture: chromium, every network request refused)
 
 SPIKE_RUNS = [f"19-injection-{letter}-k{SMALL_K}" for letter in "ABC"]
 BLIND_RUNS = ["19-blind/01", "19-blind/02", "19-blind/03"]

@@ -365,32 +365,27 @@ def test_refuses_a_folder_holding_a_run_and_a_misplaced_log(tmp_path, data):
     assert probe.closed and json.loads((tmp_path / "late" / "results.json").read_text())["steps_done"] == 0
 
 
-def test_dashboard_of_a_probe_run_renders_in_chromium(runs, capsys):
+def test_dashboard_of_a_probe_run_renders_in_chromium(runs, browser):
     """`minitrain dashboard` on a probe run: the page opens offline in headless Chromium, draws the foreign
     model's panels (its own tensor names, its two blocks) and logs no error."""
     assert main(["dashboard", str(runs["plain"])]) == 0
-    chromium = Path("/usr/bin/chromium")
-    if not chromium.exists():
-        pytest.skip("chromium is not installed at /usr/bin/chromium (Debian: apt-get install chromium)")
-    sync_playwright = pytest.importorskip("playwright.sync_api").sync_playwright
     errors, requests = [], []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(chromium), args=["--headless", "--no-sandbox", "--disable-gpu"])
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
-                       else (requests.append(route.request.url), route.abort()))
-            page.goto((runs["plain"] / "dashboard.html").resolve().as_uri())
-            page.wait_for_function("window.__dashboardReady === true", timeout=30_000)
-            text = page.inner_text("body")
-            titles = page.locator(".panel h2").all_text_contents()
-            artifacts = Path(__file__).resolve().parent.parent / "test-artifacts"
-            artifacts.mkdir(exist_ok=True)
-            page.screenshot(path=str(artifacts / "probe-dashboard.png"), full_page=True)
-        finally:
-            browser.close()
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        page = context.new_page()
+        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
+                   else (requests.append(route.request.url), route.abort()))
+        page.goto((runs["plain"] / "dashboard.html").resolve().as_uri())
+        page.wait_for_function("window.__dashboardReady === true", timeout=30_000)
+        text = page.inner_text("body")
+        titles = page.locator(".panel h2").all_text_contents()
+        artifacts = Path(__file__).resolve().parent.parent / "test-artifacts"
+        artifacts.mkdir(exist_ok=True)
+        page.screenshot(path=str(artifacts / "probe-dashboard.png"), full_page=True)
+    finally:
+        context.close()
     assert errors == [] and requests == []
     assert any("Loss" in t for t in titles) and any("Gradient norm" in t for t in titles)
     assert "transformer.wte.weight" in text or "transformer.h.0" in text

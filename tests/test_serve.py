@@ -19,7 +19,6 @@ import torch
 
 from conftest import ctrl_c_as_at_a_terminal
 from minitrain.lab import spoilers
-from test_dashboard import browser  # noqa: F401 - the fixture (headless Chromium)
 from minitrain.views import serve
 
 

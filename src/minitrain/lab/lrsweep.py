@@ -163,7 +163,7 @@ def collect(sw: Sweep) -> dict:
     cfg = run_config(sw.grid, VARIANTS[0], lrs[0], sw.overrides)
     return {
         "grid": sw.grid, "lrs": lrs, "overrides": sw.overrides, "steps": cfg.steps, "seed": cfg.seed,
-        "preset": cfg.preset, "warmup_steps": cfg.warmup_steps, "long_warmup_steps": min(cfg.steps - 1, LONG_WARMUP * cfg.warmup_steps),
+        "preset": cfg.preset, "weight_decay": cfg.weight_decay, "warmup_steps": cfg.warmup_steps, "long_warmup_steps": min(cfg.steps - 1, LONG_WARMUP * cfg.warmup_steps),
         "z_loss": Z_LOSS, "params": judge.parameter_count(cfg),
         "variants": [{"name": v.name, "what": v.what} for v in VARIANTS],
         "runs": runs, **judge.judge_sweep(runs, lrs),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from minitrain.analysis import signature, stability
+from minitrain.analysis import readings, signature, stability
 from minitrain.analysis.compare import measure
 from minitrain.core.errors import UserError
 from minitrain.core.fmt import fmt
@@ -95,7 +95,8 @@ def measured_block(fault: str, run_id: str | None, lab: Lab, experiments: Path, 
     lines = [f"**Measured on your run {where}** against `{m['baseline'] or 'no baseline found'}` (seed {seed}"
              + (f", K = {k}" if k is not None else "") + "):"]
     lines += measured_lines(fault, m)
-    verdict = walk(run)
+    checks = readings.read(run)  # the walk the run's page made (readings.once), not a second one
+    verdict = checks["verdict"] if checks else None
     if verdict:
         lines.append(f"  - the stability walker on this run: {verdict.get('leaf')} ({verdict.get('cause')}), "
                      f"anomaly at step {verdict.get('anomaly_step')}")
@@ -173,14 +174,16 @@ def reveal(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pa
             head += "; it has been EDITED since: the sealed text is what is graded"
     log_reveal(d, lab, seal, new_seal)  # the trace first: an interrupt from here on leaves it behind
     mark_revealed(d, lab, seal)
-    visible = open_lab(name, lab, experiments, mapping)
-    _, flags = history_flags(d, lab, seal, experiments)
-    ref_text, refs = read_reference(lab, solutions)
-    out = [head, *flags, ""]
-    problems = check_reference(refs)
-    if problems:
-        out += ["WARNING: the reference solutions disagree with the stability tree: " + "; ".join(problems), ""]
-    out.append(complete_reference(ref_text, refs, lab, experiments, mapping))
+    with readings.once(), reader.metrics_once():  # the pages, the runs table, the lab report and the measured
+        # blocks read (and the first two walk) the same runs: once each
+        visible = open_lab(name, lab, experiments, mapping)
+        _, flags = history_flags(d, lab, seal, experiments)
+        ref_text, refs = read_reference(lab, solutions)
+        out = [head, *flags, ""]
+        problems = check_reference(refs)
+        if problems:
+            out += ["WARNING: the reference solutions disagree with the stability tree: " + "; ".join(problems), ""]
+        out.append(complete_reference(ref_text, refs, lab, experiments, mapping))
     if lab.key == "spike" and (Path(experiments) / "lab-report.md").exists():
         out += ["", (Path(experiments) / "lab-report.md").read_text()]
     out += ["", "Now visible, with the walker's answers in them:", *[f"  {p}" for p in visible]]
