@@ -52,6 +52,25 @@ def _table(data: dict, key: str, digits: int = 3) -> list[str]:
     return lines
 
 
+SCALE_DOCS = (  # the same sweep with one thing changed, committed beside the default grid's doc
+    ("docs/natural-instabilities-no-weight-decay.md", "the default grid with weight decay off",
+     "minitrain lr-sweep --set weight_decay=0"),
+    ("docs/natural-instabilities-medium-quick.md", "the quick grid (150-step runs) on the `medium` preset",
+     "minitrain lr-sweep --quick --set preset=medium"),
+)
+
+
+def _scale_text(data: dict) -> str:
+    """Where this sweep sits among the committed ones, and what no sweep here ran."""
+    others = "; ".join(f"{what} (`{command}`): {path}" for path, what, command in SCALE_DOCS)
+    return (f"Every figure above is the `{data['preset']}` preset at one seed. A claim marked *not at this scale* "
+            "did not show here (the model is not changed to make any phenomenon appear). The other sweeps "
+            f"committed: {others}; the course preset's default grid: docs/natural-instabilities.md. Not run for "
+            "lack of CPU time: the default grid (1000-step runs) on the `medium` preset (3.4M parameters, about "
+            "30x the course model's step time on CPU: `minitrain lr-sweep --set preset=medium`). Held-out seeds of "
+            "the plain model's failures: `bench/natural_suite.py` (docs/natural-suite.md).")
+
+
 def natural_md(data: dict) -> str:
     """The doc: the setup, the claims against this model, final loss / LR sensitivity / signals against the LR,
     and the natural failures labelled by intervention."""
@@ -108,13 +127,7 @@ def natural_md(data: dict) -> str:
           f"{c['cause'] or 'none (several or no intervention)'} |" for c in data["natural_cases"]),
         *([] if data["natural_cases"] else ["| - | no plain run failed | | |"]), "",
         "## Scale: what was not run", "",
-        f"Every figure above is the `{data['preset']}` preset at one seed. A claim marked *not at this scale* did not "
-        "show here; the `medium` preset (3.4M parameters, about 30x the course model's step time on CPU) was not "
-        "swept for lack of CPU time: `minitrain lr-sweep --set preset=medium` runs the same grid there (the "
-        "model is not changed to make any phenomenon appear). The same grid with weight decay off "
-        "(`minitrain lr-sweep --set weight_decay=0`): docs/natural-instabilities-no-weight-decay.md. "
-        "Held-out seeds of the plain model's failures: "
-        "`bench/natural_suite.py` (docs/natural-suite.md).", "",
+        _scale_text(data), "",
         f"Cost: the {len(data['runs'])} runs took {data['cold_cpu_seconds']:.0f} CPU s to train (one core each, on a "
         f"shared machine); this invocation trained {data['trained']} and reused {data['reused']} from the cache.", "",
     ]
