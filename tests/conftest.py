@@ -24,7 +24,6 @@ SMALL = ["steps=120", "ckpt_every=20", "eval_every=20", "spectral_every=40", "wa
          "ckpt_keep_last=0"]  # keep every checkpoint: tests fork at any K (retention: tests/test_faults.py)
 
 
-
 def ctrl_c_as_at_a_terminal() -> None:
     """Popen's preexec_fn for a child a test sends SIGINT: the default disposition back. A test run started
     in the background by a non-interactive shell (`cmd &`, nohup) inherits SIGINT ignored, and a Python child
@@ -32,6 +31,7 @@ def ctrl_c_as_at_a_terminal() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
 
 def small_config(*overrides: str):
     return build_config({}, [*SMALL, *overrides])
