@@ -19,9 +19,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL_K = 60  # the small lab's injection step (small_lab; test_injections.py, test_learner.py, test_faults.py)
 LAB_LETTERS = {"scale": "A", "bad_batch": "B", "v_corrupt": "C"}
 
-# A small run: same model and data, few steps. K must be < steps.
-SMALL = ["steps=120", "ckpt_every=20", "eval_every=20", "spectral_every=40", "warmup_steps=20", "progress=false",
-         "ckpt_keep_last=0"]  # keep every checkpoint: tests fork at any K (retention: tests/test_faults.py)
+# A small run: same model and data, few steps. K must be < steps. Validation on 64 rows (one batch, not the
+# default 256): the tests read that a validation happened and when, not how precise it is.
+SMALL = ["steps=120", "ckpt_every=20", "eval_every=20", "spectral_every=40", "warmup_steps=20", "val_max_rows=64",
+         "progress=false", "ckpt_keep_last=0"]  # keep every checkpoint: tests fork at any K (test_faults.py: retention)
 
 
 def ctrl_c_as_at_a_terminal() -> None:
@@ -238,6 +239,15 @@ def small_blind_lab(small_baseline, tmp_path_factory):
 
 
 CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = os.environ.get("MINITRAIN_TEST_ARTIFACTS")  # a folder for the browser tests' screenshots
+
+
+def screenshot(page, name: str) -> None:
+    """A full-page PNG of PAGE as ARTIFACTS/NAME, to look at, when MINITRAIN_TEST_ARTIFACTS names a folder; else
+    nothing (a full-page screenshot costs a second or two of Chromium and checks nothing)."""
+    if ARTIFACTS:
+        Path(ARTIFACTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(ARTIFACTS) / name), full_page=True)
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 

@@ -1,10 +1,11 @@
 """dashboard.html (experiments/index.html: test_index.py): content, escaping, damaged data, and a real headless browser.
 
-One tiny lab is trained once for the module: a 60-step baseline (checkpoints every 20), three injection runs
-at K=30 (scale, bad_batch, v_corrupt) and one blind run. The browser tests drive Debian's chromium through
-Playwright with every network request aborted (they are skipped when chromium is not installed): the panel
-registry's numbers and axis titles, legend toggle, smoothing slider, tooltip values, shared zoom (drag, wheel,
-shift+drag pan), PNG/CSV export, the blind badge, the sealed stability check, a compared run.
+One tiny lab is trained once for the module: a 60-step baseline (checkpoints every 10, all kept), three injection
+runs at K=30 (scale, bad_batch, v_corrupt) and one blind run, forked from the baseline at K. The browser tests
+drive Debian's chromium through Playwright with every network request aborted (they are skipped when chromium is
+not installed): the panel registry's numbers and axis titles, legend toggle, smoothing slider, tooltip values,
+shared zoom (drag, wheel, shift+drag pan), PNG/CSV export, the blind badge, the sealed stability check, a
+compared run.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import screenshot
 from minitrain import loop
 from minitrain.analysis import compare, movers, panels
 from minitrain.cli import main
@@ -26,12 +28,11 @@ from minitrain.lab.runs import write_pages
 from minitrain.views import dashboard
 
 K = 30
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 HOSTILE = '</script><script>alert("x")</script><img src=x onerror=alert(1)> & <!--'
 
 
 def tiny(**extra) -> "TrainConfig":  # noqa: F821
-    sets = ["steps=60", "ckpt_every=20", "eval_every=10", "spectral_every=10", "progress=false"]
+    sets = ["steps=60", "ckpt_every=10", "ckpt_keep_last=0", "eval_every=10", "spectral_every=10", "progress=false"]
     return build_config({}, sets + [f"{k}={v}" for k, v in extra.items()])
 
 
@@ -389,8 +390,7 @@ def test_browser_renders_the_registry_offline(lab, browser):
     assert modules == ["undefined"] * 3
     box = view.hover("grad", step=K)  # the K marker's label is in the tooltip at K
     assert "K=30: bad_batch" in page.locator("#panel-grad .tooltip").inner_text()
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+    screenshot(page, "dashboard.png")
     assert box["width"] > 600
     view.check_clean()
 

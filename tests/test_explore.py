@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import assert_one_line_error, run_cli
-from test_dashboard import ARTIFACTS
+from conftest import assert_one_line_error, run_cli, screenshot
 from minitrain.analysis import regimes, signature
 from minitrain.core.config import PRESETS, build_config
 from minitrain.lab import explore
@@ -189,7 +188,6 @@ def test_page_renders_offline_with_a_map_per_prediction(tiny_map, browser):
     header = page.locator("#map-A3 tr").first.inner_text()
     assert ("x50" in header) == (other == "factor") and cells.count() == 6
     assert page.locator("#trunks tr").count() == 1 + 3
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / "explore.png"), full_page=True)
+    screenshot(page, "explore.png")
     assert network == [] and errors == [], (network, errors)
     page.close()

@@ -9,12 +9,21 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
-transformers = pytest.importorskip("transformers")  # the optional extra (in .[test])
-torch = pytest.importorskip("torch")
+from conftest import screenshot
+from minitrain.cli import main
+from minitrain.core.errors import UserError
 
-from minitrain.cli import main  # noqa: E402
-from minitrain.core.errors import UserError  # noqa: E402
+transformers = None  # the optional extra (in .[test]): imported when this module's tests start, not at collection
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _transformers():
+    """`transformers` for the module's tests (skipped without it). Imported here, not at the top: every xdist
+    worker collects every module, and this import costs about a second."""
+    global transformers
+    transformers = pytest.importorskip("transformers")
 
 STEPS, K = 200, 120
 
@@ -381,9 +390,7 @@ def test_dashboard_of_a_probe_run_renders_in_chromium(runs, browser):
         page.wait_for_function("window.__dashboardReady === true", timeout=30_000)
         text = page.inner_text("body")
         titles = page.locator(".panel h2").all_text_contents()
-        artifacts = Path(__file__).resolve().parent.parent / "test-artifacts"
-        artifacts.mkdir(exist_ok=True)
-        page.screenshot(path=str(artifacts / "probe-dashboard.png"), full_page=True)
+        screenshot(page, "probe-dashboard.png")
     finally:
         context.close()
     assert errors == [] and requests == []

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, ForkedCLI, ctrl_c_as_at_a_terminal, small_args
+from conftest import ForkedCLI, small_args
 from minitrain.core.errors import UserError
 from minitrain.lab import runner
 from minitrain.run import files, reader
@@ -122,37 +120,56 @@ def test_a_donor_that_is_not_a_job_is_refused():
 
 # --- children die with their parent ---------------------------------------------------------------
 
-PARENT = """
-import sys
-from minitrain.lab import runner
-from test_runner import sleep_forever
-runner.run_jobs([runner.Job("sleeper", call=sleep_forever, args=(sys.argv[1],))], runner.LocalProcesses(1))
-"""
+def forked_parent(pidfile: Path) -> int:
+    """A parent that runs one job which sleeps forever, as a process forked from this one (its imports are
+    done, as ForkedCLI's are) that ends as a new `python` would: SystemExit's code, and killed by SIGINT on
+    an uncaught Ctrl-C. Its pid."""
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:  # the dispositions a new interpreter starts with, not this worker's
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        runner.run_jobs([runner.Job("sleeper", call=sleep_forever, args=(str(pidfile),))], runner.LocalProcesses(1))
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    finally:
+        os._exit(code)
 
 
-def start_parent(code_or_argv, tmp_path: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
-    argv = code_or_argv if isinstance(code_or_argv, list) else ["-c", code_or_argv, str(tmp_path / "pid")]
-    return subprocess.Popen([sys.executable, *argv], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, preexec_fn=ctrl_c_as_at_a_terminal)
+def exit_code(pid: int) -> int | None:
+    """PID's exit code as subprocess reports it (-N: killed by signal N) once it has ended, else None."""
+    done, status = os.waitpid(pid, os.WNOHANG)
+    return os.waitstatus_to_exitcode(status) if done else None
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL], ids=["TERM", "INT", "KILL"])
 def test_no_child_outlives_its_parent(tmp_path, sig):
     """SIGTERM and Ctrl-C: the runner terminates its children, then exits; SIGKILL: the kernel tells each
     child (PR_SET_PDEATHSIG)."""
-    parent = start_parent(PARENT, tmp_path)
+    parent, code = forked_parent(tmp_path / "pid"), None
     try:
         pid = wait_for(lambda: (tmp_path / "pid").exists() and (tmp_path / "pid").read_text())
         assert pid, "the child never started"
-        parent.send_signal(sig)
+        os.kill(parent, sig)
         assert wait_for(lambda: gone(int(pid))), f"child {pid} still runs after its parent got {sig!r}"
-        code = parent.wait(timeout=WAIT)
+        ended = wait_for(lambda: (c := exit_code(parent)) is not None and [c])  # a list: 0 is an answer too
+        code = ended[0] if ended else None
+        assert ended, f"the parent still runs after {sig!r}"
         # SIGTERM: exit 143 through Python; Ctrl-C: KeyboardInterrupt re-raised; SIGKILL: killed
         assert code == (128 + sig if sig == signal.SIGTERM else -sig)
     finally:
-        parent.kill()
-        parent.wait()
+        if code is None:
+            os.kill(parent, signal.SIGKILL)
+            os.waitpid(parent, 0)
 
 
 def descendants(pid: int) -> set[int]:
