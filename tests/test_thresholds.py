@@ -63,3 +63,33 @@ def test_a_jump_reads_the_same_in_the_runs_own_noise_whatever_that_noise_is():
 
 def test_confidence_levels_are_ordered_and_above_the_threshold():
     assert 1 < thresholds.CONFIDENCE_MODERATE < thresholds.CONFIDENCE_STRONG
+
+
+def test_the_trailing_median_is_the_median_of_the_finite_values_before_each_step():
+    """trailing_median and trailing_median_fast (both vectorised) equal their definition, written as a loop, to
+    the bit: short and long series, ties, NaN and infinities, other windows and history lengths."""
+    import numpy as np
+
+    from minitrain.analysis.evidence import MIN_HISTORY, WINDOW, trailing_median, trailing_median_fast
+
+    def definition(x, window=WINDOW, min_history=MIN_HISTORY):
+        out = np.full(len(x), np.nan)
+        for t in range(len(x)):
+            past = x[max(0, t - window):t]
+            past = past[np.isfinite(past)]
+            if len(past) >= min_history:
+                out[t] = np.median(past)
+        return out
+
+    rng = np.random.default_rng(0)
+    for case in range(400):
+        x = rng.standard_normal(int(rng.integers(0, 300))) * 10.0 ** int(rng.integers(-3, 4))
+        if case % 4 == 1:
+            x = np.round(x, 1)  # ties
+        if case % 4 >= 2:
+            gaps = rng.random(len(x)) < 0.3
+            x[gaps] = rng.choice([np.nan, np.inf, -np.inf], int(gaps.sum()))
+        assert np.array_equal(trailing_median_fast(x), definition(x), equal_nan=True), case
+        window, min_history = int(rng.choice([3, 20, 50])), int(rng.choice([1, 5]))
+        assert np.array_equal(trailing_median(x, window, min_history), definition(x, window, min_history),
+                              equal_nan=True), case

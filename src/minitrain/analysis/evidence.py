@@ -33,18 +33,14 @@ def _num(x) -> float:
 
 
 def trailing_median(x: np.ndarray, window: int = WINDOW, min_history: int = MIN_HISTORY) -> np.ndarray:
-    """Median of the `window` values before each step (NaN where fewer than `min_history` exist)."""
-    out = np.full(len(x), np.nan)
-    for t in range(min_history, len(x)):
-        past = x[max(0, t - window):t]
-        past = past[np.isfinite(past)]
-        if len(past) >= min_history:
-            out[t] = np.median(past)
-    return out
+    """Median of the finite values among the `window` before each step (NaN where fewer than `min_history`)."""
+    return trailing_nanmedian(np.where(np.isfinite(x), x, np.nan), window, min_history)
 
 
 def trailing_median_fast(x: np.ndarray, window: int = WINDOW) -> np.ndarray:
-    """trailing_median over full windows with numpy (the loop only fills the first `window` steps)."""
+    """trailing_median, the same values faster on a series without gaps: np.median over its full windows
+    (np.nanmedian's NaN handling costs more there); its first `window` steps and a series with gaps go through
+    trailing_median."""
     n = len(x)
     out = trailing_median(x[: min(n, window + 1)], window)
     if n > window + 1 and np.isfinite(x).all():
@@ -65,6 +61,8 @@ def trailing_nanmedian(x: np.ndarray, window: int = WINDOW, min_history: int = M
     than `min_history` are finite): trailing_median for series with gaps and for [steps, k] arrays at once."""
     from numpy.lib.stride_tricks import sliding_window_view
 
+    if len(x) == 0:
+        return np.full(x.shape, np.nan)
     pad = np.full((window, *x.shape[1:]), np.nan)
     past = sliding_window_view(np.concatenate([pad, x])[:-1], window, axis=0)  # past[t] = x[t-window:t]
     count = np.isfinite(past).sum(axis=-1)
