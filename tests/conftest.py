@@ -119,18 +119,23 @@ class ForkedCLI:
             self.process.kill()
 
 
-def _cli_child(argv: list[str]) -> None:
+def as_a_new_process() -> None:
+    """In a child forked from the test process: the signal dispositions a new `python` starts with, not the
+    test process's (a Ray driver started by an earlier test in this worker handles SIGTERM, and the runner
+    defers to such a handler), and its output to /dev/null."""
     import signal
 
-    from minitrain import cli
-
-    # the signal dispositions a new `python -m minitrain` starts with, not the test process's (a Ray driver
-    # started by an earlier test in this worker handles SIGTERM, and the runner defers to such a handler)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)
     os.dup2(null, 2)
+
+
+def _cli_child(argv: list[str]) -> None:
+    from minitrain import cli
+
+    as_a_new_process()
     sys.exit(cli.main(argv))
 
 
@@ -239,6 +244,8 @@ def small_blind_lab(small_baseline, tmp_path_factory):
 
 
 CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = os.environ.get("MINITRAIN_TEST_ARTIFACTS")  # a folder for the browser tests' screenshots
 
 
@@ -248,8 +255,6 @@ def screenshot(page, name: str) -> None:
     if ARTIFACTS:
         Path(ARTIFACTS).mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(Path(ARTIFACTS) / name), full_page=True)
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
 @pytest.fixture(scope="session")

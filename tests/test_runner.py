@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ForkedCLI, small_args
+from conftest import ForkedCLI, as_a_new_process, small_args
 from minitrain.core.errors import UserError
 from minitrain.lab import runner
 from minitrain.run import files, reader
@@ -128,12 +128,8 @@ def forked_parent(pidfile: Path) -> int:
     if pid:
         return pid
     code = 1
-    try:  # the dispositions a new interpreter starts with, not this worker's
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, 1)
-        os.dup2(null, 2)
+    try:
+        as_a_new_process()
         runner.run_jobs([runner.Job("sleeper", call=sleep_forever, args=(str(pidfile),))], runner.LocalProcesses(1))
         code = 0
     except SystemExit as e:
@@ -162,8 +158,8 @@ def test_no_child_outlives_its_parent(tmp_path, sig):
         os.kill(parent, sig)
         assert wait_for(lambda: gone(int(pid))), f"child {pid} still runs after its parent got {sig!r}"
         ended = wait_for(lambda: (c := exit_code(parent)) is not None and [c])  # a list: 0 is an answer too
-        code = ended[0] if ended else None
         assert ended, f"the parent still runs after {sig!r}"
+        code = ended[0]
         # SIGTERM: exit 143 through Python; Ctrl-C: KeyboardInterrupt re-raised; SIGKILL: killed
         assert code == (128 + sig if sig == signal.SIGTERM else -sig)
     finally:
