@@ -122,6 +122,7 @@ ddp-train *args:
 device-bench *args:
     python bench/device_bench.py "$@"
 
-# rewrite tests/data/reference.json (pinned sha256 of reference runs) after a change that moves numerics on purpose
-regen-reference:
-    python scripts/regen_reference.py
+# add this machine's pins to tests/data/reference.json (one per CPU kernel set it runs; --values: re-pin the value
+# tier after a change that moves the numerics on purpose, and say why in the commit)
+regen-reference *args:
+    python scripts/regen_reference.py "$@"

@@ -5,6 +5,7 @@ default telemetry, and the lab's wall time against four sequential bare runs.
     python bench/perf.py lab [--rounds 2]
     python bench/perf.py procs [--rounds 2]
     python bench/perf.py explore [--rounds 2]
+    python bench/perf.py numerics [--rounds 5] [--steps 500]
 
 `step` builds six loops in ONE process and runs them interleaved step by step (each round: n steps, every
 loop taking each step in turn, the order rotated every step), timing every step:
@@ -46,6 +47,11 @@ folder, each sweep a new interpreter, arms interleaved (order rotated every roun
 runs (workers forked from the sweep's already-imported process), this checkout with every run a new
 interpreter (multiprocessing's spawn: each run imports torch again), and with `--before SRC` another
 checkout's code (e.g. a worktree of main) as it runs.
+
+`numerics` times `minitrain train` (the default config, `--steps` steps) with `numerics=native` and
+`numerics=portable` (core/numerics.py), each a whole new process, the order rotated every round: the ratio of
+the runs' own training time (results.json's seconds_this_session: steps, telemetry, validation, checkpoints;
+not the imports) per round, then the median; the portable mode becomes the default only at <= 1.05x.
 """
 from __future__ import annotations
 
@@ -459,6 +465,40 @@ def bench_procs(args) -> int:
     return 0
 
 
+def bench_numerics(args) -> int:
+    import subprocess
+
+    from minitrain.run import reader
+
+    here = Path(__file__).resolve()
+    env = {**os.environ, "PYTHONPATH": str(here.parents[1] / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    load0, rows, got = load(), [], {"native": [], "portable": []}
+    for r in range(args.rounds):
+        tmp = Path(tempfile.mkdtemp(prefix="minitrain-numerics-"))
+        order = list(got)[r % 2:] + list(got)[:r % 2]
+        for mode in order:
+            out = tmp / mode
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "minitrain", "train", "--out", str(out), "--no-progress",
+                            "--set", f"steps={args.steps}", "--set", f"numerics={mode}"], env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+            wall = time.perf_counter() - t0
+            got[mode].append((reader.results_of(out)["seconds_this_session"], wall))
+        shutil.rmtree(tmp, ignore_errors=True)
+        (nt, nw), (pt, pw) = got["native"][-1], got["portable"][-1]
+        rows.append(f"| {r + 1} | {' > '.join(order)} | {nt:.2f} ({nw:.1f}) | {pt:.2f} ({pw:.1f}) | {pt / nt:.3f}x | {load()} |")
+        print(f"round {r + 1}/{args.rounds}: {rows[-1]}", file=sys.stderr)
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.machine()}, {os.cpu_count()} cores, "
+          f"torch {torch.__version__}, native kernels {torch.backends.cpu.get_cpu_capability()}; "
+          f"{args.steps} steps of the default config; load average {load0} at the start\n")
+    print("| round | order | native: training s (process wall s) | portable | portable / native | load after |")
+    print("|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    ratio = statistics.median(p[0] / n[0] for p, n in zip(got["portable"], got["native"]))
+    print(f"\nportable / native training time: median {ratio:.3f}x (default only at <= 1.05x)")
+    return 0
+
+
 # One explore sweep in a new interpreter: a fixed part of the default grid (the lab's lr and batch, clip
 # course and off, A x50 and B), the workers forked (the runner's default) or each a new interpreter
 EXPLORE_DRIVER = """
@@ -535,6 +575,10 @@ def main(argv=None) -> int:
     ex.add_argument("--before", metavar="SRC", help="another checkout's src folder (e.g. a worktree of main) as "
                                                     "the reference arm")
     ex.set_defaults(func=bench_explore)
+    num = sub.add_parser("numerics", help="a run with numerics=portable against numerics=native, whole processes")
+    num.add_argument("--rounds", type=int, default=5)
+    num.add_argument("--steps", type=int, default=500)
+    num.set_defaults(func=bench_numerics)
     args = ap.parse_args(argv)
     return args.func(args)
 

@@ -4,41 +4,42 @@ import shutil
 
 import pytest
 
-from conftest import SMALL
+from conftest import SMALL, SMALL_K
 from minitrain.core.config import build_config
 from minitrain.lab import parallel
 from minitrain.lab.runs import lab_run
 from minitrain.run import reader
 
 
-def test_parallel_lab_gives_the_bytes_of_runs_made_one_after_another(tmp_path):
-    """Each run forked from this process (what `minitrain lab` does), or one as a new interpreter: the bytes
-    pinned in tests/data/reference.json, which scripts/regen_reference.py makes by running them one after
-    another in one process (test_reference.make_small_lab_sequential)."""
+def test_parallel_lab_gives_the_bytes_of_runs_made_one_after_another(small_lab, tmp_path):
+    """Each run forked from this process (what `minitrain lab` does), or one as a new interpreter: the bytes of
+    the same runs made one after another in this session (conftest.small_lab: the baseline, then each
+    injection forked from it at K)."""
     from minitrain import cli
-    from test_reference import metrics_sha, pinned
+    from test_reference import metrics_sha
 
     out = io.StringIO()
-    lines = parallel.run_lab(tmp_path / "par", seed=42, k=50, jobs=2, sets=SMALL, out=out, main=cli.main)
-    names = ["18-baseline", "19-injection-A-k50", "19-injection-B-k50", "19-injection-C-k50"]
+    lines = parallel.run_lab(tmp_path / "par", seed=42, k=SMALL_K, jobs=2, sets=SMALL, out=out, main=cli.main)
+    names = ["18-baseline", *(f"19-injection-{x}-k{SMALL_K}" for x in "ABC")]
+    sequential = {name: metrics_sha(small_lab / name.removesuffix(f"-k{SMALL_K}")) for name in names}
     assert [line.split(":")[0] for line in lines] == names
     progress = out.getvalue().splitlines()  # not a terminal: one line as each run starts, one as it ends
     assert len(progress) == 8 and all(sum(line.startswith(n) for line in progress) == 2 for n in names)
     assert any(line.startswith("18-baseline") and "120/120 steps" in line and "done" in line for line in progress)
-    assert {name: metrics_sha(tmp_path / "par" / name) for name in names} == pinned()["small-lab-k50"]
+    assert {name: metrics_sha(tmp_path / "par" / name) for name in names} == sequential
     for name in names[1:]:  # a lab run's signature is written by the reveal (it gives the answers away)
         assert not (tmp_path / "par" / name / "signature.json").exists()
-        assert '"checkpoint_step": 40' in (tmp_path / "par" / name / "manifest.json").read_text()  # forked
-    again = parallel.run_lab(tmp_path / "par", seed=42, k=50, jobs=2, sets=SMALL, out=io.StringIO())
+        assert f'"checkpoint_step": {SMALL_K}' in (tmp_path / "par" / name / "manifest.json").read_text()  # forked
+    again = parallel.run_lab(tmp_path / "par", seed=42, k=SMALL_K, jobs=2, sets=SMALL, out=io.StringIO())
     assert all("up to date" in line for line in again)
     # Without the CLI's entry point (macOS, Windows) a run is a new `python -m minitrain lab-run`: the tail left
-    # to train (C, forked from the baseline's checkpoint at K) gets the pinned bytes too. One new interpreter,
+    # to train (C, forked from the baseline's checkpoint at K) gets the same bytes too. One new interpreter,
     # not four: what it runs is the same `cli.main(argv)` the forked runs run.
     for name in names[:3]:
         shutil.copytree(tmp_path / "par" / name, tmp_path / "sub" / name)
-    lines = parallel.run_lab(tmp_path / "sub", seed=42, k=50, jobs=2, sets=SMALL, out=io.StringIO(), main=None)
+    lines = parallel.run_lab(tmp_path / "sub", seed=42, k=SMALL_K, jobs=2, sets=SMALL, out=io.StringIO(), main=None)
     assert ["up to date" in line for line in lines] == [True, True, True, False]
-    assert {name: metrics_sha(tmp_path / "sub" / name) for name in names} == pinned()["small-lab-k50"]
+    assert {name: metrics_sha(tmp_path / "sub" / name) for name in names} == sequential
 
 
 def test_last_step_reads_the_last_complete_row(tmp_path):
@@ -63,19 +64,19 @@ def test_a_diverging_lab_keeps_its_rows_and_exits_3(tmp_path):
         assert f"{name}: stopped at step" in res.stdout  # each run's own summary line
 
 
-def test_an_interrupted_lab_run_continues_where_it_stopped(tmp_path):
+def test_an_interrupted_lab_run_continues_where_it_stopped(small_baseline, tmp_path):
     """`minitrain lab` (or lab-run) again after Ctrl-C or a kill: an unfinished run of the same config is
     resumed from its last checkpoint, to the same bytes as an uninterrupted run; another config is refused."""
     from minitrain import loop
     from minitrain.run import reader
-    from test_reference import metrics_sha, pinned
+    from test_reference import metrics_sha
 
     cfg = build_config({}, [*SMALL, "seed=42", "injection=none", "injection_step=50"])
     out = tmp_path / "cut" / reader.lab_run_name("none", 42, 50)
     loop.train(cfg, out, stop_at=70)  # as a run killed after its checkpoint at 60 leaves it, more or less
     folder, line = lab_run(cfg, tmp_path / "cut")
     assert folder == out and "finished" in line
-    assert metrics_sha(out) == pinned()["small-lab-k50"][out.name]  # an uninterrupted run's bytes
+    assert metrics_sha(out) == metrics_sha(small_baseline)  # an uninterrupted run's bytes (the same config)
     assert (out / "dashboard.html").exists()
     other = build_config({}, [*SMALL, "seed=42", "injection=none", "injection_step=50", "lr_max=0.001"])
     loop.train(other, tmp_path / "other" / out.name, stop_at=30)

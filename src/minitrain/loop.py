@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from minitrain.core import distributed
+from minitrain.core import distributed, numerics
 from minitrain.run import files, reader, redact, sinks
 from minitrain.run.nonfinite import non_finite_in
 from minitrain.core.config import TrainConfig
@@ -252,7 +252,7 @@ def hook_bypassed():
 
 
 def build_run(cfg: TrainConfig, out: Path | None = None) -> Run:
-    torch.set_num_threads(cfg.threads)
+    numerics.apply(cfg.numerics, cfg.threads)  # before torch's first kernel of the run
     torch.manual_seed(cfg.seed)
     device = distributed.resolve_device(cfg)
     distributed.setup(device)  # joins torchrun's process group when WORLD_SIZE > 1; else nothing
@@ -383,6 +383,7 @@ def environment(device: torch.device | None = None) -> dict:
         "hardware": {**fixed["hardware"], "torch_threads": torch.get_num_threads(),
                      "device": str(device or "cpu"), "world_size": distributed.world_size(),
                      **({"gpu": torch.cuda.get_device_name(device)} if device and device.type == "cuda" else {})},
+        "numerics": numerics.fingerprint(),  # what the bytes depend on besides the config (core/numerics.py)
         "git_sha": fixed["git_sha"],
     }
 
@@ -492,6 +493,7 @@ def train(cfg: TrainConfig, out: Path, force: bool = False, fork: bool = True,
         files.restore(run.model, run.opt, weights, opt_t, files.checkpoint_dir(donor_dir, step))
         run.telemetry.restore(meta.get("telemetry"))
         start, forked = step, fork_record(donor_dir, step, meta)
+        forked.update(numerics_change(_manifest_of(donor_dir), f"the donor {Path(donor_dir).name}", []))
     process_environment()  # its subprocesses run before the lock is taken
     claimed: dict = {}
     distributed.on_main(lambda: claimed.update(lock=files.claim_run_dir(out, force)))  # DDP: rank 0 writes
@@ -571,6 +573,25 @@ def load_donor(cfg: TrainConfig, donor_dir: Path, step: int,
     except files.UserError as e:
         raise files.UserError(f"cannot fork from {donor_dir}: {e}; or pass --no-fork") from None
     return weights, opt_t, meta, rows
+
+
+def _manifest_of(run_dir: Path) -> dict:
+    path = Path(run_dir) / "manifest.json"
+    return reader.read_json(path, "manifest") if path.exists() else {}
+
+
+def numerics_change(source: dict, what: str, mixed: list) -> dict:
+    """A fork or resume continues steps another process computed: when that process's platform fingerprint
+    (core/numerics.py) differs from this one's, say so in one line and record it in the manifest
+    (`numerics_mixed`): the continued run's bytes cannot match a run made from scratch on either platform."""
+    theirs, mine = source.get("numerics"), numerics.fingerprint()
+    if numerics.same(theirs, mine):
+        return {"numerics_mixed": mixed} if mixed else {}
+    if distributed.is_main():
+        print(f"minitrain: {what} ran on {numerics.key(theirs)}, this process on {numerics.key(mine)}: this run's "
+              "bytes will match a run from scratch on neither (recorded as numerics_mixed in manifest.json)",
+              file=sys.stderr)
+    return {"numerics_mixed": [*mixed, {"source": what, "numerics": theirs}]}
 
 
 def _disk_error(e: OSError, out: Path) -> files.UserError:
@@ -667,6 +688,8 @@ def _resume_locked(out: Path, device: str | None, lock, stop_at: int | None = No
         extra.update(forked)
     if not manifest:  # killed before its manifest was first written
         extra["started"] = now_iso()
+    if manifest:  # the steps so far were computed by the process that wrote this manifest
+        extra.update(numerics_change(manifest, "the steps before this resume", manifest.get("numerics_mixed") or []))
     write_manifest(run, "running", {"resumed_from_step": start, **environment(run.device), **extra})
     return _drive(run, start, {"resumed_from_step": start}, stop_at, last=files.last_row(metrics_path, metrics_bytes))
 

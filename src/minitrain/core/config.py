@@ -47,7 +47,7 @@ HASH_OMIT_AT_DEFAULT = ("injection_span", "injection_mult", "injection_mode", "i
                         "injection_eps",
                         "remedy", "remedy_step", "remedy_param", "remedy_zclip_z", "remedy_zclip_alpha", "remedy_zclip_warmup",
                         "corpus_scale", "precision", "swap_steps", "swap_offset", "qk_norm", "z_loss", "update_clip",
-                        "natural_signals")
+                        "natural_signals", "numerics")
 
 # Named sets of defaults (`--preset NAME` or `preset: NAME`); any field given explicitly overrides them.
 # Measured memory and step time of each: docs/benchmarks.md, "Devices and presets".
@@ -120,6 +120,9 @@ class TrainConfig:
     spectral_every: int = 50  # largest singular value of each matrix every N steps (0 = never)
     natural_signals: bool = False  # attention logits and entropy, log Z of the output, on detail steps (full only)
     threads: int = 1  # torch CPU threads; fixed so results do not depend on the machine
+    # native: the kernels this CPU offers (bytes equal per platform fingerprint); portable: ATen's scalar kernels,
+    # MKL's CBWR=COMPATIBLE and oneDNN off, chosen before torch's first kernel (core/numerics.py, docs/metrics.md)
+    numerics: str = "native"
     device: str = "cpu"  # cpu | cuda | auto (auto: cuda when PyTorch sees a GPU)
     precision: str = "fp32"  # fp32 | bf16 (bf16 autocast of the training forward; GPU only)
     preset: str = "course"  # where the defaults come from (PRESETS); explicit fields override it
@@ -395,6 +398,7 @@ def validate(cfg: TrainConfig) -> None:
          "swap_steps needs a non-zero swap_offset (the batch of step + swap_offset is served instead)")
     need(all(s + cfg.swap_offset >= 0 for s in cfg.swap_steps), "swap_offset takes a swapped step below step 0")
     need(cfg.device in ("cpu", "cuda", "auto"), f"device must be cpu, cuda or auto, got {cfg.device!r}")
+    need(cfg.numerics in ("native", "portable"), f"numerics must be native or portable, got {cfg.numerics!r}")
     need(cfg.precision in ("fp32", "bf16"), f"precision must be fp32 or bf16, got {cfg.precision!r}")
     need(cfg.precision == "fp32" or cfg.device != "cpu",
          "precision=bf16 is a GPU option and device=cpu; use --device cuda (or auto), or precision=fp32")

@@ -32,12 +32,14 @@ from contextlib import redirect_stderr, redirect_stdout
 from functools import partial
 from pathlib import Path
 
+from minitrain.core import numerics
 from minitrain.core.errors import UserError
 from minitrain.lab import runner
 
 RETRIES = 3  # tries after a worker dies (Ray's default for tasks); an exception in the job is not retried
-# environment variables a worker takes from this process (where the data cache is, say)
-PASSED_ENV = ("MINITRAIN_CACHE", "XDG_CACHE_HOME", "TOKENIZERS_PARALLELISM")
+# environment variables a worker takes from this process (where the data cache is, say; the kernel choices a
+# user made here, so a worker computes as this machine would: each run's manifest records the worker's numerics)
+PASSED_ENV = ("MINITRAIN_CACHE", "XDG_CACHE_HOME", "TOKENIZERS_PARALLELISM", *numerics.KERNEL_ENV)
 ADDRESS = re.compile(r"^(local|auto|ray://[^\s]+|[A-Za-z0-9_.\-\[\]:]+:\d+)$")
 # Ray's switch for a machine that is never part of a multi-node cluster (its default on Windows and macOS):
 # the node's address is then 127.0.0.1, and GCS, raylet, workers and agents listen there alone, where on

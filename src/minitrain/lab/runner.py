@@ -387,9 +387,11 @@ def warm_up_runs(cfg) -> None:
     and page writers) and the data (kept by data.prepare's cache)."""
     from minitrain import loop  # noqa: F401
     from minitrain.analysis import readings, signature  # noqa: F401
+    from minitrain.core import numerics
     from minitrain.core.data import prepare
     from minitrain.views import dashboard  # noqa: F401
 
+    numerics.apply(cfg.numerics, 1)  # before this process's first kernel: the forked runs inherit its choice
     prepare(cfg)
     # the tokenizer was trained with its thread pool here; a forked child must not use that pool (and
     # the library warns unless this is set)

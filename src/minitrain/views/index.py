@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from minitrain.analysis import readings
+from minitrain.core import numerics
 from minitrain.core.errors import UserError
 from minitrain.run import files, jsonfile, reader
 from minitrain.views.dashboard import asset, embed_json, fill
@@ -39,6 +40,16 @@ COLUMNS = (("run", "run folder (its dashboard)"), ("status", "finished, running,
            ("injection", "the injected fault"), ("lr", "peak learning rate (lr_max)"),
            ("clip", "gradient clipping threshold (0 = off)"), ("val", "final validation loss"),
            ("verdict", "the walker's verdict (sealed until the lab's reveal)"))
+# shown only where the table's runs were computed on different platforms (their bytes cannot be compared)
+NUMERICS_COLUMN = ("numerics", "the platform the run computed on: torch, CPU kernel set, BLAS and its reproducibility "
+                               "mode, oneDNN, threads (runs on different ones match in value, not in bytes)")
+
+
+def columns_for(rows: list[dict]) -> tuple:
+    """COLUMNS, with the numerics column before the verdict where the runs' platforms differ."""
+    if len({r.get("numerics") for r in rows if r.get("kind") == "run" and r.get("numerics")}) < 2:
+        return COLUMNS
+    return (*COLUMNS[:-1], NUMERICS_COLUMN, COLUMNS[-1])
 
 
 def find_runs(experiments: Path) -> list[Path]:
@@ -103,6 +114,7 @@ def run_row(run: Path, experiments: Path, sealed: bool | None = None, verdict=ve
                "injection": "withheld" if blind else ("imported" if manifest.get("imported") else str(inj)),
                "lr": cfg.get("lr_max"), "clip": cfg.get("grad_clip"),
                "val": _num(results.get("final_val_loss")),
+               "numerics": numerics.key(manifest.get("numerics")) + (" (mixed)" if manifest.get("numerics_mixed") else ""),
                "verdict": verdict(run, sealed, live), "sealed": sealed,
                "dashboard": (run / "dashboard.html").exists(), "link": f"{rel}/dashboard.html"}
         if why or why2:  # a damaged run is one row that says so, never the table's failure
@@ -135,17 +147,17 @@ def compact_series(run: Path) -> dict | None:
     return out
 
 
-def page_rows_html(rows: list[dict]) -> str:
+def page_rows_html(rows: list[dict], columns: tuple = COLUMNS) -> str:
     """The rows as HTML (readable with no script); every value escaped."""
     e = html.escape
     lines = []
     for r in rows:
         if r["kind"] == "sweep":
             lines.append(f'<tr class="sweep" data-run="{e(r["run"])}"><td></td><td><a href="{e(r["link"])}">{e(r["run"])}</a></td>'
-                         f'<td>regime map</td><td colspan="8">{e(r["note"])} (their dashboards are linked from the map)</td></tr>')
+                         f'<td>regime map</td><td colspan="{len(columns) - 2}">{e(r["note"])} (their dashboards are linked from the map)</td></tr>')
             continue
         cells = []
-        for key, _ in COLUMNS[1:]:
+        for key, _ in columns[1:]:
             v = r.get(key)
             cls = ' class="sealed"' if key == "verdict" and r.get("sealed") else ""
             cells.append(f'<td data-col="{key}"{cls}>{e("" if v is None else str(v))}</td>')
@@ -154,20 +166,21 @@ def page_rows_html(rows: list[dict]) -> str:
         err = f'<div class="rowerr">{e(r["error"])}</div>' if r.get("error") else ""
         lines.append(f'<tr class="{e(r["status"])}" data-run="{e(r["run"])}"><td><input type="checkbox" class="tick" '
                      f'aria-label="compare {e(r["run"])}"></td><td data-col="run">{link}{err}</td>{"".join(cells)}</tr>')
-    return "\n".join(lines) or '<tr><td colspan="11">no run folders here yet</td></tr>'
+    return "\n".join(lines) or f'<tr><td colspan="{len(columns) + 1}">no run folders here yet</td></tr>'
 
 
 def render_index(title: str, rows: list[dict], series: dict | None, served: bool) -> str:
     """The runs table page. `series`: {run: compact series} for the static comparison (None when served:
     the server opens a full comparison dashboard)."""
     e = html.escape
-    head = "".join(f'<th data-col="{k}" title="{e(t)}">{e(k)}</th>' for k, t in COLUMNS)
-    data = {"served": served, "columns": [k for k, _ in COLUMNS], "rows": rows, "series": series or {}}
+    columns = columns_for(rows)
+    head = "".join(f'<th data-col="{k}" title="{e(t)}">{e(k)}</th>' for k, t in columns)
+    data = {"served": served, "columns": [k for k, _ in columns], "rows": rows, "series": series or {}}
     js = asset(UPLOT[0]) + "\n" + asset("index.js")
     csp = "connect-src 'self'; " if served else ""
     assert "</script" not in js.lower()
     return fill(asset("index.html"), {"TITLE": e(title), "GENERATED": e(time.strftime("%Y-%m-%d %H:%M:%S")),
-                                       "HEAD": head, "ROWS": page_rows_html(rows), "DATA": embed_json(data),
+                                       "HEAD": head, "ROWS": page_rows_html(rows, columns), "DATA": embed_json(data),
                                        "CSS": asset(UPLOT[1]), "JS": js, "CONNECT": csp,
                                        "HOW": "served live by minitrain serve" if served else "written by minitrain index"})
 
