@@ -220,6 +220,71 @@ def lay_out(rows, spikes, items, x, n):
     assert judgments_in(layout, "minitrain.views.y") == []
 
 
+# --- non-finite has one definition: run/nonfinite.py (analysis/definitions.py lists it) ---------------------------
+
+NON_FINITE_HOMES = {"minitrain.run.nonfinite", "minitrain.analysis.definitions"}
+# the run importer and the probe are being moved onto run/nonfinite.py by their own change (issue 34, item 1)
+NON_FINITE_PENDING = {"minitrain.run.importer", "minitrain.probe"}
+ROW_FIELDS = ("loss", "grad_norm")
+
+
+def _row_field(node: ast.AST) -> str | None:
+    """`row["loss"]`, `r.get("grad_norm")`: which row field a node reads (None for anything else)."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        key = node.slice.value
+    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+          and node.args and isinstance(node.args[0], ast.Constant)):
+        key = node.args[0].value
+    else:
+        return None
+    return key if key in ROW_FIELDS else None
+
+
+def non_finite_checks_in(source: str) -> list[str]:
+    """Where a module decides by itself whether a metrics row is non-finite: `row["loss"] is None or
+    row["grad_norm"] is None` (any order, any mix of [] and .get), or `isfinite(...)` of a row's loss or
+    gradient norm. A single `is None` on the loss (a missing value skipped) is not a verdict on the row."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            fields = {_row_field(v.left) for v in node.values if isinstance(v, ast.Compare)
+                      and isinstance(v.ops[0], ast.Is) and isinstance(v.comparators[0], ast.Constant)
+                      and v.comparators[0].value is None}
+            if {"loss", "grad_norm"} <= fields:
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        elif (isinstance(node, ast.Call) and (getattr(node.func, "attr", None) == "isfinite"
+                                              or getattr(node.func, "id", None) == "isfinite")
+              and any(_row_field(a) for arg in node.args for a in ast.walk(arg))):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+NON_FINITE_SCANNED = [p for p in MODULES if module_name(p) not in NON_FINITE_HOMES | NON_FINITE_PENDING]
+
+
+@pytest.mark.parametrize("path", NON_FINITE_SCANNED, ids=lambda p: str(p.relative_to(PKG)))
+def test_non_finite_is_decided_in_one_place(path):
+    bad = non_finite_checks_in(path.read_text())
+    assert not bad, f"{module_name(path)} decides non-finite by itself (use run/nonfinite.py): {bad}"
+
+
+def test_the_non_finite_rule_catches_a_copy():
+    copy = '''
+import math
+
+def first_bad(rows, r):
+    a = [s for s in rows if s.get("loss") is None or s.get("grad_norm") is None]
+    b = r["grad_norm"] is None or r["loss"] is None
+    c = not math.isfinite(r["loss"])
+    d = np.isfinite(float(r.get("grad_norm")))
+    return [x for x in rows if x.get("loss") is not None and x["val_loss"] is None or x["lr"] is None]
+'''
+    found = "\n".join(non_finite_checks_in(copy))
+    for line in (5, 6, 7, 8):
+        assert f"line {line}:" in found, (line, found)
+    assert "line 9:" not in found
+
+
 # --- a run folder's files are read in run/ only (run/reader.py states the rule) ----------------------
 
 BENCH = PKG.parents[1] / "bench"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from minitrain.core.fmt import page_number
 from minitrain.run import reader
+from minitrain.run.nonfinite import first_non_finite_step
 
 TOL = 0.02  # nats: "recovered" once the windowed loss difference stays this close to zero
 WINDOW = 20  # steps in the windowed mean used for recovery
@@ -107,8 +108,7 @@ def measure(run: Path, baseline: Path | None, k: int | None) -> dict:
         first = rows[min(rows)]
         out["step0_loss"] = first.get("loss")
         out["lr_first"] = first.get("lr")
-        bad = [s for s, r in sorted(rows.items()) if r.get("loss") is None or r.get("grad_norm") is None]
-        out["non_finite_step"] = bad[0] if bad else None
+        out["non_finite_step"] = first_non_finite_step([rows[s] for s in sorted(rows)])
         early = [r["loss"] for s, r in rows.items() if s < 100 and r.get("loss") is not None]
         out["max_loss_first_100"] = max(early) if early else None
         if base and min(base) in base:

@@ -33,6 +33,7 @@ from minitrain.analysis.compare import step_differences
 from minitrain.core.errors import UserError
 from minitrain.core.fmt import page_number
 from minitrain.run import files, reader
+from minitrain.run.nonfinite import first_non_finite_step
 
 PER_TENSOR_STATS = tuple(panels.tensor_stats())  # per-parameter telemetry the page plots (the panel registry)
 SMOOTHING = 0.9  # the smoothing slider's starting value (EMA weight, debiased as TensorBoard does)
@@ -144,11 +145,9 @@ def _markers(r: dict, steps: list[int], sealed: bool) -> list[dict]:
         k = int(cfg["injection_step"])
         what = _injection_words(manifest.get("injection") or {}, cfg)
         out.append({"step": k, "kind": "k", "label": f"K={k}: {what}", "short": f"K={k} {inj}"})
-    for row in r["rows"]:
-        if row.get("loss") is None or row.get("grad_norm") is None:
-            out.append({"step": row["step"], "kind": "nonfinite", "label": f"non-finite at step {row['step']}",
-                        "short": "non-finite"})
-            break
+    bad = first_non_finite_step(r["rows"])
+    if bad is not None:
+        out.append({"step": bad, "kind": "nonfinite", "label": f"non-finite at step {bad}", "short": "non-finite"})
     if r["data_note"] and steps:
         out.append({"step": steps[-1], "kind": "end", "label": f"data ends (step {steps[-1]})", "short": "data ends"})
     d = r["diagnosis"] or {}
