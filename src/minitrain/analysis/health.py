@@ -14,8 +14,7 @@ import math
 import numpy as np
 
 from minitrain.analysis import panels
-from minitrain.analysis.compare import clipping_off
-from minitrain.analysis.detectors import COURSE_RULE
+from minitrain.analysis.definitions import ROLLING_RULE, clipping_off
 from minitrain.analysis.evidence import Evidence
 from minitrain.analysis.thresholds import GN1_HEALTHY
 from minitrain.analysis.tree import ITEMS, Leaf, Node
@@ -138,7 +137,7 @@ def _spikes(spikes: list[int]) -> dict:
     shown = (f"{len(spikes)}: step{'s' if len(spikes) > 1 else ''} " + ", ".join(map(str, spikes[:6]))
              + (" ..." if len(spikes) > 6 else "")) if spikes else "none"
     return _item("course spike flags", shown, "info",
-                 f"{COURSE_RULE}: the course's raw flag, which also fires on clean runs; the stability check decides")
+                 f"{ROLLING_RULE}: the course's raw flag, which also fires on clean runs; the stability check decides")
 
 
 def _verb_classes(ev: Evidence) -> list[dict]:
@@ -155,7 +154,7 @@ def summary(ev: Evidence | None, cfg: dict, results: dict, verdict: dict | None,
             spikes: list[int]) -> list[dict]:
     """The health line of one run: `ev` its evidence (None when the walker cannot read it), `cfg` and `results`
     its config and results, `verdict` the walker's, `sealed` whether the verdict is withheld, `spikes` the
-    course's spike flags (detectors.spike_flags)."""
+    course's spike flags (definitions.rolling_zscore_spikes)."""
     out = [_verdict(ev, verdict, sealed)]
     if ev is None:
         return out

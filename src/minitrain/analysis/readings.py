@@ -3,7 +3,7 @@ run's measured value and threshold, the walker's verdict, and the per-step signa
 computes (§6.1's factor f, §7.1/§7.2's per-tensor gradient ratios), so each of them can be read off a
 panel. The judging is the tree's (tree.py, checks/); this module only evaluates it everywhere instead of along one path,
 under the walker's own policy (walk.answer). `page` adds the rest the dashboard shows that is judged: the
-health line (health.py) and the course's spike flags (detectors.spike_flags).
+health line (health.py) and the course's spike flags (definitions.rolling_zscore_spikes).
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from minitrain.analysis import detectors, evidence, health, stability, walk
+from minitrain.analysis import evidence, health, stability, walk
+from minitrain.analysis.definitions import rolling_zscore_spikes
 from minitrain.core.errors import UserError
 from minitrain.run import reader
 
@@ -118,7 +119,7 @@ def page(run: Path, sealed: bool) -> dict:
     verdict = checks["verdict"] if checks else None
     if sealed:  # the verdict and the tree's answers name the cause: not in the page at all before the reveal
         checks = verdict = None
-    spikes = [] if ev is None else detectors.spike_flags(ev.steps.tolist(), ev.loss.tolist())
+    spikes = [] if ev is None else rolling_zscore_spikes(ev.steps.tolist(), ev.loss.tolist())
     cfg, results = reader.config_of(reader.manifest_of(run)), reader.results_of(run)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
