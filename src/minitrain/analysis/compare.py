@@ -14,6 +14,7 @@ from minitrain.analysis import definitions
 from minitrain.analysis.definitions import first_non_finite_step, recovery_steps, v_back
 # lab/ modules still import these definitions from here (lab/explore.py, lab/postmortem.py, lab/explain.py)
 from minitrain.analysis.definitions import CLIP_OFF, RECOVERY_RULE, SPIKE, TOL, WINDOW, clipping_off  # noqa: F401
+from minitrain.core.config import INJECTION_FIELDS, NON_NUMERIC_FIELDS
 from minitrain.core.fmt import page_number
 from minitrain.run import reader
 
@@ -154,7 +155,24 @@ def remedy_verdict(before: dict, after: dict) -> dict:
     return {"verdict": verdict, "measure": label, "before": b, "after": a, "by": by, "noise": noise, "line": line}
 
 
-FLOAT_ROUNDING_REL = 32 * 2.0 ** -23  # |a - b| within 32 float32 ulps of |b|: identical up to float rounding
+FLOAT_ROUNDING_ULPS = 32
+FLOAT_ROUNDING_REL = FLOAT_ROUNDING_ULPS * 2.0 ** -23  # |a - b| within 32 float32 ulps of |b|: identical up to rounding
+ROUNDING_RULE = f"{FLOAT_ROUNDING_ULPS} float32 ulps of the value"
+
+
+def baseline_notes(manifest: dict, base_manifest: dict, base_name: str) -> list[str]:
+    """What the difference to a baseline does not isolate: nothing when both runs share their trunk
+    (reader.same_trunk); a note naming the settings that differ beyond the injection otherwise (a remediated
+    run's remedy_* settings are expected, and said so)."""
+    if reader.same_trunk(manifest, base_manifest):
+        return []
+    rc, bc = reader.config_of(manifest), reader.config_of(base_manifest)
+    differ = sorted(k for k in set(rc) | set(bc)
+                    if rc.get(k) != bc.get(k) and k not in INJECTION_FIELDS + NON_NUMERIC_FIELDS)
+    if differ and all(k.startswith("remedy") for k in differ):
+        return [f"this run applies a remedy the baseline does not ({', '.join(f'{k}={rc.get(k)}' for k in differ)})"]
+    return [f"baseline {base_name} has another config beyond the injection ({', '.join(differ) or 'trunk hash'}): "
+            "differences are not the injection's alone"]
 
 
 def step_differences(rows: list[dict], ref_rows: list[dict]) -> dict:
