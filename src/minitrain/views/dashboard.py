@@ -271,10 +271,13 @@ def fill(template: str, parts: dict[str, str]) -> str:
     return re.sub(r"\{\{([A-Z]+)\}\}", lambda m: parts[m.group(1)], template)
 
 
-def page_script() -> str:
-    """uPlot, then the page script's modules in one closure, so that none of their names is a global."""
-    modules = "\n".join(asset(name) for name in PAGE_SCRIPTS)
-    return f"{asset(UPLOT[0])}\n(function () {{\n{modules}\n}})();"
+def page_script(names: tuple[str, ...] = PAGE_SCRIPTS, uplot: bool = True) -> str:
+    """uPlot (when the page draws charts), then the page's script modules (assets/, each using only those before
+    it) in one closure, so that none of their names is a global. Every page's script is assembled here."""
+    modules = "\n".join(asset(name) for name in names)
+    js = (asset(UPLOT[0]) + "\n" if uplot else "") + f"(function () {{\n{modules}\n}})();"
+    assert "</script" not in js.lower()
+    return js
 
 
 def render_html(payload: dict) -> str:

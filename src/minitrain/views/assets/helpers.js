@@ -1,4 +1,5 @@
-/* helpers.js: the dashboard's pure helpers (numbers in, numbers or text out) and its one DOM maker.
+/* helpers.js: the pages' pure helpers (numbers in, numbers or text out), their one palette and their one DOM
+ * maker; every page (the dashboard, the runs table, the regime map, the LR sweep) loads it first.
  * Unit-tested in headless Chromium by tests/test_dashboard_js.py. */
 var helpers = (function () {
   'use strict';
@@ -127,14 +128,22 @@ var helpers = (function () {
 
   function safeName(s) { return String(s).replace(/[^A-Za-z0-9._-]+/g, '_'); }
 
-  // the one way text reaches the screen: textContent, never HTML
+  // the one palette: line i of a chart (a tensor, a run of the runs table, a variant of the LR sweep)
+  var PALETTE = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#17becf', '#8c564b', '#e377c2',
+                 '#7f7f7f', '#bcbd22', '#393b79', '#637939', '#8c6d31', '#843c39', '#7b4173', '#3182bd'];
+  var BASELINE = '#8d96a3';  // the baseline run: grey
+  var COMPARED = ['#c2185b', '#00897b', '#9c6500', '#455a64', '#6a1b9a', '#2e7d32'];  // runs beside this one
+  function color(i) { return PALETTE[i % PALETTE.length]; }
+
+  // the one way text reaches the screen: textContent, never HTML. `cls`: a class name, or {attribute: value}
   function el(tag, cls, text) {
     var e = document.createElement(tag);
-    if (cls) e.className = cls;
+    if (typeof cls === 'string' && cls) e.className = cls;
+    else if (cls && typeof cls === 'object') Object.keys(cls).forEach(function (k) { e.setAttribute(k, cls[k]); });
     if (text !== undefined && text !== null) e.textContent = String(text);
     return e;
   }
 
-  return { isNum: isNum, fmt: fmt, tick: tick, logTickLabels: logTickLabels, ema: ema, yRange: yRange,
+  return { PALETTE: PALETTE, BASELINE: BASELINE, COMPARED: COMPARED, color: color, isNum: isNum, fmt: fmt, tick: tick, logTickLabels: logTickLabels, ema: ema, yRange: yRange,
            nearestIndex: nearestIndex, lowerBound: lowerBound, columnStep: columnStep, pointAt: pointAt, fade: fade, safeName: safeName, el: el };
 })();

@@ -3,15 +3,9 @@
  * the signal's prefix says where the page data holds it (the registry's naming: docs/metrics.md). */
 var panels = (function () {
   'use strict';
-  var isNum = helpers.isNum, fmt = helpers.fmt;
-
-  var PALETTE = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#17becf', '#8c564b', '#e377c2',
-                 '#7f7f7f', '#bcbd22', '#393b79', '#637939', '#8c6d31', '#843c39', '#7b4173', '#3182bd'];
-  var BASE = '#8d96a3';  // the baseline run: grey
-  var OTHER = ['#c2185b', '#00897b', '#9c6500', '#455a64', '#6a1b9a', '#2e7d32'];  // compared runs
+  var isNum = helpers.isNum, fmt = helpers.fmt, color = helpers.color, OTHER = helpers.COMPARED;
   var DASH = [5, 3];
-  function color(i) { return PALETTE[i % PALETTE.length]; }
-  function runColor(run, i) { return run.role === 'baseline' ? BASE : OTHER[i % OTHER.length]; }
+  function runColor(run, i) { return run.role === 'baseline' ? helpers.BASELINE : OTHER[i % OTHER.length]; }
 
   // D: the page data; view: {shown: run name -> drawn, extra: runs added in the page, pick: stat -> tensors}
   function create(D, view) {
