@@ -4,6 +4,7 @@ Every import counts, the ones inside functions too: they are read from the synta
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -218,6 +219,54 @@ def lay_out(rows, spikes, items, x, n):
     return panels.cite("grad"), shown, first, x < n
 '''
     assert judgments_in(layout, "minitrain.views.y") == []
+
+
+# --- the pages' scripts draw too: a threshold comparison in views/assets/*.js is a judgment -----------------------
+
+JS_ASSETS = sorted((PKG / "views" / "assets").glob("*.js"))
+_JS_NUMBER = r"-?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?"
+_JS_ORDER = r"(?<![<>=!])(?:<=|>=|<|>)(?![<>=])"  # not =>, <<, >>, <<=
+_JS_STRING = re.compile(r"'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"")
+_JS_ORDERED = re.compile(rf"(?<![\w.])({_JS_NUMBER})\s*{_JS_ORDER}|{_JS_ORDER}\s*\(?\s*({_JS_NUMBER})(?![\w.])")
+
+
+def js_judgments_in(source: str) -> list[str]:
+    """Where a page script judges by itself: it orders a value against a number other than 0 and 1
+    (`ratio > 2`, `x >= 0.5`). Layout aside: a count (`.length`), a loop's bound, or a line marked
+    `// layout: why` (on it or just above it: pixels, tick labels, number notation)."""
+    source = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), source, flags=re.S)
+    found, above = [], ""
+    for n, line in enumerate(source.splitlines(), 1):
+        code, _, comment = _JS_STRING.sub('""', line).partition("//")
+        marked, above = "layout" in comment or "layout" in above, comment if not code.strip() else ""
+        if marked or ".length" in code or re.search(r"\bfor\s*\(", code):
+            continue
+        if any(float(m.group(1) or m.group(2)) not in (0, 1) for m in _JS_ORDERED.finditer(code)):
+            found.append(f"line {n}: {line.strip()}")
+    return found
+
+
+@pytest.mark.parametrize("path", JS_ASSETS, ids=lambda p: p.name)
+def test_page_scripts_judge_nothing_themselves(path):
+    bad = js_judgments_in(path.read_text())
+    assert not bad, f"views/assets/{path.name} judges by itself (put the rule in analysis/, its result in the data): {bad}"
+
+
+def test_the_js_judgment_rule_catches_a_threshold_and_leaves_layout_alone():
+    script = """
+var clipOff = !(CFG.grad_clip > 0.5), big = ratio >= 2 || 3 < y;
+if (x < -0.5) warn('<b>' + "a > 2");
+/* a comment: x > 9 */ var f = (a) => a >= 1e-3;
+for (var n = 2; n <= 4; n++) cols(n);
+if (rows.length > 6 && d >> 2 > 0 && v === 1) more();
+// layout: a drag of a few pixels is a click
+if (drag.width > 4) zoom();
+var narrow = w < 360;  // layout: one column
+"""
+    found = "\n".join(js_judgments_in(script))
+    for line in (2, 3, 4):
+        assert f"line {line}:" in found, (line, found)
+    assert all(f"line {line}:" not in found for line in (5, 6, 8, 9)), found
 
 
 # --- non-finite has one definition: run/nonfinite.py (analysis/definitions.py lists it) ---------------------------

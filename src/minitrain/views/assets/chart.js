@@ -234,6 +234,7 @@ var chart = (function () {
         plugins: [decorations(p.spec, p.refs), tooltip(p), wheelAndPan()],
         hooks: {
           setSelect: [function (u) {
+            // layout: a drag of a few pixels is a click, not a zoom
             if (u.select.width > 4) zoomTo(u.posToVal(u.select.left, 'x'), u.posToVal(u.select.left + u.select.width, 'x'));
             u.setSelect({ left: 0, width: 0, top: 0, height: 0 }, false);
           }],

@@ -12,7 +12,7 @@ var helpers = (function () {
     if (typeof v !== 'number') return String(v);
     if (v === 0) return '0';
     var a = Math.abs(v);
-    if (a >= 1e5 || a < 1e-3) return v.toExponential((p || 5) - 1).replace('e+', 'e');
+    if (a >= 1e5 || a < 1e-3) return v.toExponential((p || 5) - 1).replace('e+', 'e');  // layout: notation
     return String(+v.toPrecision(p || 5));
   }
 
@@ -20,7 +20,7 @@ var helpers = (function () {
   function tick(v) {
     if (v === 0) return '0';
     var a = Math.abs(v);
-    if (a >= 1e4 || a < 1e-3) return v.toExponential(2).replace(/\.?0+e/, 'e').replace('e+', 'e');
+    if (a >= 1e4 || a < 1e-3) return v.toExponential(2).replace(/\.?0+e/, 'e').replace('e+', 'e');  // layout: notation
     return String(+v.toPrecision(4));
   }
 
@@ -29,7 +29,7 @@ var helpers = (function () {
     var decades = Math.log10(max / min);
     return vals.map(function (v) {
       var m = Math.round(v / Math.pow(10, Math.floor(Math.log10(v) + 1e-9)));
-      return (m === 1 || (decades <= 3 && (m === 2 || m === 5))) ? tick(v) : '';
+      return (m === 1 || (decades <= 3 && (m === 2 || m === 5))) ? tick(v) : '';  // layout: labels that fit
     });
   }
 
@@ -91,7 +91,7 @@ var helpers = (function () {
   function columnStep(xs, cols, a, b, i0) {
     var w = b - a, lo = lowerBound(xs, a - w), first = lowerBound(xs, a), best = i0, top = 0;
     var hi = lowerBound(xs, b + w + 1e-9), last = lowerBound(xs, b + 1e-9);
-    if (last - first < 2) return i0;
+    if (last - first < 2) return i0;  // layout: one step in view
     cols.forEach(function (ys) {
       var around = [];
       for (var j = lo; j < hi; j++) if (isNum(ys[j])) around.push(ys[j]);

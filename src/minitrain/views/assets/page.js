@@ -63,7 +63,7 @@
 
   function zoomTo(a, b) {  // every drawn panel now; the others read state.x when they are drawn
     a = Math.max(state.full[0], a); b = Math.min(state.full[1], b);
-    if (b - a < 2) { var c = (a + b) / 2; a = Math.max(state.full[0], c - 1); b = Math.min(state.full[1], a + 2); }
+    if (b - a < 2) { var c = (a + b) / 2; a = Math.max(state.full[0], c - 1); b = Math.min(state.full[1], a + 2); }  // layout: 2 steps at least
     var full = a <= state.full[0] && b >= state.full[1];
     state.x = full ? null : [a, b];
     plots.forEach(function (p) {
