@@ -87,7 +87,8 @@ def verdict_text(run: Path, sealed: bool, live: bool) -> str:
 
 def run_row(run: Path, experiments: Path, sealed: bool | None = None, verdict=verdict_text) -> dict:
     """One run folder as a table row. A folder that cannot be read (deleted, corrupt, half-written) gives a
-    row with `error`: one line, never an exception. `sealed`: the lab layer's word (None: a blind run is).
+    row with `error`: one line. The reader's strict readers say what is damaged (a file that is no JSON, a
+    field of the wrong type); anything else raised here is a bug, and is not shown as data. `sealed`: the lab layer's word (None: a blind run is).
     `verdict(run, sealed, live)`: the verdict column (the server passes a cached one)."""
     run = Path(run)
     rel = run.relative_to(experiments).as_posix()
@@ -120,7 +121,7 @@ def run_row(run: Path, experiments: Path, sealed: bool | None = None, verdict=ve
         if why or why2:  # a damaged run is one row that says so, never the table's failure
             row["error"], row["status"] = why or why2, "damaged"
         return row
-    except (UserError, OSError, ValueError, KeyError, TypeError) as e:  # damaged while we read it: one line
+    except (UserError, OSError) as e:  # deleted or replaced while we read it: one line (a damaged file is `why`)
         return {"run": rel, "kind": "run", "status": "unreadable", "error": str(e).splitlines()[0][:200],
                 "verdict": "sealed" if sealed is not False else "", "sealed": sealed is not False,
                 "link": f"{rel}/dashboard.html"}
