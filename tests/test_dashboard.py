@@ -277,6 +277,21 @@ def test_nonfinite_run_renders(lab, tmp_path):
     assert any(m["kind"] == "nonfinite" and m["step"] == 40 for m in data["markers"])
 
 
+def test_whether_the_baseline_shares_the_trunk_is_analysis_s_answer():
+    """compare.baseline_notes (reader.same_trunk): nothing for a shared trunk, the remedy for a remediated run,
+    the settings that differ otherwise; the page shows its notes as they are."""
+    base = {"trunk_hash": "t1", "config": {"lr_max": 3e-4, "seed": 1, "injection": "none"}}
+    fault = {"trunk_hash": "t1", "config": {**base["config"], "injection": "scale"}}
+    remedied = {"trunk_hash": "t2", "config": {**fault["config"], "remedy_zclip": True}}
+    other = {"trunk_hash": "t3", "config": {**fault["config"], "lr_max": 3e-3}}
+    assert compare.baseline_notes(fault, base, "18-baseline") == []
+    assert compare.baseline_notes(remedied, base, "18-baseline") == [
+        "this run applies a remedy the baseline does not (remedy_zclip=True)"]
+    assert compare.baseline_notes(other, base, "18-baseline") == [
+        "baseline 18-baseline has another config beyond the injection (lr_max): differences are not the "
+        "injection's alone"]
+
+
 def one_value_non_finite(row: dict, where: str) -> None:
     if where == "logits":
         row["logit_max"] = None
