@@ -26,7 +26,7 @@ import pytest
 from conftest import ROOT, SMALL_K, ForkedCLI, assert_one_line_error, run_cli, small_args, small_config
 from minitrain import loop
 from minitrain.core.config import build_config
-from minitrain.core.errors import EXIT_NON_FINITE
+from minitrain.core.errors import EXIT_NON_FINITE, UserError
 from minitrain.lab import learner
 from minitrain.run import files, reader
 
@@ -81,7 +81,7 @@ def results_without_timing(run: Path) -> dict:
 
 
 def temporaries(run: Path) -> list[str]:
-    return [p.name for p in Path(run).rglob(".*") if p.name != files.LOCK_NAME]
+    return [p.name for p in Path(run).rglob(".*") if p.name != reader.LOCK_NAME]
 
 
 @pytest.fixture()
@@ -160,7 +160,7 @@ def test_force_replaces_a_run_and_a_folder_killed_at_birth_needs_no_force(tmp_pa
     run = tmp_path / "run"
     run_cli("train", "--out", str(run), *small_args("steps=6"), check=True)
     run_cli("train", "--out", str(run), "--force", *small_args("steps=4"), check=True)
-    assert rows_written(run) == 4 and (run / files.LOCK_NAME).exists()
+    assert rows_written(run) == 4 and (run / reader.LOCK_NAME).exists()
     # a run killed right after it took its lock (nothing else written yet) is trained again without --force
     born = tmp_path / "born"
     born.mkdir()
@@ -260,7 +260,7 @@ def test_removing_a_live_run_is_refused(tmp_path, small_baseline):
     holder = hold_lock(run)
     try:
         before = snapshot(run)
-        with pytest.raises(files.UserError, match=f"is live: process {holder.pid}"):
+        with pytest.raises(UserError, match=f"is live: process {holder.pid}"):
             files.remove_run_dir(run)
         assert snapshot(run) == before
     finally:

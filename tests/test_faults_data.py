@@ -19,7 +19,9 @@ from conftest import SMALL_K, assert_one_line_error, run_cli, small_args, small_
 from conftest import fingerprint as snapshot
 from minitrain import loop
 from minitrain.lab import parallel, runner
+from minitrain.core.errors import UserError
 from minitrain.run import files, reader
+from minitrain.run.files import atomic
 from minitrain.views import dashboard
 from test_faults import copy_run
 
@@ -90,7 +92,7 @@ def test_a_lock_that_is_not_ours_is_refused_and_the_victim_keeps_its_bytes(tmp_p
     (run / "results.json").unlink()
     victim = tmp_path / "victim.txt"
     victim.write_bytes(b"the user's thesis\n")
-    lock = run / files.LOCK_NAME
+    lock = run / reader.LOCK_NAME
     lock.unlink()
     if how == "symlink":
         lock.symlink_to(Path("..") / "victim.txt")
@@ -125,7 +127,7 @@ def test_a_linked_metrics_file_or_checkpoints_folder_is_refused(tmp_path, small_
 
 
 def test_a_full_disk_while_writing_the_tokenizer_leaves_no_half_file_and_resume_writes_it(tmp_path, monkeypatch):
-    real = files.write_synced
+    real = atomic.write_synced
     cut = {}
 
     def disk_full_in_the_tokenizer(path, data):
@@ -136,10 +138,10 @@ def test_a_full_disk_while_writing_the_tokenizer_leaves_no_half_file_and_resume_
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, data)
 
-    monkeypatch.setattr(files, "write_synced", disk_full_in_the_tokenizer)
+    monkeypatch.setattr(atomic, "write_synced", disk_full_in_the_tokenizer)
     run = tmp_path / "run"
     assert_one_line_error(run_cli("train", "--out", str(run), *small_args("steps=3")), "disk full")
-    assert cut, "tokenizer.json was not written through files.write_synced (not atomically)"
+    assert cut, "tokenizer.json was not written through atomic.write_synced (not atomically)"
     assert not (run / "tokenizer.json").exists() and not [p for p in run.iterdir() if p.name.endswith(".tmp")]
     monkeypatch.undo()
     run_cli("train", "--resume", str(run), check=True)
@@ -206,7 +208,7 @@ def test_the_lab_with_force_names_foreign_files_before_anything_runs(tmp_path, s
 def test_a_new_blind_draw_does_not_delete_foreign_files(tmp_path, small_baseline):
     run = copy_run(small_baseline, tmp_path / "01")
     (run / "notes.txt").write_text("mine\n")
-    with pytest.raises(files.UserError, match="notes.txt"):
+    with pytest.raises(UserError, match="notes.txt"):
         files.remove_run_dir(run)
     assert (run / "notes.txt").read_text() == "mine\n"
 
