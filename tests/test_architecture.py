@@ -25,8 +25,8 @@ def layer_of(module: str) -> int:
     top = parts[1]
     if top == "__main__":
         return LAYERS.index("cli")
-    if top == "probe":  # the loop's instruments on a foreign training loop: the loop's layer
-        return LAYERS.index("loop")
+    if top in ("probe", "trainer"):  # the loop's instruments on a foreign loop; the run folder's life around
+        return LAYERS.index("loop")  # the loop (fresh, resumed, forked): the loop's layer
     return LAYERS.index(top)
 
 

@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, SMALL_K, ForkedCLI, assert_one_line_error, run_cli, small_args, small_config
-from minitrain import loop
+from minitrain import loop, trainer
 from minitrain.core.config import build_config
 from minitrain.core.errors import EXIT_NON_FINITE, UserError
 from minitrain.lab import learner
-from minitrain.run import files, reader
+from minitrain.run import files, provenance, reader
 
 K = SMALL_K  # the small lab's injection step (conftest.small_lab)
 
@@ -231,9 +231,9 @@ def test_a_writer_starts_no_subprocess_while_it_holds_its_lock(tmp_path, monkeyp
         return real(*args, **kwargs)
 
     monkeypatch.setattr(subprocess, "run", spy)
-    loop.process_environment.cache_clear()  # as in a fresh process: uname and git run during this train
-    loop.train(small_config("steps=2"), run)
-    loop.resume(copy_run(run, again, status="running"))
+    provenance.process_environment.cache_clear()  # as in a fresh process: uname and git run during this train
+    trainer.train(small_config("steps=2"), run)
+    trainer.resume(copy_run(run, again, status="running"))
     assert held and held == [None] * len(held)
 
 
@@ -290,7 +290,7 @@ def test_divergence_stops_cleanly_and_keeps_everything(tmp_path, overrides, stop
     assert [r["step"] for r in rows] == list(range(stop + 1))  # up to and including the step
     res, manifest = strict((run / "results.json").read_text()), strict((run / "manifest.json").read_text())
     assert res["status"] == manifest["status"] == "non_finite"
-    assert res["stopped_at_step"] == stop and manifest["non_finite"] == {"step": stop, "what": what}
+    assert res["first_nonfinite_step"] == stop and manifest["non_finite"] == {"step": stop, "what": what}
     assert (run / "dashboard.html").exists()
     assert_strict_json_everywhere(run)
     before = snapshot(run)
@@ -759,7 +759,7 @@ def test_a_damaged_fork_origin_is_one_line_on_resume(tmp_path, small_baseline, d
     exp = tmp_path / "exp"
     shutil.copytree(small_baseline, exp / "18-baseline")
     run = exp / "inj"
-    res = loop.train(small_config("injection=scale", f"injection_step={K}"), run, stop_at=K + 1)
+    res = trainer.train(small_config("injection=scale", f"injection_step={K}"), run, stop_at=K + 1)
     assert res["status"] == "stopped" and not files.list_checkpoints(run)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["forked_from"]["checkpoint_step"] == K

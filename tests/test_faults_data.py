@@ -17,7 +17,7 @@ import pytest
 
 from conftest import SMALL_K, assert_one_line_error, run_cli, small_args, small_config
 from conftest import fingerprint as snapshot
-from minitrain import loop
+from minitrain import loop, trainer
 from minitrain.lab import parallel, runner
 from minitrain.core.errors import UserError
 from minitrain.run import files, reader
@@ -49,11 +49,11 @@ def test_a_resumed_fork_refuses_a_donor_remade_with_another_config(tmp_path, sma
     copy_run(small_baseline, exp / "18-baseline")
     out = exp / "19-injection-A"
     # forked at K, stopped one step later: no checkpoint of its own, so a resume forks from the donor again
-    loop.train(small_config("injection=scale", f"injection_step={FORK_K}"), out, stop_at=FORK_K + 1)
+    trainer.train(small_config("injection=scale", f"injection_step={FORK_K}"), out, stop_at=FORK_K + 1)
     assert reader.manifest_of(out)["forked_from"]["checkpoint_step"] == FORK_K
     assert files.list_checkpoints(out) == []
     # the donor is re-made with another learning rate (it holds a checkpoint at K again)
-    loop.train(small_config("lr_max=0.001"), exp / "18-baseline", force=True, stop_at=FORK_K)
+    trainer.train(small_config("lr_max=0.001"), exp / "18-baseline", force=True, stop_at=FORK_K)
     before = snapshot(out)
     proc = run_cli("train", "--resume", str(out))
     assert_one_line_error(proc, "18-baseline", "changed since", f"--config {out / 'config.yaml'} --force")
@@ -64,7 +64,7 @@ def test_a_resumed_fork_records_and_checks_its_donor_checksums(tmp_path, small_b
     exp = tmp_path / "exp"
     copy_run(small_baseline, exp / "18-baseline")
     out = exp / "19-injection-A"
-    loop.train(small_config("injection=scale", f"injection_step={FORK_K}"), out, stop_at=FORK_K + 1)
+    trainer.train(small_config("injection=scale", f"injection_step={FORK_K}"), out, stop_at=FORK_K + 1)
     ckpt = json.loads((files.checkpoint_dir(exp / "18-baseline", FORK_K) / "manifest.json").read_text())
     donor = reader.manifest_of(out)["forked_from_checksums"]
     assert donor["sha256"] == ckpt["sha256"] and donor["metrics_sha256"] == ckpt["metrics_sha256"]
