@@ -29,6 +29,7 @@ from minitrain.core.config import build_config
 from minitrain.core.errors import EXIT_NON_FINITE, UserError
 from minitrain.lab import learner
 from minitrain.run import files, provenance, reader
+from minitrain.run.files import atomic
 
 K = SMALL_K  # the small lab's injection step (conftest.small_lab)
 
@@ -539,7 +540,7 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_to_the_same_bytes(tmp_path,
     if where == "metrics row":
         _fail_with_enospc_at(monkeypatch, files.MetricsWriter, "write", 75, partial=True)
     else:
-        _fail_with_enospc_at(monkeypatch, files, "write_synced", 7)  # 3 files per checkpoint: inside the third
+        _fail_with_enospc_at(monkeypatch, atomic, "write_synced", 7)  # 3 files per checkpoint: inside the third
     assert_one_line_error(run_cli("train", "--out", str(run), *small_args()), "disk full",
                           f"resume it with 'minitrain train --resume {run}'")
     assert json.loads((run / "manifest.json").read_text())["status"] == "running"

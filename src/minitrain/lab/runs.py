@@ -1,4 +1,4 @@
-"""Training a run as a command does: the run itself (loop.py), then its page, and one summary line.
+"""Training a run as a command does: the run itself (trainer.py), then its page, and one summary line.
 
 `lab_run` is one run of the lab named as the lab names it (`just phase-19-train`); `train_run` and
 `resume_run` are `minitrain train`. Each writes RUN/dashboard.html when the run ends, and rebuilds the

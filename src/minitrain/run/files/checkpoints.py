@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from minitrain import SCHEMA_VERSION
 from minitrain.core.errors import UserError
-from minitrain.run.files.atomic import UMASK, strict_json, write_synced
+from minitrain.run.files import atomic  # atomic.write_synced: one place writes a file's bytes to disk
 from minitrain.run.reader import loads_json
 
 if TYPE_CHECKING:
@@ -56,11 +56,11 @@ def save_checkpoint(run: Path, step: int, model: torch.nn.Module, optimizer: tor
         weights = {n: p.detach().contiguous().cpu() for n, p in model.named_parameters()}
         files = {"model.safetensors": save(weights), "optimizer.safetensors": save(optimizer_tensors(model, optimizer))}
         for name, data in files.items():
-            write_synced(tmp / name, data)
+            atomic.write_synced(tmp / name, data)
         sums = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
-        write_synced(tmp / "manifest.json", (strict_json({"schema_version": SCHEMA_VERSION, "step": step, **meta,
-                                                           "sha256": sums}, indent=2, sort_keys=True) + "\n").encode())
-        os.chmod(tmp, 0o777 & ~UMASK)  # mkdtemp makes 0700
+        manifest = {"schema_version": SCHEMA_VERSION, "step": step, **meta, "sha256": sums}
+        atomic.write_synced(tmp / "manifest.json", (atomic.strict_json(manifest, indent=2, sort_keys=True) + "\n").encode())
+        os.chmod(tmp, 0o777 & ~atomic.UMASK)  # mkdtemp makes 0700
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
