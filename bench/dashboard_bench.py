@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from minitrain import loop
+from minitrain import trainer
 from minitrain.run import reader
 from minitrain.views import dashboard
 from minitrain.core.config import build_config
@@ -62,7 +62,7 @@ def main() -> int:
         if run is None:
             run = Path(tmp) / "18-baseline"
             print(f"training a 2000-step baseline into {run} ...", file=sys.stderr)
-            loop.train(build_config({}, ["progress=false"]), run)
+            trainer.train(build_config({}, ["progress=false"]), run)
         baseline = Path(args.baseline) if args.baseline else None
         out = Path(tmp) / "dashboard.html"
         writes, cpu = [], []

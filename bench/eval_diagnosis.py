@@ -112,12 +112,12 @@ def _train_one(args: tuple[str, list[str], str]) -> tuple[str, float]:
     import contextlib
     import io
 
-    from minitrain import loop
+    from minitrain import trainer
 
     cfg = build_config({}, sets)
     t0 = time.perf_counter()
     with contextlib.redirect_stderr(io.StringIO()):  # the per-run dashboard warning, if any, is not ours
-        loop.train(cfg, Path(suite) / folder, force=True)
+        trainer.train(cfg, Path(suite) / folder, force=True)
     return folder, time.perf_counter() - t0
 
 

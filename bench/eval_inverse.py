@@ -73,9 +73,9 @@ def draw(rng: random.Random, steps: int) -> tuple[dict, dict]:
 
 
 def train(cfg_sets: list[str], out: str) -> str:
-    from minitrain import loop
+    from minitrain import trainer
 
-    return loop.train(build_config({}, cfg_sets), Path(out))["status"]
+    return trainer.train(build_config({}, cfg_sets), Path(out))["status"]
 
 
 def make_suite(suite: Path, draw_seed: int, jobs: int | None) -> dict:

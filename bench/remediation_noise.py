@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from minitrain import loop  # noqa: E402
+from minitrain import trainer  # noqa: E402
 from minitrain.analysis.compare import REMEDY_MEASURES, measure  # noqa: E402
 from minitrain.core.config import build_config  # noqa: E402
 from minitrain.run import reader  # noqa: E402
@@ -55,12 +55,12 @@ def one_seed(out: Path, seed: int) -> dict:
     base = out / f"seed{seed}" / "baseline"
     cfg = build_config({}, [f"seed={seed}", "progress=false"])
     if not finished(base):
-        loop.train(cfg, base, force=True, fork=False)
+        trainer.train(cfg, base, force=True, fork=False)
     measured = {}
     for name, sets in FORKS.items():
         run = out / f"seed{seed}" / name
         if not finished(run):
-            loop.train(build_config(cfg.to_dict(), sets), run, force=True, fork=False, donor=(base, K))
+            trainer.train(build_config(cfg.to_dict(), sets), run, force=True, fork=False, donor=(base, K))
         measured[name] = measure(run, base, K)
     return {"seed": seed, "val": reader.results_of(base).get("final_val_loss"), "forks": measured}
 

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from minitrain import loop
+from minitrain import trainer
 from minitrain.core.config import build_config
 from minitrain.run import files, reader, sinks
 
@@ -42,7 +42,7 @@ def per_row(rows: list[dict], make, repeats: int) -> float:
 def end_to_end(steps: int, log: str, root: Path) -> float:
     cfg = build_config({}, [f"steps={steps}", "progress=false", f"log={log}"])
     t0 = time.process_time()
-    loop.train(cfg, root / f"run-{log}", fork=False, force=True)
+    trainer.train(cfg, root / f"run-{log}", fork=False, force=True)
     return (time.process_time() - t0) / steps
 
 

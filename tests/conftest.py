@@ -189,11 +189,11 @@ def cli_commands() -> list[list[str]]:
 
 def make_small_lab(baseline: Path, exp: Path) -> Path:
     """`exp` with a copy of `baseline` and the lab's three injections at SMALL_K forked from it."""
-    from minitrain import loop
+    from minitrain import trainer
 
     shutil.copytree(baseline, exp / "18-baseline")
     for name, letter in LAB_LETTERS.items():
-        loop.train(small_config(f"injection={name}", f"injection_step={SMALL_K}"), exp / f"19-injection-{letter}")
+        trainer.train(small_config(f"injection={name}", f"injection_step={SMALL_K}"), exp / f"19-injection-{letter}")
     return exp
 
 

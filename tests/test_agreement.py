@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import small_config
-from minitrain import loop
+from minitrain import trainer
 from minitrain.analysis import compare, definitions, detectors, signature, stability
 from minitrain.core.fmt import fmt
 from minitrain.lab import postmortem
@@ -32,8 +32,8 @@ def lab(small_baseline, tmp_path_factory) -> Path:
     one tensor's Adam v at K=40."""
     exp = tmp_path_factory.mktemp("agreement")
     copy_run(small_baseline, exp / "18-baseline")
-    loop.train(small_config("injection=bad_batch", f"injection_step={B_K}"), exp / "19-injection-B")
-    loop.train(small_config("injection=v_corrupt", f"injection_step={C_K}", "injection_factor=0.01",
+    trainer.train(small_config("injection=bad_batch", f"injection_step={B_K}"), exp / "19-injection-B")
+    trainer.train(small_config("injection=v_corrupt", f"injection_step={C_K}", "injection_factor=0.01",
                             f"injection_param={C_TENSOR}"), exp / "19-injection-C")
     return exp
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import screenshot
-from minitrain import loop
+from minitrain import trainer
 from minitrain.analysis import compare, movers, panels
 from minitrain.cli import main
 from minitrain.core.config import build_config
@@ -44,7 +44,7 @@ def lab(tmp_path_factory) -> Path:
             "19-injection-C": tiny(injection="v_corrupt", injection_step=K),
             "19-blind/01": tiny(injection="bad_batch", injection_step=K, blind="true")}
     for name, cfg in runs.items():
-        loop.train(cfg, exp / name)
+        trainer.train(cfg, exp / name)
         dashboard.write_dashboard(exp / name)
     return exp
 

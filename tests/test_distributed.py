@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from conftest import small_config
-from minitrain import loop
+from minitrain import loop, trainer
 from minitrain.lab.runs import train_run
 from minitrain.run import files
 from minitrain.core.config import PRESETS, TrainConfig, build_config
@@ -160,7 +160,7 @@ def test_a_two_process_run_resumes_on_one_process(ddp, tmp_path):
             shutil.rmtree(files.checkpoint_dir(out, step))
     (out / "results.json").unlink()
     files.atomic_write_json(out / "manifest.json", {**manifest(out), "status": "running"})
-    res = loop.resume(out)
+    res = trainer.resume(out)
     assert res["status"] == "finished" and res["steps_done"] == STEPS
     whole, resumed = rows(exp / "base"), rows(out)
     assert [r["step"] for r in resumed] == list(range(STEPS))
@@ -195,8 +195,8 @@ def test_device_cuda_without_a_gpu_is_a_user_error():
 @pytest.mark.parametrize("precision,tol", [("fp32", 1e-3), ("bf16", 0.1)])
 def test_short_cuda_run_tracks_the_cpu_run(tmp_path, precision, tol):
     sets = ["steps=20", "ckpt_every=10", "eval_every=10", "warmup_steps=5"]
-    loop.train(small_config(*sets), tmp_path / "cpu")
-    loop.train(small_config(*sets, "device=cuda", f"precision={precision}"), tmp_path / "gpu")
+    trainer.train(small_config(*sets), tmp_path / "cpu")
+    trainer.train(small_config(*sets, "device=cuda", f"precision={precision}"), tmp_path / "gpu")
     got, want = rows(tmp_path / "gpu"), rows(tmp_path / "cpu")
     assert [r["step"] for r in got] == list(range(20))
     for a, b in zip(got, want):
@@ -207,9 +207,9 @@ def test_short_cuda_run_tracks_the_cpu_run(tmp_path, precision, tol):
     files.atomic_write_json(tmp_path / "gpu" / "manifest.json",
                                {**manifest(tmp_path / "gpu"), "status": "running"})
     if precision == "bf16":  # bf16 stays a GPU option: continue it on the GPU
-        assert loop.resume(tmp_path / "gpu")["status"] == "finished"
+        assert trainer.resume(tmp_path / "gpu")["status"] == "finished"
     else:
-        assert loop.resume(tmp_path / "gpu", device="cpu")["status"] == "finished"
+        assert trainer.resume(tmp_path / "gpu", device="cpu")["status"] == "finished"
 
 
 # --- presets and the corpus-size knob --------------------------------------------------------------

@@ -24,11 +24,12 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, SMALL_K, ForkedCLI, assert_one_line_error, run_cli, small_args, small_config
-from minitrain import loop
+from minitrain import loop, trainer
 from minitrain.core.config import build_config
-from minitrain.core.errors import EXIT_NON_FINITE
+from minitrain.core.errors import EXIT_NON_FINITE, UserError
 from minitrain.lab import learner
-from minitrain.run import files, reader
+from minitrain.run import files, provenance, reader
+from minitrain.run.files import atomic
 
 K = SMALL_K  # the small lab's injection step (conftest.small_lab)
 
@@ -81,7 +82,7 @@ def results_without_timing(run: Path) -> dict:
 
 
 def temporaries(run: Path) -> list[str]:
-    return [p.name for p in Path(run).rglob(".*") if p.name != files.LOCK_NAME]
+    return [p.name for p in Path(run).rglob(".*") if p.name != reader.LOCK_NAME]
 
 
 @pytest.fixture()
@@ -160,7 +161,7 @@ def test_force_replaces_a_run_and_a_folder_killed_at_birth_needs_no_force(tmp_pa
     run = tmp_path / "run"
     run_cli("train", "--out", str(run), *small_args("steps=6"), check=True)
     run_cli("train", "--out", str(run), "--force", *small_args("steps=4"), check=True)
-    assert rows_written(run) == 4 and (run / files.LOCK_NAME).exists()
+    assert rows_written(run) == 4 and (run / reader.LOCK_NAME).exists()
     # a run killed right after it took its lock (nothing else written yet) is trained again without --force
     born = tmp_path / "born"
     born.mkdir()
@@ -231,9 +232,9 @@ def test_a_writer_starts_no_subprocess_while_it_holds_its_lock(tmp_path, monkeyp
         return real(*args, **kwargs)
 
     monkeypatch.setattr(subprocess, "run", spy)
-    loop.process_environment.cache_clear()  # as in a fresh process: uname and git run during this train
-    loop.train(small_config("steps=2"), run)
-    loop.resume(copy_run(run, again, status="running"))
+    provenance.process_environment.cache_clear()  # as in a fresh process: uname and git run during this train
+    trainer.train(small_config("steps=2"), run)
+    trainer.resume(copy_run(run, again, status="running"))
     assert held and held == [None] * len(held)
 
 
@@ -260,7 +261,7 @@ def test_removing_a_live_run_is_refused(tmp_path, small_baseline):
     holder = hold_lock(run)
     try:
         before = snapshot(run)
-        with pytest.raises(files.UserError, match=f"is live: process {holder.pid}"):
+        with pytest.raises(UserError, match=f"is live: process {holder.pid}"):
             files.remove_run_dir(run)
         assert snapshot(run) == before
     finally:
@@ -290,7 +291,7 @@ def test_divergence_stops_cleanly_and_keeps_everything(tmp_path, overrides, stop
     assert [r["step"] for r in rows] == list(range(stop + 1))  # up to and including the step
     res, manifest = strict((run / "results.json").read_text()), strict((run / "manifest.json").read_text())
     assert res["status"] == manifest["status"] == "non_finite"
-    assert res["stopped_at_step"] == stop and manifest["non_finite"] == {"step": stop, "what": what}
+    assert res["first_nonfinite_step"] == stop and manifest["non_finite"] == {"step": stop, "what": what}
     assert (run / "dashboard.html").exists()
     assert_strict_json_everywhere(run)
     before = snapshot(run)
@@ -539,7 +540,7 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_to_the_same_bytes(tmp_path,
     if where == "metrics row":
         _fail_with_enospc_at(monkeypatch, files.MetricsWriter, "write", 75, partial=True)
     else:
-        _fail_with_enospc_at(monkeypatch, files, "write_synced", 7)  # 3 files per checkpoint: inside the third
+        _fail_with_enospc_at(monkeypatch, atomic, "write_synced", 7)  # 3 files per checkpoint: inside the third
     assert_one_line_error(run_cli("train", "--out", str(run), *small_args()), "disk full",
                           f"resume it with 'minitrain train --resume {run}'")
     assert json.loads((run / "manifest.json").read_text())["status"] == "running"
@@ -759,7 +760,7 @@ def test_a_damaged_fork_origin_is_one_line_on_resume(tmp_path, small_baseline, d
     exp = tmp_path / "exp"
     shutil.copytree(small_baseline, exp / "18-baseline")
     run = exp / "inj"
-    res = loop.train(small_config("injection=scale", f"injection_step={K}"), run, stop_at=K + 1)
+    res = trainer.train(small_config("injection=scale", f"injection_step={K}"), run, stop_at=K + 1)
     assert res["status"] == "stopped" and not files.list_checkpoints(run)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["forked_from"]["checkpoint_step"] == K

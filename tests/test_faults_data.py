@@ -17,9 +17,11 @@ import pytest
 
 from conftest import SMALL_K, assert_one_line_error, run_cli, small_args, small_config
 from conftest import fingerprint as snapshot
-from minitrain import loop
+from minitrain import loop, trainer
 from minitrain.lab import parallel, runner
+from minitrain.core.errors import UserError
 from minitrain.run import files, reader
+from minitrain.run.files import atomic
 from minitrain.views import dashboard
 from test_faults import copy_run
 
@@ -47,11 +49,11 @@ def test_a_resumed_fork_refuses_a_donor_remade_with_another_config(tmp_path, sma
     copy_run(small_baseline, exp / "18-baseline")
     out = exp / "19-injection-A"
     # forked at K, stopped one step later: no checkpoint of its own, so a resume forks from the donor again
-    loop.train(small_config("injection=scale", f"injection_step={FORK_K}"), out, stop_at=FORK_K + 1)
+    trainer.train(small_config("injection=scale", f"injection_step={FORK_K}"), out, stop_at=FORK_K + 1)
     assert reader.manifest_of(out)["forked_from"]["checkpoint_step"] == FORK_K
     assert files.list_checkpoints(out) == []
     # the donor is re-made with another learning rate (it holds a checkpoint at K again)
-    loop.train(small_config("lr_max=0.001"), exp / "18-baseline", force=True, stop_at=FORK_K)
+    trainer.train(small_config("lr_max=0.001"), exp / "18-baseline", force=True, stop_at=FORK_K)
     before = snapshot(out)
     proc = run_cli("train", "--resume", str(out))
     assert_one_line_error(proc, "18-baseline", "changed since", f"--config {out / 'config.yaml'} --force")
@@ -62,7 +64,7 @@ def test_a_resumed_fork_records_and_checks_its_donor_checksums(tmp_path, small_b
     exp = tmp_path / "exp"
     copy_run(small_baseline, exp / "18-baseline")
     out = exp / "19-injection-A"
-    loop.train(small_config("injection=scale", f"injection_step={FORK_K}"), out, stop_at=FORK_K + 1)
+    trainer.train(small_config("injection=scale", f"injection_step={FORK_K}"), out, stop_at=FORK_K + 1)
     ckpt = json.loads((files.checkpoint_dir(exp / "18-baseline", FORK_K) / "manifest.json").read_text())
     donor = reader.manifest_of(out)["forked_from_checksums"]
     assert donor["sha256"] == ckpt["sha256"] and donor["metrics_sha256"] == ckpt["metrics_sha256"]
@@ -90,7 +92,7 @@ def test_a_lock_that_is_not_ours_is_refused_and_the_victim_keeps_its_bytes(tmp_p
     (run / "results.json").unlink()
     victim = tmp_path / "victim.txt"
     victim.write_bytes(b"the user's thesis\n")
-    lock = run / files.LOCK_NAME
+    lock = run / reader.LOCK_NAME
     lock.unlink()
     if how == "symlink":
         lock.symlink_to(Path("..") / "victim.txt")
@@ -125,7 +127,7 @@ def test_a_linked_metrics_file_or_checkpoints_folder_is_refused(tmp_path, small_
 
 
 def test_a_full_disk_while_writing_the_tokenizer_leaves_no_half_file_and_resume_writes_it(tmp_path, monkeypatch):
-    real = files.write_synced
+    real = atomic.write_synced
     cut = {}
 
     def disk_full_in_the_tokenizer(path, data):
@@ -136,10 +138,10 @@ def test_a_full_disk_while_writing_the_tokenizer_leaves_no_half_file_and_resume_
             raise OSError(errno.ENOSPC, "No space left on device")
         return real(path, data)
 
-    monkeypatch.setattr(files, "write_synced", disk_full_in_the_tokenizer)
+    monkeypatch.setattr(atomic, "write_synced", disk_full_in_the_tokenizer)
     run = tmp_path / "run"
     assert_one_line_error(run_cli("train", "--out", str(run), *small_args("steps=3")), "disk full")
-    assert cut, "tokenizer.json was not written through files.write_synced (not atomically)"
+    assert cut, "tokenizer.json was not written through atomic.write_synced (not atomically)"
     assert not (run / "tokenizer.json").exists() and not [p for p in run.iterdir() if p.name.endswith(".tmp")]
     monkeypatch.undo()
     run_cli("train", "--resume", str(run), check=True)
@@ -206,7 +208,7 @@ def test_the_lab_with_force_names_foreign_files_before_anything_runs(tmp_path, s
 def test_a_new_blind_draw_does_not_delete_foreign_files(tmp_path, small_baseline):
     run = copy_run(small_baseline, tmp_path / "01")
     (run / "notes.txt").write_text("mine\n")
-    with pytest.raises(files.UserError, match="notes.txt"):
+    with pytest.raises(UserError, match="notes.txt"):
         files.remove_run_dir(run)
     assert (run / "notes.txt").read_text() == "mine\n"
 

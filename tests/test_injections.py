@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from conftest import LAB_LETTERS, SMALL_K, assert_one_line_error, run_cli, small_args, small_config
-from minitrain import loop
+from minitrain import loop, trainer
 from minitrain.core.injections import REGISTRY, maybe_inject
 
 K = SMALL_K
@@ -51,15 +51,15 @@ def test_rows_before_k_are_the_baselines_bytes(lab, small_baseline):
 
 def test_fork_is_byte_identical_to_a_run_from_scratch(lab, tmp_path):
     scratch = tmp_path / "scratch"
-    loop.train(small_config("injection=bad_batch", f"injection_step={K}"), scratch, fork=False)
+    trainer.train(small_config("injection=bad_batch", f"injection_step={K}"), scratch, fork=False)
     assert json.loads((scratch / "manifest.json").read_text())["forked_from"] is None
     assert rows(scratch) == rows(lab["bad_batch"])
     # a K between checkpoints forks from the checkpoint before it and recomputes the gap
     odd = tmp_path / "odd"
     (tmp_path / "18-baseline").symlink_to(lab["scale"].parent / "18-baseline")
-    loop.train(small_config("injection=scale", "injection_step=71"), odd)
+    trainer.train(small_config("injection=scale", "injection_step=71"), odd)
     assert json.loads((odd / "manifest.json").read_text())["forked_from"]["checkpoint_step"] == 60
-    loop.train(small_config("injection=scale", "injection_step=71"), tmp_path / "odd-scratch", fork=False)
+    trainer.train(small_config("injection=scale", "injection_step=71"), tmp_path / "odd-scratch", fork=False)
     assert rows(odd) == rows(tmp_path / "odd-scratch")
 
 
@@ -180,7 +180,7 @@ def faults(small_baseline, tmp_path_factory):
     for name, sets in FAULTS.items():
         out[name] = exp / f"fault-{name}"
         if not out[name].exists():
-            loop.train(small_config(f"injection={name}", f"injection_step={K}", *sets), out[name])
+            trainer.train(small_config(f"injection={name}", f"injection_step={K}", *sets), out[name])
     return out
 
 
@@ -199,7 +199,7 @@ def test_fault_forks_at_k_and_is_recorded(faults, small_baseline, name):
 
 @pytest.mark.parametrize("name", ["stuck_loader", "corrupt_batch"])
 def test_fault_fork_is_byte_identical_to_a_run_from_scratch(faults, tmp_path, name):
-    loop.train(small_config(f"injection={name}", f"injection_step={K}", *FAULTS[name]), tmp_path / "s", fork=False)
+    trainer.train(small_config(f"injection={name}", f"injection_step={K}", *FAULTS[name]), tmp_path / "s", fork=False)
     assert rows(tmp_path / "s") == rows(faults[name])
 
 
@@ -211,14 +211,14 @@ def test_resume_inside_a_stuck_loader_span_is_byte_identical(small_baseline, tmp
     from minitrain.run import files
 
     run = tmp_path / "stuck"
-    loop.train(small_config("injection=stuck_loader", f"injection_step={K - 5}", "injection_span=10"), run)
+    trainer.train(small_config("injection=stuck_loader", f"injection_step={K - 5}", "injection_span=10"), run)
     whole = rows(run)
     for step in files.list_checkpoints(run):
         if step > K:
             shutil.rmtree(files.checkpoint_dir(run, step))
     manifest = json.loads((run / "manifest.json").read_text())
     (run / "manifest.json").write_text(json.dumps({**manifest, "status": "running"}))
-    loop.resume(run)
+    trainer.resume(run)
     assert rows(run) == whole
 
 

@@ -67,18 +67,18 @@ def test_a_diverging_lab_keeps_its_rows_and_exits_3(tmp_path):
 def test_an_interrupted_lab_run_continues_where_it_stopped(small_baseline, tmp_path):
     """`minitrain lab` (or lab-run) again after Ctrl-C or a kill: an unfinished run of the same config is
     resumed from its last checkpoint, to the same bytes as an uninterrupted run; another config is refused."""
-    from minitrain import loop
+    from minitrain import trainer
     from minitrain.run import reader
     from test_reference import metrics_sha
 
     cfg = build_config({}, [*SMALL, "seed=42", "injection=none", "injection_step=50"])
     out = tmp_path / "cut" / reader.lab_run_name("none", 42, 50)
-    loop.train(cfg, out, stop_at=70)  # as a run killed after its checkpoint at 60 leaves it, more or less
+    trainer.train(cfg, out, stop_at=70)  # as a run killed after its checkpoint at 60 leaves it, more or less
     folder, line = lab_run(cfg, tmp_path / "cut")
     assert folder == out and "finished" in line
     assert metrics_sha(out) == metrics_sha(small_baseline)  # an uninterrupted run's bytes (the same config)
     assert (out / "dashboard.html").exists()
     other = build_config({}, [*SMALL, "seed=42", "injection=none", "injection_step=50", "lr_max=0.001"])
-    loop.train(other, tmp_path / "other" / out.name, stop_at=30)
+    trainer.train(other, tmp_path / "other" / out.name, stop_at=30)
     with pytest.raises(Exception, match="already holds a run"):
         lab_run(other.replace(lr_max=0.002), tmp_path / "other")

@@ -22,27 +22,20 @@ def test_a_hook_that_perturbs_is_caught(monkeypatch, point):
             return target * (1 + 1e-6) if p == "lr" else {n: g * (1 + 1e-6) for n, g in target.items()}
         return hook(p, step, target, ctx)
 
-    monkeypatch.setattr(loop, "maybe_inject", perturbing)
+    monkeypatch.setattr(loop, "maybe_inject", perturbing)  # as a learner's edit of the hook would
     ok, why = learner.hook_is_noop()
     assert not ok and "different metrics with and without maybe_inject (from step 2 on)" in why, why
-    assert loop.maybe_inject is perturbing  # the bypass puts the hook back
+    assert loop.maybe_inject is perturbing  # the check changed no module's hook
 
 
-def test_the_bypass_takes_every_injection_point_out_of_the_step(monkeypatch):
+def test_the_hook_is_the_runs_own_and_no_hook_takes_every_injection_point_out_of_the_step(monkeypatch):
     calls = []
     monkeypatch.setattr(loop, "maybe_inject", lambda p, step, target, ctx: calls.append(p) or target)
     # an injection configured, so that the optimizer-state point is visited too
-    run = loop.build_run(build_config({}, [*learner.HOOK_RUN, "injection=scale", "injection_step=3"]))
-    with loop.hook_bypassed():
-        loop.train_step(run, 0)
-    assert calls == []
+    cfg = build_config({}, [*learner.HOOK_RUN, "injection=scale", "injection_step=3"])
+    without = loop.build_run(cfg, hook=loop.no_hook)
+    loop.train_step(without, 0)
+    assert calls == [] and without.maybe_inject is loop.no_hook
+    run = loop.build_run(cfg)
     loop.train_step(run, 1)
     assert sorted(calls) == ["batch", "grads", "lr", "optimizer_state"]
-
-
-def test_the_bypass_restores_the_hook_after_an_error():
-    hook = loop.maybe_inject
-    with pytest.raises(RuntimeError), loop.hook_bypassed():
-        assert loop.maybe_inject is loop.no_hook
-        raise RuntimeError
-    assert loop.maybe_inject is hook

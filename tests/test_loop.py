@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import ForkedCLI, assert_one_line_error, run_cli, small_args, small_config
-from minitrain import loop
+from minitrain import loop, trainer
 from minitrain.run import reader
 
 
@@ -40,9 +40,9 @@ def test_run_folder_contents(small_baseline):
 
 
 def test_same_seed_same_bytes_other_seed_differs(tmp_path, small_baseline):
-    loop.train(small_config(), tmp_path / "again")
+    trainer.train(small_config(), tmp_path / "again")
     assert metrics_bytes(tmp_path / "again") == metrics_bytes(small_baseline)
-    loop.train(small_config("seed=7"), tmp_path / "seed7")
+    trainer.train(small_config("seed=7"), tmp_path / "seed7")
     assert metrics_bytes(tmp_path / "seed7") != metrics_bytes(small_baseline)
 
 
@@ -81,7 +81,7 @@ def test_resume_of_a_finished_run_is_refused(small_baseline):
 
 def test_corrupt_or_truncated_checkpoint_on_resume(tmp_path):
     out = tmp_path / "run"
-    loop.train(small_config("steps=60"), out)
+    trainer.train(small_config("steps=60"), out)
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["status"] = "running"  # pretend it was killed after its last checkpoint
     (out / "manifest.json").write_text(json.dumps(manifest))
@@ -121,7 +121,7 @@ def test_the_default_run_beats_the_ngram_baseline_at_step_500_of_its_schedule(tm
     clearly below the n-gram baseline (by 0.5 nat) at step 500: seed 42 measures 3.42 against 4.12 there (it
     ends near 3.16). The run stops right after that validation. The lab's full 2000-step runs are recorded by
     hash in docs/architecture.md ("Reference outputs")."""
-    res = loop.train(small_config("steps=2000", "ckpt_every=1000", "eval_every=100", "warmup_steps=100",
+    res = trainer.train(small_config("steps=2000", "ckpt_every=1000", "eval_every=100", "warmup_steps=100",
                                   "spectral_every=50", "val_max_rows=256"), tmp_path / "full", stop_at=501)
     assert res["status"] == "stopped" and res["steps_done"] == 501
     rows, _ = reader.read_metrics(tmp_path / "full" / "metrics.jsonl")
@@ -133,11 +133,11 @@ def test_stop_at_ends_early_on_the_full_schedule_and_resume_finishes_it(tmp_path
     """`stop_at` (minitrain explore) keeps the schedule of cfg.steps, ends with status 'stopped', and a resume
     finishes the run with the bytes of an uninterrupted one."""
     out = tmp_path / "stopped"
-    res = loop.train(small_config(), out, stop_at=60)
+    res = trainer.train(small_config(), out, stop_at=60)
     assert res["status"] == "stopped" and res["steps_done"] == 60
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 59 and rows[-1]["lr"] == loop.lr_at(59, small_config())
-    assert loop.resume(out)["status"] == "finished"
+    assert trainer.resume(out)["status"] == "finished"
     assert metrics_bytes(out) == metrics_bytes(small_baseline)
 
 

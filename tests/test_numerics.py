@@ -62,11 +62,11 @@ def test_a_fork_from_a_donor_made_on_another_platform_says_so_in_one_line(small_
 
 
 def test_a_resume_of_steps_made_on_another_platform_says_so_and_keeps_the_record(tmp_path):
-    from minitrain import loop
+    from minitrain import trainer
     from conftest import small_config
 
     out = tmp_path / "run"
-    loop.train(small_config(), out, stop_at=50)
+    trainer.train(small_config(), out, stop_at=50)
     as_if_made_elsewhere(out)
     res = run_cli("train", "--resume", str(out), check=True)
     assert sum("ran on" in line for line in res.stderr.splitlines()) == 1

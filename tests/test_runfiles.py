@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from conftest import assert_one_line_error, run_cli, small_config
-from minitrain import loop
+from minitrain import loop, trainer
 from minitrain.run import files, reader
 from minitrain.core.errors import UserError
 
@@ -59,10 +59,10 @@ def test_metrics_rows_wait_for_their_block_and_are_on_disk_before_an_offset_or_d
 
 def test_non_finite_loss_stops_cleanly_and_keeps_rows(tmp_path):
     out = tmp_path / "diverged"
-    res = loop.train(small_config("lr_max=1e4", "lr_min=1", "warmup_steps=0"), out)
+    res = trainer.train(small_config("lr_max=1e4", "lr_min=1", "warmup_steps=0"), out)
     assert res["status"] == "non_finite"
     rows, note = reader.read_metrics(out / "metrics.jsonl")
-    assert note is None and rows[-1]["step"] == res["stopped_at_step"] < 119
+    assert note is None and rows[-1]["step"] == res["first_nonfinite_step"] < 119
     assert rows[-1]["loss"] is None or rows[-1]["grad_norm"] is None
     assert json.loads((out / "manifest.json").read_text())["status"] == "non_finite"
     # every line is strict JSON (no NaN literals a browser could not parse)
@@ -131,7 +131,7 @@ def test_a_resume_rewrites_the_tail_without_repeating_a_step(tmp_path, small_bas
     (run / "results.json").unlink()
     manifest = reader.read_json(run / "manifest.json", "manifest")
     files.atomic_write_json(run / "manifest.json", {**manifest, "status": "running"})
-    loop.resume(run)
+    trainer.resume(run)
     rows, note = reader.read_metrics(run / "metrics.jsonl")
     assert [r["step"] for r in rows] == list(range(120)) and note is None
     assert (run / "metrics.jsonl").read_bytes() == (small_baseline / "metrics.jsonl").read_bytes()

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from conftest import small_config
-from minitrain import loop
+from minitrain import trainer
 from minitrain.analysis import signature
 from minitrain.core.errors import UserError
 
@@ -22,7 +22,7 @@ def test_recovery_uses_a_windowed_difference():
 
 def test_signature_of_a_small_bad_batch_run(small_baseline):
     run = small_baseline.parent / "19-injection-B-sig"
-    loop.train(small_config("injection=bad_batch", "injection_step=60"), run)
+    trainer.train(small_config("injection=bad_batch", "injection_step=60"), run)
     sig = signature.write(run)
     assert sig["baseline"] == "18-baseline" and sig["injection_step"] == 60
     assert sig["loss_at_k"] > sig["baseline_loss_at_k"]

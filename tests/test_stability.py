@@ -462,10 +462,10 @@ def test_clipping_off_changes_the_explosion_texts(quick_suite, tmp_path):
     on = stability.diagnose_run(run)
     assert on["case"] == "clipping on" and "clipping cut the update" in on["diagnosis"]
     from conftest import small_config
-    from minitrain import loop
+    from minitrain import trainer
 
-    loop.train(small_config("grad_clip=0"), tmp_path / "clean")
-    loop.train(small_config("grad_clip=0", "injection=scale", "injection_step=90"), tmp_path / "scale")
+    trainer.train(small_config("grad_clip=0"), tmp_path / "clean")
+    trainer.train(small_config("grad_clip=0", "injection=scale", "injection_step=90"), tmp_path / "scale")
     off = stability.diagnose_run(tmp_path / "scale")
     assert (off["leaf"], off["case"], off["anomaly_step"]) == ("§7.A", "clipping off", 90)
     assert "clipping cut" not in off["diagnosis"] and "clipping is off" in off["diagnosis"]

@@ -18,10 +18,10 @@ K = 60
 @pytest.fixture(scope="module")
 def lab_run(tmp_path_factory):
     """A small lab run: the x50 gradient scale (injection A) at K, then its diagnosis written beside it."""
-    from minitrain import loop
+    from minitrain import trainer
 
     out = tmp_path_factory.mktemp("experiments") / "19-injection-A"
-    loop.train(small_config("injection=scale", f"injection_step={K}"), out)
+    trainer.train(small_config("injection=scale", f"injection_step={K}"), out)
     assert main(["diagnose", str(out), "--write", "--spoil"]) == 0  # a lab run: its diagnosis is a spoiler
     (out.parent / "REVEALED.json").write_text('{"revealed_by": "test"}')  # export refuses a sealed lab run
     return out

@@ -2,7 +2,7 @@
 report and the index, with the independent parts run at the same time.
 
 The three injection runs share steps 0..K-1 with the baseline and nothing after: each one forks from the
-baseline's checkpoint at K (loop.find_donor) as soon as that checkpoint exists, while the baseline goes on
+baseline's checkpoint at K (run/donors.find_donor) as soon as that checkpoint exists, while the baseline goes on
 to its end. Every run is its own process (`minitrain lab-run`, one torch thread each) on lab/runner.py, at
 most `jobs` at a time (default: one per core). The runs are the same bytes as when made one after another:
 a run is a function of its config and the checkpoint it forks from, never of the order

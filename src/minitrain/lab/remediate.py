@@ -125,18 +125,18 @@ def train_or_continue(cfg, out: Path, donor: tuple[Path, int] | None, force: boo
     """The remediation run: trained (replacing RUN-remediated with --force), or, when RUN-remediated holds
     this very config (a remediate killed or interrupted, the same command again), continued from its last
     checkpoint, or taken as it is when it has ended. Another config there is refused without --force."""
-    from minitrain import loop  # here: a remediate that fails on its arguments never imports torch
+    from minitrain import trainer  # here: a remediate that fails on its arguments never imports torch
 
     if not force:
         if interrupted(out, cfg):
-            return loop.resume(out)
+            return trainer.resume(out)
         manifest = reader.manifest_of(out)
         if manifest.get("config_hash") == cfg.hash() and manifest.get("status") in ("finished", "non_finite"):
             return reader.results_of(out) or {"status": manifest["status"]}
         if manifest and files.is_minitrain_run(out):
             raise UserError(f"{out} holds a remediation of another config (another remedy or settings); pass "
                             "--force to replace it")
-    return loop.train(cfg, out, force=force, fork=False, donor=donor)
+    return trainer.train(cfg, out, force=force, fork=False, donor=donor)
 
 
 def _summary(name: str, before: dict, after: dict, walk_before: dict, walk_after: dict) -> str:

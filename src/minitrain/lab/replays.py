@@ -61,9 +61,9 @@ def train_replay(cfg_dict: dict, out: str, donor: str, step: int, stop: int) -> 
     """One replay (module level: a forked child runs it). Returns its status."""
     cfg = build_config(cfg_dict, [])
     out_path = Path(out)
-    from minitrain import loop
+    from minitrain import trainer
 
-    res = loop.train(cfg, out_path, force=files.is_minitrain_run(out_path), fork=False,
+    res = trainer.train(cfg, out_path, force=files.is_minitrain_run(out_path), fork=False,
                      donor=(Path(donor), step), stop_at=min(stop, cfg.steps))
     shutil.rmtree(out_path / "checkpoints", ignore_errors=True)
     return res["status"]

@@ -1,4 +1,4 @@
-"""Training a run as a command does: the run itself (loop.py), then its page, and one summary line.
+"""Training a run as a command does: the run itself (trainer.py), then its page, and one summary line.
 
 `lab_run` is one run of the lab named as the lab names it (`just phase-19-train`); `train_run` and
 `resume_run` are `minitrain train`. Each writes RUN/dashboard.html when the run ends, and rebuilds the
@@ -26,7 +26,7 @@ def summary_line(name: str, res: dict) -> str:
                 f"in {res['seconds_this_session']:.1f}s")
     if res.get("status") == "non_finite":
         what = (res.get("non_finite") or {}).get("what", "loss or gradient")
-        return (f"{name}: stopped at step {res.get('stopped_at_step')}: non-finite {what} (rows up to it kept, "
+        return (f"{name}: stopped at step {res.get('first_nonfinite_step')}: non-finite {what} (rows up to it kept, "
                 f"exit code {EXIT_NON_FINITE})")
     return f"{name}: {res.get('status')} after {res.get('steps_done')} steps"
 
@@ -76,18 +76,18 @@ def exit_code(*runs: Path) -> int:
 
 
 def train_run(cfg: TrainConfig, out: Path, index: bool = True, **kwargs) -> dict:
-    from minitrain import loop  # here: a command that fails on its arguments never imports torch
+    from minitrain import trainer  # here: a command that fails on its arguments never imports torch
 
-    res = loop.train(cfg, out, **kwargs)
+    res = trainer.train(cfg, out, **kwargs)
     if "steps_done" in res:  # under torchrun only rank 0 writes files and gets the full results
         write_pages(out, index)
     return res
 
 
 def resume_run(out: Path, device: str | None = None, index: bool = True, stop_at: int | None = None) -> dict:
-    from minitrain import loop
+    from minitrain import trainer
 
-    res = loop.resume(out, device=device, stop_at=stop_at)
+    res = trainer.resume(out, device=device, stop_at=stop_at)
     if "steps_done" in res:
         write_pages(out, index)
         note = remediation_note(out)
@@ -111,7 +111,7 @@ def remediation_note(out: Path) -> str | None:
 
 def interrupted(out: Path, cfg: TrainConfig) -> bool:
     """Does `out` hold an unfinished run of exactly this config (killed, or interrupted with Ctrl-C)? Such a
-    run resumes from its last checkpoint to the same bytes as an uninterrupted one (loop.resume)."""
+    run resumes from its last checkpoint to the same bytes as an uninterrupted one (trainer.resume)."""
     from minitrain.core.config import build_config
 
     if not (Path(out) / "config.yaml").exists():

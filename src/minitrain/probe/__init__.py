@@ -43,7 +43,9 @@ import torch
 from minitrain.core import distributed
 from minitrain.core.errors import UserError
 from minitrain.core.telemetry import RARE_SHARE, Telemetry, composition
-from minitrain.run import files, reader, sinks
+from minitrain.run import files, record, sinks
+from minitrain.run.nonfinite import non_finite_in
+from minitrain.run.provenance import environment, now_iso
 
 
 class Probe:
@@ -98,7 +100,7 @@ class Probe:
         self.vocab_size: int | None = None
         self.batch_size: int | None = None
         self.absent: dict[str, str] = {}
-        self.first_nonfinite: int | None = None
+        self.non_finite: dict | None = None  # {step, what} of the first non-finite value (run/nonfinite.py)
         self.last: dict = {}
         self.last_val: float | None = None
         self.results: dict = {}
@@ -124,8 +126,6 @@ class Probe:
 
     # --- the run folder ---
     def _open_folder(self, force: bool, tokenizer, config: dict, source: str) -> None:
-        from minitrain.loop import environment, now_iso  # the loop's own manifest fields (same layer)
-
         env = environment(self.params[0].device)  # its subprocesses run before the lock is taken (files.RunLock)
         self.lock = files.claim_run_dir(self.out, force)  # held while this process records the run
         tok = getattr(tokenizer, "backend_tokenizer", tokenizer)  # a transformers fast tokenizer wraps one
@@ -139,21 +139,16 @@ class Probe:
                        "blocks": len(self.blocks), "grads_measured_at": self.grads_at,
                        "rare_reference": "given token counts" if self.given_counts else "tokens seen so far"}
         self.metrics = files.MetricsWriter(self.out / "metrics.jsonl")
-        self._write_manifest(**env, started=now_iso())
+        self._write_manifest(**env)
 
     def _write_manifest(self, **extra) -> None:
-        from minitrain import SCHEMA_VERSION
-
-        path = self.out / "manifest.json"
-        old = reader.read_json(path, "manifest") if path.exists() else {}
         cfg = dict(self.config)
         for key, value in (("vocab_size", self.vocab_size), ("batch_size", self.batch_size)):
             if value is not None:
                 cfg.setdefault(key, value)
-        manifest = {**old, "schema_version": SCHEMA_VERSION, "name": self.out.name, "status": self.status,
-                    "seed": cfg.get("seed"), "config": cfg, "injection": {"injection": "none"},
-                    "probe": {**self.source, "absent": dict(self.absent)}, **extra}
-        files.atomic_write_json(path, manifest)
+        record.write_manifest(self.out, self.status, {
+            "seed": cfg.get("seed"), "config": cfg, "injection": {"injection": "none"},
+            "probe": {**self.source, "absent": dict(self.absent)}, **extra})
 
     def _register(self) -> None:
         self.keep(self.model.register_forward_hook(self._on_output))
@@ -303,8 +298,9 @@ class Probe:
         first = step == 0
         if self.batch_size is None and batch is not None:
             self.batch_size = len(batch["rows"])
-        if self.first_nonfinite is None and (row["loss"] is None or row["grad_norm"] is None):
-            self.first_nonfinite, self.status = step, "non_finite"
+        what = non_finite_in(row) if self.non_finite is None else None
+        if what:  # recorded, not stopped: the probe does not own the loop
+            self.non_finite, self.status = {"step": step, "what": what}, "non_finite"
             first = True
         self.step += 1
         if first:  # the manifest learns what step 0 revealed (vocabulary, batch size, absent signals)
@@ -350,15 +346,10 @@ class Probe:
         ending = _ending(error)
         if self.status == "running":
             self.status = ending[0] if ending else "finished"
-        from minitrain.loop import now_iso
-
-        self.results = {"status": self.status, "steps_done": self.step, "final_train_loss": self.last.get("loss"),
-                        "final_val_loss": _finite(final_val_loss) if final_val_loss is not None else self.last_val,
-                        "ngram_val_loss": None}
-        if self.first_nonfinite is not None:
-            self.results["first_nonfinite_step"] = self.first_nonfinite
+        val = final_val_loss if final_val_loss is not None else self.last_val
+        self.results = record.results(self.status, self.step, self.last.get("loss"), val, non_finite=self.non_finite)
         extra = {"error": f"{ending[1]} (during step {self.step})"} if ending else {}
-        files.atomic_write_json(self.out / "results.json", {**self.results, **extra})
+        record.write_results(self.out, {**self.results, **extra})
         self._write_manifest(ended=now_iso(), **extra)
         self.lock.release()
         what = f"{self.status}: {extra['error']}; " if ending else ""

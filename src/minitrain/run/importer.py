@@ -17,12 +17,13 @@ walker answers "not measured" where a question reads it; the manifest's `importe
 from __future__ import annotations
 
 import csv
-import json
 import math
 from pathlib import Path
 
 from minitrain.core.errors import UserError
-from minitrain.run import files, reader
+from minitrain.run import files, reader, record
+from minitrain.run.nonfinite import non_finite_in
+from minitrain.run.provenance import now_iso
 
 SIGNALS = ("loss", "lr", "grad_norm", "val_loss", "grad_norm_clipped", "logit_max")
 REQUIRED = ("loss", "lr", "grad_norm")
@@ -182,26 +183,20 @@ def import_run(source: Path, out: Path, mapping: list[str] = (), force: bool = F
     maps = parse_map(list(mapping))
     kind, series = read_source(source)
     rows, used = build_rows(series, maps, source)
-    nonfinite = next((r["step"] for r in rows if r["loss"] is None or r["grad_norm"] is None), None)
+    non_finite = next(({"step": r["step"], "what": what} for r in rows if (what := non_finite_in(r))), None)
+    status = "non_finite" if non_finite else "finished"
     cfg = {"injection": "none", **({"vocab_size": int(vocab_size)} if vocab_size else {})}
     unmapped = sorted(t for t in series if t not in used.values())
-    manifest = {"name": out.resolve().name, "status": "non_finite" if nonfinite is not None else "finished",
-                "seed": None, "config": cfg, "injection": {"injection": "none"},
-                "imported": {"source": str(source), "kind": kind, "signals": used, "unmapped_tags": unmapped,
-                             "absent": {**ABSENT, **{s: "not in the source" for s in SIGNALS if s not in used}}}}
-    from minitrain import SCHEMA_VERSION
-
-    manifest["schema_version"] = SCHEMA_VERSION
-    results = {"status": manifest["status"], "steps_done": len(rows), "final_train_loss": rows[-1]["loss"],
-               "final_val_loss": next((r["val_loss"] for r in reversed(rows) if r["val_loss"] is not None), None),
-               "ngram_val_loss": None}
-    if nonfinite is not None:
-        results["first_nonfinite_step"] = nonfinite
+    fields = {"seed": None, "config": cfg, "injection": {"injection": "none"}, "ended": now_iso(),
+              "imported": {"source": str(source), "kind": kind, "signals": used, "unmapped_tags": unmapped,
+                           "absent": {**ABSENT, **{s: "not in the source" for s in SIGNALS if s not in used}}}}
+    val = next((r["val_loss"] for r in reversed(rows) if r["val_loss"] is not None), None)
+    results = record.results(status, len(rows), rows[-1]["loss"], val, non_finite=non_finite)
     lock = files.claim_run_dir(out, force)
     try:
         files.atomic_write_bytes(out / reader.METRICS, b"".join(files.dumps_row(r).encode() for r in rows))
-        files.atomic_write_json(out / reader.RESULTS, results)
-        files.atomic_write_json(out / reader.MANIFEST, manifest)
+        record.write_results(out, results)
+        record.write_manifest(out, status, fields)
     finally:
         lock.release()
     return {"out": str(out), "kind": kind, "steps": len(rows), "signals": used, "unmapped": unmapped}

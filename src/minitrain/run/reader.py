@@ -12,7 +12,7 @@
 It imports neither torch nor numpy, so the walker, the dashboard and `--help` stay fast.
 
 What counts as a run folder's file: what a minitrain writer puts in RUN/ (the files above, remediation.json,
-the sweep's cost file, the lock). run/files.py, the writer, re-reads its own checkpoints and the metrics
+the sweep's cost file, the lock). run/files/, the writer, re-reads its own checkpoints and the metrics
 prefix they were written after (to resume or fork); every other module reads a run through here
 (tests/test_architecture.py holds the rule). Files a lab or a learner keeps beside runs (a sealed mapping,
 REVEALED.json, learners/NAME/...) belong to the module that writes them, which parses them with
@@ -80,6 +80,7 @@ _NUMBER = (int, float)  # and never bool (a JSON true is no number)
 MANIFEST_FIELDS = {"config": dict, "injection": dict, "forked_from": dict, "ngram_baseline": dict,
                    "non_finite": dict, "remedy": dict, "probe": dict, "distributed": dict, "status": str,
                    "config_hash": str, "trunk_hash": str, "started": str, "ended": str, "error": str}
+# stopped_at_step: a non-finite stop in folders written before run/record.py (now first_nonfinite_step)
 RESULTS_FIELDS = {"status": str, "steps_done": int, "stopped_at_step": int, "first_nonfinite_step": int,
                   "final_train_loss": _NUMBER, "final_val_loss": _NUMBER, "final_val_ppl": _NUMBER,
                   "ngram_val_loss": _NUMBER, "ngram_val_ppl": _NUMBER, "val_loss_margin_vs_ngram": _NUMBER,
@@ -319,7 +320,7 @@ def tokenizer_of(run: Path) -> tuple[dict | None, str | None]:
 
 # --- is the run live? -----------------------------------------------------------------------------
 
-# The writer of a run holds an exclusive flock on RUN/.lock (run/files.py takes it); the file names its pid.
+# The writer of a run holds an exclusive flock on RUN/.lock (run/files/lock.py takes it); the file names its pid.
 LOCK_NAME = ".lock"
 LOCK_HEADER = "minitrain run lock"
 

@@ -22,11 +22,12 @@ HOOK_RUN = ("steps=4", "warmup_steps=2", "eval_every=2", "spectral_every=2", "pr
 SPIKE_CAUSES = {"gradient_explosion", "bad_batch", "optimizer_state_corruption"}
 
 
-def metrics_bytes(cfg) -> bytes:
-    """The bytes a run of `cfg` writes to metrics.jsonl, trained in memory (no run folder)."""
+def metrics_bytes(cfg, hook=None) -> bytes:
+    """The bytes a run of `cfg` writes to metrics.jsonl, trained in memory (no run folder); `hook`: what the
+    step calls at its INJECT points (default: the loop's maybe_inject)."""
     from minitrain import loop  # torch: only for the check that trains, not for every learner command
 
-    run = loop.build_run(cfg)
+    run = loop.build_run(cfg, hook=hook)
     rows: list[dict] = []
     loop.run_steps(run, 0, rows.append)
     return b"".join(files.dumps_row(row).encode() for row in rows)
@@ -35,15 +36,14 @@ def metrics_bytes(cfg) -> bytes:
 def hook_is_noop() -> tuple[bool, str]:
     """The Definition of Done's "a clean maybe_inject hook, a no-op by default", checked by running it: the
     default config injects nothing, and a short run of it (HOOK_RUN) writes the same metrics bytes with the
-    hook as with the hook taken out of the loop (`loop.hook_bypassed`)."""
+    hook as with the hook taken out of the step (a run built with `loop.no_hook`)."""
     cfg = build_config({}, list(HOOK_RUN))
     if cfg.injection != "none":
         return False, f"the default config injects '{cfg.injection}'"
     from minitrain import loop
 
     with_hook = metrics_bytes(cfg)
-    with loop.hook_bypassed():
-        without = metrics_bytes(cfg)
+    without = metrics_bytes(cfg, hook=loop.no_hook)
     run = f"a {cfg.steps}-step run with injection none"
     if with_hook != without:
         rows = zip(with_hook.splitlines(), without.splitlines())
