@@ -1,4 +1,5 @@
-"""The run configuration: one typed dataclass, loadable from YAML, overridable with `--set key=value`.
+"""The run configuration: loaded from YAML (sectioned, flat or both), overridden with `--set key=value` (a flat
+or a sectioned name), validated. The schema, in sections, is core/config_sections.py.
 
 Every field has a course default (see ../shared/course-notes.md). Validation turns any bad value into a
 `UserError` whose message says what is wrong and how to fix it.
@@ -12,10 +13,11 @@ from typing import Any
 
 import yaml
 
-from minitrain.core.config_sections import (COURSE_DEFAULTS, DOTTED_TO_FLAT, FIELD_TYPES, FLAT_NAMES,
-                                            HASH_OMIT_AT_DEFAULT, HASH_V1_FIELDS, HASH_VERSION, INJECTION_FIELDS,
-                                            NON_NUMERIC_FIELDS, SECTIONS, TrainConfig)
+from minitrain.core.config_sections import COURSE_DEFAULTS, DOTTED_TO_FLAT, FIELD_TYPES, FLAT_NAMES, SECTIONS, TrainConfig
 from minitrain.core.errors import UserError
+# imported from here by their callers
+from minitrain.core.config_sections import HASH_OMIT_AT_DEFAULT, INJECTION_FIELDS, NON_NUMERIC_FIELDS  # noqa: F401
+from minitrain.core.lab_defaults import LAB_K  # noqa: F401
 
 # Where a run's metrics rows go (the `log` field, run/sinks.py): metrics.jsonl always, the others on request.
 LOG_SINKS = ("jsonl", "tensorboard", "mlflow")
@@ -148,8 +150,10 @@ def _coerce_int(value: Any) -> int:
 
 def unknown_key_error(key: str) -> UserError:
     """The one-line error for KEY, naming the closest fields with their sections."""
+    last = key.rsplit(".", 1)[-1]  # a field under the wrong section: that field first
+    moved = [flat for flat, dotted in FLAT_NAMES.items() if "." in key and last in (flat, dotted.rsplit(".", 1)[-1])]
     close = difflib.get_close_matches(key, [*FLAT_NAMES, *DOTTED_TO_FLAT], n=6) if len(key) <= 80 else []
-    names = list(dict.fromkeys(DOTTED_TO_FLAT.get(c, c) for c in close))[:3]
+    names = list(dict.fromkeys([*moved, *(DOTTED_TO_FLAT.get(c, c) for c in close)]))[:3]
     shown = [name if FLAT_NAMES[name] == name else f"{name} ({FLAT_NAMES[name]})" for name in names]
     hint = f" (did you mean {', '.join(shown)}?)" if shown else ""
     return UserError(f"unknown config key {_shown(key)}{hint}; 'minitrain config' lists every key by section")
@@ -207,24 +211,18 @@ def build_config(base: dict[str, Any] | None = None, overrides: list[str] | None
 
 
 def config_listing(cfg: TrainConfig) -> str:
-    """CFG as sectioned YAML, one field a line, each field whose flat name differs marked with it: what
-    `minitrain config` prints, and a config file `--config` reads back."""
-    lines: list[str] = []
-
-    def emit(section: dict[str, Any], path: str, indent: str) -> None:
-        for key, value in section.items():
-            dotted = f"{path}.{key}" if path else key
-            if dotted in SECTIONS:
-                lines.append(f"{indent}{key}:")
-                emit(value, dotted, indent + "  ")
-                continue
-            text = yaml.safe_dump({key: value}, default_flow_style=True, allow_unicode=True, width=10_000)
-            flat = DOTTED_TO_FLAT[dotted]
-            lines.append(f"{indent}{text.strip()[1:-1]}" + (f"  # flat name: {flat}" if flat != key else ""))
-
-    lines.append("# --set SECTION.NAME=VALUE (optim.lr_max=0.001) or the flat name (lr_max=0.001), which is the "
-                 "field's own name unless marked")
-    emit(cfg.to_sections(), "", "")
+    """What `minitrain config` prints: every field of CFG by section, as a flat YAML config (`--config` reads it
+    back), each section a comment line and each field whose sectioned name is not SECTION.FLAT_NAME marked with it."""
+    lines = ["# every field by section; --set takes the flat name (lr_max=0.001) or the sectioned one "
+             "(optim.lr_max=0.001)"]
+    section = ""
+    for dotted, flat in DOTTED_TO_FLAT.items():
+        here = dotted.rpartition(".")[0]
+        if here != section:
+            section = here
+            lines.append(f"# {section}")
+        text = yaml.safe_dump({flat: getattr(cfg, flat)}, default_flow_style=True, allow_unicode=True, width=10_000)
+        lines.append(text.strip()[1:-1] + ("" if dotted in (flat, f"{section}.{flat}") else f"  # {dotted}"))
     return "\n".join(lines) + "\n"
 
 

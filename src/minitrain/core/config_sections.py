@@ -266,7 +266,8 @@ SECTIONS = tuple(_section_paths(TrainConfig))
 _FLAT_OF = {flat: dotted for dotted, flat, _, _ in _LEAVES}
 # flat name -> dotted name, the one alias table (to_dict's order)
 FLAT_NAMES = {flat: _FLAT_OF[flat] for flat in (*HASH_V1_FIELDS, *(f for f in _FLAT_OF if f not in HASH_V1_FIELDS))}
-DOTTED_TO_FLAT = {dotted: flat for flat, dotted in FLAT_NAMES.items()}
+# dotted name -> flat name, in section order
+DOTTED_TO_FLAT = {dotted: flat for dotted, flat, _, _ in _LEAVES}
 # flat name -> declared type ("int", "float", "bool", "str", "list[int]", "list[str]")
 _TYPE_OF = {flat: typ for _, flat, typ, _ in _LEAVES}
 FIELD_TYPES = {flat: _TYPE_OF[flat] for flat in FLAT_NAMES}
