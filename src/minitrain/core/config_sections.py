@@ -181,8 +181,8 @@ def _is_section(f: dataclasses.Field) -> bool:
 @dataclass(init=False)
 class TrainConfig:
     """A run's configuration: `seed` and `preset` at the top, every other field in its section. Built from flat
-    names (`TrainConfig(lr_max=1e-3)`) or whole sections (`TrainConfig(optim=OptimConfig(...))`); each flat
-    name reads through a read-only alias (`cfg.lr_max` is `cfg.optim.lr_max`)."""
+    names (`TrainConfig(lr_max=1e-3)`, the rest at their defaults); each flat name reads through a read-only
+    alias (`cfg.lr_max` is `cfg.optim.lr_max`)."""
     seed: int = LAB_SEED  # model init and batch order
     preset: str = "course"  # where the defaults come from (config.PRESETS); explicit fields override it
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -194,12 +194,12 @@ class TrainConfig:
     experiment: ExperimentConfig = field(default_factory=ExperimentConfig)
 
     def __init__(self, **values: Any) -> None:
-        unknown = [k for k in values if k not in FLAT_NAMES and k not in SECTIONS]
+        unknown = [k for k in values if k not in FLAT_NAMES]
         if unknown:
             raise TypeError(f"TrainConfig() got an unexpected keyword argument {unknown[0]!r}")
         for f in fields(TrainConfig):
-            setattr(self, f.name, values[f.name] if f.name in values else
-                    _build_section(f.default_factory, f.name, values) if _is_section(f) else f.default)
+            setattr(self, f.name, _build_section(f.default_factory, f.name, values) if _is_section(f)
+                    else values.get(f.name, f.default))
 
     # ---- derived ----
     def to_dict(self) -> dict[str, Any]:
@@ -223,7 +223,7 @@ class TrainConfig:
         return self.hash(exclude=NON_NUMERIC_FIELDS + INJECTION_FIELDS)
 
     def replace(self, **changes: Any) -> "TrainConfig":
-        """A copy with CHANGES applied (flat names, or whole sections)."""
+        """A copy with CHANGES (flat names) applied."""
         return TrainConfig(**{**self.to_dict(), **changes})
 
 
@@ -236,7 +236,7 @@ def _build_section(cls: type, path: str, values: dict[str, Any]) -> Any:
     for f in fields(cls):
         dotted = f"{path}.{f.name}"
         if _is_section(f):
-            kwargs[f.name] = values[dotted] if dotted in values else _build_section(f.default_factory, dotted, values)
+            kwargs[f.name] = _build_section(f.default_factory, dotted, values)
         elif DOTTED_TO_FLAT[dotted] in values:
             kwargs[f.name] = values[DOTTED_TO_FLAT[dotted]]
     return cls(**kwargs)
