@@ -311,12 +311,10 @@ CORPUS = Command(
 
 
 def cmd_config(args) -> int:
-    import yaml
-
-    from minitrain.core.config import build_config
+    from minitrain.core.config import build_config, config_listing
 
     cfg = build_config({}, [f"preset={args.preset}"] if args.preset else [])
-    print(yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True), end="")
+    print(config_listing(cfg), end="")
     from minitrain.core.injections import describe
 
     print("# injections (injection: NAME, injection_step: K; 'none' is the default):")

@@ -1,53 +1,26 @@
-"""The run configuration: one typed dataclass, loadable from YAML, overridable with `--set key=value`.
+"""The run configuration: loaded from YAML (sectioned, flat or both), overridden with `--set key=value` (a flat
+or a sectioned name), validated. The schema, in sections, is core/config_sections.py.
 
 Every field has a course default (see ../shared/course-notes.md). Validation turns any bad value into a
 `UserError` whose message says what is wrong and how to fix it.
 """
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import hashlib
-import json
 import math
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from minitrain.core.lab_defaults import LAB_K, LAB_SEED
+from minitrain.core.config_sections import COURSE_DEFAULTS, DOTTED_TO_FLAT, FIELD_TYPES, FLAT_NAMES, SECTIONS, TrainConfig
 from minitrain.core.errors import UserError
+# imported from here by their callers
+from minitrain.core.config_sections import HASH_OMIT_AT_DEFAULT, INJECTION_FIELDS, NON_NUMERIC_FIELDS  # noqa: F401
+from minitrain.core.lab_defaults import LAB_K  # noqa: F401
 
-# Fields that only describe the injection: two configs that differ only here share steps 0..K-1,
-# which is what lets an injection run fork from its baseline instead of recomputing them.
-INJECTION_FIELDS = (
-    "injection",
-    "injection_step",
-    "injection_scale",
-    "injection_sentence",
-    "injection_param",
-    "injection_factor",
-    "injection_span",
-    "injection_mult",
-    "injection_mode",
-    "injection_rows",
-    "injection_beta2",
-    "injection_eps",
-)
-# Fields that never change the numbers a run produces (where it runs, how it reports).
-# (`preset` only names where the other fields' defaults came from; the resolved fields are hashed.)
-NON_NUMERIC_FIELDS = ("progress", "device", "blind", "preset", "ckpt_keep_last", "ckpt_keep_steps", "log")
 # Where a run's metrics rows go (the `log` field, run/sinks.py): metrics.jsonl always, the others on request.
 LOG_SINKS = ("jsonl", "tensorboard", "mlflow")
-# Remedy fields (remedy.py), corpus_scale, precision, the replay swaps and the natural-instability options stay
-# out of the hash while at their defaults, so every run made before they existed keeps its config hash (and
-# stays resumable and "up to date").
-HASH_OMIT_AT_DEFAULT = ("injection_span", "injection_mult", "injection_mode", "injection_rows", "injection_beta2",
-                        "injection_eps",
-                        "remedy", "remedy_step", "remedy_param", "remedy_zclip_z", "remedy_zclip_alpha", "remedy_zclip_warmup",
-                        "corpus_scale", "precision", "swap_steps", "swap_offset", "qk_norm", "z_loss", "update_clip",
-                        "natural_signals", "numerics")
 
 # Named sets of defaults (`--preset NAME` or `preset: NAME`); any field given explicitly overrides them.
 # Measured memory and step time of each: docs/benchmarks.md, "Devices and presets".
@@ -76,105 +49,8 @@ LIMITS = {"steps": 10_000_000, "batch_size": 65_536, "threads": 256, "n_layer": 
 MAX_PARAMS = 1_000_000_000
 
 
-@dataclass
-class TrainConfig:
-    # reproducibility
-    seed: int = LAB_SEED  # model init and batch order
-    corpus_seed: int = 42  # the generated corpus (kept apart so seeds share one dataset)
-    # corpus and tokenizer
-    val_verbs: list[str] = field(default_factory=lambda: ["walk", "talk", "want", "see"])
-    vocab_size: int = 512
-    corpus_scale: int = 1  # >1: a wider grammar and corpus_scale x the rows per cell (bigger presets)
-    # model (course defaults: ~130k parameters)
-    n_layer: int = 2
-    d_model: int = 64
-    n_head: int = 4
-    d_ff: int = 256
-    context: int = 32
-    init_std: float = 0.02
-    init_scale: float = 1.0  # multiplies every weight at init (the break-it lab's "weights x100")
-    causal_mask: bool = True  # False = the break-it lab's all-ones mask (padding still masked)
-    qk_norm: bool = False  # LayerNorm on each head's queries and keys before RoPE (Wortsman et al. 2023)
-    # optimisation
-    steps: int = 2000
-    batch_size: int = 8
-    lr_max: float = 3e-4  # the course quotes 3e-4 and 3e-3; 3e-3 memorises the split and val loss climbs
-    lr_min: float = 3e-5
-    warmup_steps: int = 100  # 0 = the break-it lab's "no warmup"
-    beta1: float = 0.9
-    beta2: float = 0.95
-    eps: float = 1e-8
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0  # global L2-norm clipping; 0 (or none / off) = no clipping
-    z_loss: float = 0.0  # coefficient of the auxiliary z-loss, c * mean(logsumexp(logits)^2) (PaLM: 1e-4; 0 = off)
-    update_clip: bool = False  # StableAdamW's update clipping: per tensor lr / max(1, RMS(g^2 / max(v_hat, eps^2)))
-    # telemetry and files
-    eval_every: int = 100
-    val_max_rows: int = 256  # fixed validation subset (every k-th row), so evaluation stays cheap
-    ckpt_every: int = 100
-    # checkpoint retention (run files): the last N while running (0 = keep every checkpoint), and for each
-    # fork point F the checkpoints an injection at F forks from and `remediate` starts from (docs/reliability.md)
-    ckpt_keep_last: int = 2
-    ckpt_keep_steps: list[int] = field(default_factory=lambda: [LAB_K])
-    telemetry: str = "full"  # full | basic (basic: no per-parameter stats, no spectral norms)
-    spectral_every: int = 50  # largest singular value of each matrix every N steps (0 = never)
-    natural_signals: bool = False  # attention logits and entropy, log Z of the output, on detail steps (full only)
-    threads: int = 1  # torch CPU threads; fixed so results do not depend on the machine
-    # native: the kernels this CPU offers (bytes equal per platform fingerprint); portable: ATen's scalar kernels,
-    # MKL's CBWR=COMPATIBLE and oneDNN off, chosen before torch's first kernel (core/numerics.py, docs/metrics.md)
-    numerics: str = "native"
-    device: str = "cpu"  # cpu | cuda | auto (auto: cuda when PyTorch sees a GPU)
-    precision: str = "fp32"  # fp32 | bf16 (bf16 autocast of the training forward; GPU only)
-    preset: str = "course"  # where the defaults come from (PRESETS); explicit fields override it
-    progress: bool = True
-    log: str = "jsonl"  # metrics sinks besides metrics.jsonl: jsonl | tensorboard | mlflow, comma-separated (run/sinks.py)
-    # injection (the lab's maybe_inject knob)
-    injection: str = "none"
-    injection_step: int = LAB_K
-    injection_scale: float = 50.0
-    injection_sentence: str = "She has written the letter."
-    injection_param: str = "lm_head.bias"
-    injection_factor: float = 100.0
-    # the faults beyond the lab's three (core/injections.py, docs/diagnosis.md)
-    injection_span: int = 20  # lr_spike / stuck_loader / target_leak: steps it lasts from K (0 = to the end)
-    injection_mult: float = 10.0  # lr_spike: the LR multiplier
-    injection_mode: str = "random"  # corrupt_batch: random | shift | mismatch
-    injection_rows: int = 0  # corrupt_batch: rows corrupted (0 = every row)
-    injection_beta2: float = 0.999  # adam_setting: AdamW's beta2 from K on
-    injection_eps: float = 1e-8  # adam_setting: AdamW's eps from K on
-    # blind mode (blind.py): the run's files withhold its injection / break settings until the reveal
-    blind: bool = False
-    # remedy (remedy.py): the fix a stability-check leaf prescribes, applied inside the training step
-    remedy: str = "none"  # none | skip_batch | restore_moments | zclip
-    remedy_step: int = -1  # skip_batch: the step not applied; restore_moments: the step it restores at
-    remedy_param: str = ""  # restore_moments: the one tensor whose moments are restored ("" = every tensor)
-    remedy_zclip_z: float = 2.5  # zclip: z-score of the pre-clip norm (vs its EMA) that counts as a spike
-    remedy_zclip_alpha: float = 0.97  # zclip: EMA decay of the norm's mean and variance
-    remedy_zclip_warmup: int = 25  # zclip: steps of statistics before it may act
-    # counterfactual replays (lab/explain.py): at each of swap_steps the step trains on the batch the data order
-    # serves at step + swap_offset instead (after any batch injection), a pure function of (seed, step)
-    swap_steps: list[int] = field(default_factory=list)
-    swap_offset: int = 0
-
-    # ---- derived ----
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def hash(self, exclude: tuple[str, ...] = NON_NUMERIC_FIELDS) -> str:
-        d = {k: v for k, v in self.to_dict().items()
-             if k not in exclude and not (k in HASH_OMIT_AT_DEFAULT and v == _DEFAULTS[k])}
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
-
-    def trunk_hash(self) -> str:
-        """Hash of everything but the injection: runs with equal trunk hashes agree before step K."""
-        return self.hash(exclude=NON_NUMERIC_FIELDS + INJECTION_FIELDS)
-
-    def replace(self, **changes: Any) -> "TrainConfig":
-        return dataclasses.replace(self, **changes)
-
-
-FIELD_TYPES = {f.name: f.type for f in fields(TrainConfig)}
-_DEFAULTS = TrainConfig().to_dict()
+# The course defaults by flat name (what hash version 1 compares HASH_OMIT_AT_DEFAULT's fields with).
+_DEFAULTS = COURSE_DEFAULTS
 
 
 # How big a config value may be before it is even looked at: YAML aliases make a 1 kB file a list of 10^9
@@ -273,34 +149,81 @@ def _coerce_int(value: Any) -> int:
 
 
 def unknown_key_error(key: str) -> UserError:
-    close = difflib.get_close_matches(key, FIELD_TYPES, n=3) if len(key) <= 80 else []
-    hint = f" (did you mean {', '.join(close)}?)" if close else ""
-    return UserError(
-        f"unknown config key {_shown(key)}{hint}; 'minitrain config' lists every key"
-    )
+    """The one-line error for KEY, naming the closest fields with their sections."""
+    last = key.rsplit(".", 1)[-1]  # a field under the wrong section: that field first
+    moved = [flat for flat, dotted in FLAT_NAMES.items() if "." in key and last in (flat, dotted.rsplit(".", 1)[-1])]
+    close = difflib.get_close_matches(key, [*FLAT_NAMES, *DOTTED_TO_FLAT], n=6) if len(key) <= 80 else []
+    names = list(dict.fromkeys([*moved, *(DOTTED_TO_FLAT.get(c, c) for c in close)]))[:3]
+    shown = [name if FLAT_NAMES[name] == name else f"{name} ({FLAT_NAMES[name]})" for name in names]
+    hint = f" (did you mean {', '.join(shown)}?)" if shown else ""
+    return UserError(f"unknown config key {_shown(key)}{hint}; 'minitrain config' lists every key by section")
+
+
+def flat_name(key: str) -> str:
+    """The flat name of KEY, given flat (`lr_max`) or sectioned (`optim.lr_max`); a UserError when neither."""
+    if key in FLAT_NAMES:
+        return key
+    if key in DOTTED_TO_FLAT:
+        return DOTTED_TO_FLAT[key]
+    raise unknown_key_error(key)
+
+
+def _leaf_items(data: dict[str, Any], section: str = ""):
+    """(key as written, value) of every field in DATA, the flat form, the sectioned form or both: a key naming a
+    section (`optim`, `experiment.injection`) holds that section's fields."""
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise UserError(f"config key {_shown(key)} in section {section or '(top)'} is not a field name; "
+                            "see 'minitrain config' for the valid keys")
+        dotted = f"{section}.{key}" if section else key
+        if dotted in SECTIONS:
+            if value is not None and not isinstance(value, dict):
+                raise UserError(f"config section '{dotted}' holds fields, got {_shown(value)}; write it as "
+                                f"{dotted.rsplit('.', 1)[-1]}: {{name: value}} ('minitrain config' lists them)")
+            yield from _leaf_items(value or {}, dotted)
+        else:
+            yield dotted, value
 
 
 def build_config(base: dict[str, Any] | None = None, overrides: list[str] | None = None) -> TrainConfig:
-    """Make a validated config from a dict (e.g. loaded YAML) and `key=value` override strings."""
+    """Make a validated config from a dict (e.g. loaded YAML: flat names, sections, or both) and `key=value`
+    override strings (KEY a flat or a sectioned name)."""
     values: dict[str, Any] = {}
-    for key, value in (base or {}).items():
-        if key not in FIELD_TYPES:
-            raise unknown_key_error(key)
-        values[key] = _coerce(key, value)
+    written: dict[str, str] = {}
+    for key, value in _leaf_items(base or {}):
+        name = flat_name(key)
+        if name in written:
+            raise UserError(f"config key {name} is given twice (as {written[name]} and {key}); keep one")
+        written[name] = key
+        values[name] = _coerce(name, value)
     for item in overrides or []:
         if "=" not in item:
-            raise UserError(f"--set expects key=value, got {item!r}; e.g. --set lr_max=0.001")
+            raise UserError(f"--set expects key=value, got {item!r}; e.g. --set lr_max=0.001 or optim.lr_max=0.001")
         key, value = item.split("=", 1)
-        key = key.strip().replace("-", "_")
-        if key not in FIELD_TYPES:
-            raise unknown_key_error(key)
-        values[key] = _coerce(key, _set_list(key, value) if FIELD_TYPES[key].startswith("list[") else value)
+        name = flat_name(key.strip().replace("-", "_"))
+        values[name] = _coerce(name, _set_list(key.strip(), value) if FIELD_TYPES[name].startswith("list[") else value)
     preset = values.get("preset", "course")
     if preset not in PRESETS:
         raise UserError(f"unknown preset {preset!r}; valid presets: {', '.join(PRESETS)}")
     cfg = TrainConfig(**{**PRESETS[preset], **values})
     validate(cfg)
     return cfg
+
+
+def config_listing(cfg: TrainConfig) -> str:
+    """What `minitrain config` prints: every field of CFG by section, as a flat YAML config (`--config` reads it
+    back), each section a comment line and each field whose sectioned name is not SECTION.FLAT_NAME marked with it."""
+    lines = ["# every field by section; --set takes the flat name (lr_max=0.001) or the sectioned one "
+             "(optim.lr_max=0.001)"]
+    section = ""
+    for dotted, flat in DOTTED_TO_FLAT.items():
+        here = dotted.rpartition(".")[0]
+        if here != section:
+            section = here
+            lines.append(f"# {section}")
+        text = yaml.safe_dump({flat: getattr(cfg, flat)}, default_flow_style=True, allow_unicode=True, width=10_000)
+        lines.append(text.strip()[1:-1] + ("" if dotted in (flat, f"{section}.{flat}") else f"  # {dotted}"))
+    return "\n".join(lines) + "\n"
 
 
 # libyaml's parser (PyYAML's wheels carry it): it refuses a document nested over 1000 deep at once, where the
