@@ -43,6 +43,9 @@ def lab(tmp_path_factory) -> Path:
             "19-injection-B": tiny(injection="bad_batch", injection_step=K),
             "19-injection-C": tiny(injection="v_corrupt", injection_step=K),
             "19-blind/01": tiny(injection="bad_batch", injection_step=K, blind="true")}
+    (exp / "19-blind").mkdir(parents=True)
+    (exp / "19-blind" / "SEALED.json").write_text('{"lab": "spike"}')  # a blind lab, not revealed: sealed
+    (exp / "REVEALED.json").write_text('{"revealed_by": "test"}')  # the spike lab's runs are open
     for name, cfg in runs.items():
         loop.train(cfg, exp / name)
         dashboard.write_dashboard(exp / name)

@@ -5,6 +5,7 @@ import shutil
 import pytest
 
 from conftest import SMALL, SMALL_K
+from minitrain.core import course
 from minitrain.core.config import build_config
 from minitrain.lab import parallel
 from minitrain.lab.runs import lab_run
@@ -72,7 +73,7 @@ def test_an_interrupted_lab_run_continues_where_it_stopped(small_baseline, tmp_p
     from test_reference import metrics_sha
 
     cfg = build_config({}, [*SMALL, "seed=42", "injection=none", "injection_step=50"])
-    out = tmp_path / "cut" / reader.lab_run_name("none", 42, 50)
+    out = tmp_path / "cut" / course.lab_run_name("none", 42, 50)
     loop.train(cfg, out, stop_at=70)  # as a run killed after its checkpoint at 60 leaves it, more or less
     folder, line = lab_run(cfg, tmp_path / "cut")
     assert folder == out and "finished" in line

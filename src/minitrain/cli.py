@@ -360,7 +360,7 @@ def cmd_report(args) -> int:
     from minitrain.analysis import signature
     from minitrain.lab import spoilers
 
-    for run in sorted(Path(args.experiments).glob("19-injection-*")):
+    for run in spoilers.spike_runs(args.experiments):
         spoilers.gate(run, "report", args.spoil)
     print(signature.report(Path(args.experiments)))
     print(f"written to {Path(args.experiments) / 'lab-report.md'}", file=sys.stderr)

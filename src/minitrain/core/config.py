@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from minitrain.core.lab_defaults import LAB_K, LAB_SEED
+from minitrain.core.course import LAB_K, LAB_SEED
 from minitrain.core.errors import UserError
 
 # Fields that only describe the injection: two configs that differ only here share steps 0..K-1,

@@ -13,7 +13,6 @@ analysis/lrsweep.py; views/lrsweep.py draws the page and the doc.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 from minitrain.analysis import lrsweep as judge
 from minitrain.core.config import build_config
 from minitrain.core.errors import UserError
+from minitrain.core.provenance import git_sha
 from minitrain.lab import ray_backend, runner, spoilers
 from minitrain.lab.explore import COST, is_done, train_one
 from minitrain.run import files, reader
@@ -167,24 +167,11 @@ def collect(sw: Sweep) -> dict:
         "z_loss": Z_LOSS, "params": judge.parameter_count(cfg),
         "variants": [{"name": v.name, "what": v.what} for v in VARIANTS],
         "runs": runs, **judge.judge_sweep(runs, lrs),
-        "commit": _commit(), "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": git_sha(short=True), "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "seconds": round(time.perf_counter() - sw.t0, 1), "cpu_seconds": round(sw.cpu_seconds, 1),
         "trained": sw.trained, "reused": sw.reused, "jobs": sw.jobs,
         "cold_cpu_seconds": round(sum(r.get("cpu_seconds") or 0.0 for r in runs), 1),
     }
-
-
-def _commit() -> str | None:
-    """The code's commit (short sha, "-dirty" with uncommitted changes to tracked files), or None."""
-    here = Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (sha + ("-dirty" if dirty else "")) or None
 
 
 def run_lrsweep(out: Path, grid: str = "default", jobs: int | None = None, overrides: list[str] | None = None,

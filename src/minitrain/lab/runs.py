@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from minitrain.analysis import readings
+from minitrain.core import course
 from minitrain.core.config import TrainConfig
 from minitrain.core.errors import EXIT_NON_FINITE, Interrupted, UserError
 from minitrain.lab import spoilers
@@ -132,7 +133,7 @@ def lab_run(cfg: TrainConfig, experiments: Path, force: bool = False, index: boo
     `index=False`: leave experiments/index.html to the caller (`minitrain lab` writes it once at the end)."""
     from minitrain.analysis import signature
 
-    out = Path(experiments) / reader.lab_run_name(cfg.injection, cfg.seed, cfg.injection_step)
+    out = Path(experiments) / course.lab_run_name(cfg.injection, cfg.seed, cfg.injection_step)
     if (out / reader.RESULTS).exists() and not force:
         manifest = reader.manifest_of(out)
         if manifest.get("config_hash") == cfg.hash() and manifest.get("status") in ("finished", "non_finite"):
