@@ -88,11 +88,8 @@ def test_the_local_cluster_listens_on_the_loopback_alone(cluster):
 
 def test_the_lab_on_ray_is_the_same_bytes_as_on_local_processes(cluster, small_lab, tmp_path):
     """small_lab (conftest) trained the baseline and the three injections at SMALL_K in this process."""
-    from minitrain import cli
-
     with open(os.devnull, "w") as quiet:
-        lines = run_lab(tmp_path, small_config().seed, SMALL_K, sets=list(SMALL), main=cli.main, ray="local",
-                        out=quiet)
+        lines = run_lab(tmp_path, small_config().seed, SMALL_K, sets=list(SMALL), ray="local", out=quiet)
     assert len(lines) == 4, lines
     for name in ("18-baseline", *(f"19-injection-{c}-k{SMALL_K}" for c in LAB_LETTERS.values())):
         ours = tmp_path / name / "metrics.jsonl"
