@@ -217,7 +217,7 @@ def cmd_lab(args) -> int:
 
     experiments = Path(args.experiments)
     for line in run_lab(experiments, args.seed, args.injection_step, jobs=args.jobs, sets=args.set,
-                        force=args.force, main=main, ray=args.ray):  # each run forked from this process (lab/parallel.py)
+                        force=args.force, ray=args.ray):
         print(line)
     runs = [reader.lab_run_name(i, args.seed, args.injection_step) for i in ("none", *LAB_INJECTIONS)]
     sealed = [r for r in runs if spoilers.is_sealed(experiments / r)]
