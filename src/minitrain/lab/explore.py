@@ -27,10 +27,12 @@ from pathlib import Path
 from minitrain.analysis import regimes, signature
 from minitrain.analysis.compare import CLIP_OFF, SPIKE, TOL, WINDOW
 from minitrain.analysis.regimes import CLIPS, axis_value, calibrate, clip_rate, fmt_lr
-from minitrain.core.config import LAB_K, TrainConfig, build_config
+from minitrain.core.config import TrainConfig, build_config
+from minitrain.core.course import LAB_K
 from minitrain.core.errors import UserError
 from minitrain.lab import ray_backend, runner, spoilers
 from minitrain.run import files, reader
+from minitrain.run.completion import completed
 from minitrain.views import explore as page
 
 K = LAB_K  # the lab's injection step
@@ -138,14 +140,6 @@ def base_config(t: Trunk, overrides: list[str]) -> TrainConfig:
 
 def cell_config(base: TrainConfig, v: Variant) -> TrainConfig:
     return build_config(base.to_dict(), [f"injection={v.injection}", f"injection_step={K}", *v.sets])
-
-
-def is_done(run: Path, cfg: TrainConfig, stop: int) -> bool:
-    """The cache: the folder holds this exact config (by hash), trained to `stop` or ended non-finite."""
-    m, res = reader.manifest_of(run), reader.results_of(run)
-    return bool(m) and m.get("config_hash") == cfg.hash() and (
-        res.get("status") == "non_finite" or (res.get("status") in ("stopped", "finished")
-                                              and res.get("steps_done") == stop))
 
 
 def train_one(cfg_dict: dict, out: str, stop: int, index: bool = True) -> float:
@@ -262,7 +256,7 @@ class Sweep:
                 self.waiting.append(task)
                 continue
             cfg, run = got
-            if is_done(run, cfg, self.stop):
+            if completed(run, cfg, self.stop):
                 tasks += self.finished(task, run, None)
                 continue
             self.task[str(run)] = (task, run)

@@ -22,8 +22,9 @@ from minitrain.core.config import build_config
 from minitrain.core.errors import UserError
 from minitrain.core.provenance import git_sha
 from minitrain.lab import ray_backend, runner, spoilers
-from minitrain.lab.explore import COST, is_done, train_one
+from minitrain.lab.explore import COST, train_one
 from minitrain.run import files, reader
+from minitrain.run.completion import completed
 from minitrain.views import lrsweep as page
 
 
@@ -104,7 +105,7 @@ class Sweep:
             cfg = run_config(self.grid, v, lr, self.overrides)
             folder = run_folder(self.out, v, lr, cfg)
             self.runs[(v.name, lr)] = folder
-            if is_done(folder, cfg, cfg.steps):
+            if completed(folder, cfg):
                 self.finished(v, lr, None)
                 continue
             by_job[str(folder)] = (v, lr)
