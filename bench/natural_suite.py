@@ -27,6 +27,7 @@ from pathlib import Path
 
 from minitrain.analysis import lrsweep as judge
 from minitrain.analysis import stability
+from minitrain.analysis.definitions import sweep_failure
 from minitrain.core.config import build_config
 from minitrain.core.errors import UserError
 from minitrain.lab import lrsweep, runner
@@ -103,7 +104,7 @@ def cases(suite: Path, sweep: Path = Path("experiments/lr-sweep"), seeds=SEEDS, 
         bar = ref["final_loss"] if ref["final_loss"] is not None else ref["initial_loss"]
         for lr in sorted({*failed_lrs, *controls}):
             plain = summary(suite, seed, lr, "default")
-            why = judge.failed(plain, bar, best_lr)
+            why = sweep_failure(plain, bar, best_lr)
             if why is None:
                 out.append(memorising(Case(f"seed{seed}/lr{judge.fmt_lr(lr)}/default", seed, lr, "healthy",
                                            ("healthy",), "did not fail"), suite))
@@ -112,7 +113,7 @@ def cases(suite: Path, sweep: Path = Path("experiments/lr-sweep"), seeds=SEEDS, 
                 out.append(memorising(Case(f"seed{seed}/lr{judge.fmt_lr(lr)}/default", seed, lr, "none", NO_NAME,
                                            f"{why} (a control: not labelled)"), suite))
                 continue
-            removed = tuple(n for n in INTERVENTIONS if judge.failed(summary(suite, seed, lr, n), bar, best_lr) is None)
+            removed = tuple(n for n in INTERVENTIONS if sweep_failure(summary(suite, seed, lr, n), bar, best_lr) is None)
             causes = tuple(judge.CAUSE_OF_REMEDY[n] for n in removed)
             truth = causes[0] if len(causes) == 1 else "none"
             out.append(memorising(Case(f"seed{seed}/lr{judge.fmt_lr(lr)}/default", seed, lr, truth,

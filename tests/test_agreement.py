@@ -12,7 +12,7 @@ import pytest
 
 from conftest import small_config
 from minitrain import loop
-from minitrain.analysis import compare, detectors, signature, stability
+from minitrain.analysis import compare, definitions, detectors, signature, stability
 from minitrain.core.fmt import fmt
 from minitrain.lab import postmortem
 from minitrain.views import dashboard
@@ -57,7 +57,7 @@ def test_the_spike_flag_is_one_on_the_page_in_the_post_mortem_and_in_the_detecto
     assert 110 in flagged and 70 not in flagged
     assert page["spikes"] == postmortem.evidence(run, None)["spike_flags"] == flagged
     health = {h["label"]: h for h in page["health"]}["course spike flags"]
-    assert health["value"].endswith(", ".join(map(str, flagged))) and detectors.COURSE_RULE in health["detail"]
+    assert health["value"].endswith(", ".join(map(str, flagged))) and definitions.ROLLING_RULE in health["detail"]
     assert f"steps {', '.join(map(str, flagged))}" in post_mortem(run, None)
 
 
@@ -70,7 +70,7 @@ def test_recovery_is_one_in_the_lab_report_the_post_mortem_and_the_reveal(lab):
     assert measured["recovery_steps"] == sig["recovery_steps"]
     row = next(line for line in report.splitlines() if line.startswith("| 19-injection-B | bad_batch |"))
     assert f"| {fmt(sig['recovery_steps'])} |" in row
-    assert f"steps to recover (until {compare.RECOVERY_RULE}): {fmt(sig['recovery_steps'])}" in post_mortem(run, base)
+    assert f"steps to recover (until {definitions.RECOVERY_RULE}): {fmt(sig['recovery_steps'])}" in post_mortem(run, base)
 
 
 def test_v_back_is_one_for_a_corruption_that_shrinks_v(lab):
@@ -85,7 +85,7 @@ def test_v_back_is_one_for_a_corruption_that_shrinks_v(lab):
     assert (sig["v_param"] == measured["v_jump_param"] == verdict["evidence"]["tensor"]
             == page["movers"]["vm"][0]["name"] == C_TENSOR)
     # row K logs v after K's own update: x0.01 then plus (1 - beta2) g^2, still far below the baseline's
-    assert sig["v_ratio_at_k"] == measured["v_jump_ratio_at_K"] < 1 / compare.V_JUMP
+    assert sig["v_ratio_at_k"] == measured["v_jump_ratio_at_K"] < 1 / definitions.V_JUMP
     assert isinstance(sig["v_decay_steps"], int) and sig["v_decay_steps"] > 0
     assert measured["v_steps_to_within_10pct"] == sig["v_decay_steps"]
     assert f"Adam v of {C_TENSOR} x{fmt(sig['v_ratio_at_k'], 3)} the baseline at K" in post_mortem(run, base)

@@ -4,6 +4,7 @@ Every import counts, the ones inside functions too: they are read from the synta
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -218,6 +219,119 @@ def lay_out(rows, spikes, items, x, n):
     return panels.cite("grad"), shown, first, x < n
 '''
     assert judgments_in(layout, "minitrain.views.y") == []
+
+
+# --- the pages' scripts draw too: a threshold comparison in views/assets/*.js is a judgment -----------------------
+
+JS_ASSETS = sorted((PKG / "views" / "assets").glob("*.js"))
+_JS_NUMBER = r"-?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?"
+_JS_ORDER = r"(?<![<>=!])(?:<=|>=|<|>)(?![<>=])"  # not =>, <<, >>, <<=
+_JS_STRING = re.compile(r"'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"")
+_JS_ORDERED = re.compile(rf"(?<![\w.])({_JS_NUMBER})\s*{_JS_ORDER}|{_JS_ORDER}\s*\(?\s*({_JS_NUMBER})(?![\w.])")
+
+
+def js_judgments_in(source: str) -> list[str]:
+    """Where a page script judges by itself: it orders a value against a number other than 0 and 1
+    (`ratio > 2`, `x >= 0.5`). Layout aside: a count (`.length`), a loop's bound, or a line marked
+    `// layout: why` (on it or just above it: pixels, tick labels, number notation)."""
+    source = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), source, flags=re.S)
+    found, above = [], ""
+    for n, line in enumerate(source.splitlines(), 1):
+        code, _, comment = _JS_STRING.sub('""', line).partition("//")
+        marked, above = "layout" in comment or "layout" in above, comment if not code.strip() else ""
+        if marked or ".length" in code or re.search(r"\bfor\s*\(", code):
+            continue
+        if any(float(m.group(1) or m.group(2)) not in (0, 1) for m in _JS_ORDERED.finditer(code)):
+            found.append(f"line {n}: {line.strip()}")
+    return found
+
+
+@pytest.mark.parametrize("path", JS_ASSETS, ids=lambda p: p.name)
+def test_page_scripts_judge_nothing_themselves(path):
+    bad = js_judgments_in(path.read_text())
+    assert not bad, f"views/assets/{path.name} judges by itself (put the rule in analysis/, its result in the data): {bad}"
+
+
+def test_the_js_judgment_rule_catches_a_threshold_and_leaves_layout_alone():
+    script = """
+var clipOff = !(CFG.grad_clip > 0.5), big = ratio >= 2 || 3 < y;
+if (x < -0.5) warn('<b>' + "a > 2");
+/* a comment: x > 9 */ var f = (a) => a >= 1e-3;
+for (var n = 2; n <= 4; n++) cols(n);
+if (rows.length > 6 && d >> 2 > 0 && v === 1) more();
+// layout: a drag of a few pixels is a click
+if (drag.width > 4) zoom();
+var narrow = w < 360;  // layout: one column
+"""
+    found = "\n".join(js_judgments_in(script))
+    for line in (2, 3, 4):
+        assert f"line {line}:" in found, (line, found)
+    assert all(f"line {line}:" not in found for line in (5, 6, 8, 9)), found
+
+
+# --- non-finite has one definition: run/nonfinite.py (analysis/definitions.py lists it) ---------------------------
+
+NON_FINITE_HOMES = {"minitrain.run.nonfinite", "minitrain.analysis.definitions"}
+# the run importer and the probe are being moved onto run/nonfinite.py by their own change (issue 34, item 1)
+NON_FINITE_PENDING = {"minitrain.run.importer", "minitrain.probe"}
+ROW_FIELDS = ("loss", "grad_norm")
+
+
+def _row_field(node: ast.AST) -> str | None:
+    """`row["loss"]`, `r.get("grad_norm")`: which row field a node reads (None for anything else)."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        key = node.slice.value
+    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+          and node.args and isinstance(node.args[0], ast.Constant)):
+        key = node.args[0].value
+    else:
+        return None
+    return key if key in ROW_FIELDS else None
+
+
+def non_finite_checks_in(source: str) -> list[str]:
+    """Where a module decides by itself whether a metrics row is non-finite: `row["loss"] is None or
+    row["grad_norm"] is None` (any order, any mix of [] and .get), or `isfinite(...)` of a row's loss or
+    gradient norm. A single `is None` on the loss (a missing value skipped) is not a verdict on the row."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            fields = {_row_field(v.left) for v in node.values if isinstance(v, ast.Compare)
+                      and isinstance(v.ops[0], ast.Is) and isinstance(v.comparators[0], ast.Constant)
+                      and v.comparators[0].value is None}
+            if {"loss", "grad_norm"} <= fields:
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        elif (isinstance(node, ast.Call) and (getattr(node.func, "attr", None) == "isfinite"
+                                              or getattr(node.func, "id", None) == "isfinite")
+              and any(_row_field(a) for arg in node.args for a in ast.walk(arg))):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+NON_FINITE_SCANNED = [p for p in MODULES if module_name(p) not in NON_FINITE_HOMES | NON_FINITE_PENDING]
+
+
+@pytest.mark.parametrize("path", NON_FINITE_SCANNED, ids=lambda p: str(p.relative_to(PKG)))
+def test_non_finite_is_decided_in_one_place(path):
+    bad = non_finite_checks_in(path.read_text())
+    assert not bad, f"{module_name(path)} decides non-finite by itself (use run/nonfinite.py): {bad}"
+
+
+def test_the_non_finite_rule_catches_a_copy():
+    copy = '''
+import math
+
+def first_bad(rows, r):
+    a = [s for s in rows if s.get("loss") is None or s.get("grad_norm") is None]
+    b = r["grad_norm"] is None or r["loss"] is None
+    c = not math.isfinite(r["loss"])
+    d = np.isfinite(float(r.get("grad_norm")))
+    return [x for x in rows if x.get("loss") is not None and x["val_loss"] is None or x["lr"] is None]
+'''
+    found = "\n".join(non_finite_checks_in(copy))
+    for line in (5, 6, 7, 8):
+        assert f"line {line}:" in found, (line, found)
+    assert "line 9:" not in found
 
 
 # --- a run folder's files are read in run/ only (run/reader.py states the rule) ----------------------

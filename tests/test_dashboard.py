@@ -280,6 +280,46 @@ def test_nonfinite_run_renders(lab, tmp_path):
     assert any(m["kind"] == "nonfinite" and m["step"] == 40 for m in data["markers"])
 
 
+def test_whether_the_baseline_shares_the_trunk_is_analysis_s_answer():
+    """compare.baseline_notes (reader.same_trunk): nothing for a shared trunk, the remedy for a remediated run,
+    the settings that differ otherwise; the page shows its notes as they are."""
+    base = {"trunk_hash": "t1", "config": {"lr_max": 3e-4, "seed": 1, "injection": "none"}}
+    fault = {"trunk_hash": "t1", "config": {**base["config"], "injection": "scale"}}
+    remedied = {"trunk_hash": "t2", "config": {**fault["config"], "remedy_zclip": True}}
+    other = {"trunk_hash": "t3", "config": {**fault["config"], "lr_max": 3e-3}}
+    assert compare.baseline_notes(fault, base, "18-baseline") == []
+    assert compare.baseline_notes(remedied, base, "18-baseline") == [
+        "this run applies a remedy the baseline does not (remedy_zclip=True)"]
+    assert compare.baseline_notes(other, base, "18-baseline") == [
+        "baseline 18-baseline has another config beyond the injection (lr_max): differences are not the "
+        "injection's alone"]
+
+
+def one_value_non_finite(row: dict, where: str) -> None:
+    if where == "logits":
+        row["logit_max"] = None
+    else:  # one tensor's statistic
+        name = next(iter(row["params"]))
+        row["params"][name]["vm"] = None
+
+
+@pytest.mark.parametrize("where", ["logits", "one tensor"])
+def test_the_marker_and_the_walker_name_the_same_non_finite_step(lab, tmp_path, where):
+    """Only the logits, or only one tensor's Adam v, non-finite at step 37 (loss and grad norm finite): the page's
+    marker, the walker's §3.1 and the lab report's measure all name step 37 (run/nonfinite.py, one rule)."""
+    run = copy_run(lab / "18-baseline", tmp_path / "nan")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    at = next(i for i, r in enumerate(rows) if r["step"] >= 37 and r.get("params"))
+    one_value_non_finite(rows[at], where)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = embedded(dashboard.write_dashboard(run).read_text())
+    step = rows[at]["step"]
+    assert [m["step"] for m in data["markers"] if m["kind"] == "nonfinite"] == [step]
+    section = next(q for q in data["checks"]["questions"] if q["id"] == "§3.1")
+    assert section["answer"] == "yes" and section["step"] == step
+    assert compare.measure(run, None, None)["non_finite_step"] == step
+
+
 def test_cli_dashboard_and_index(lab, tmp_path, capsys):
     out = tmp_path / "page.html"
     assert main(["dashboard", str(lab / "19-injection-B"), "--no-baseline", "--out", str(out)]) == 0

@@ -3,10 +3,12 @@ tests use: a blank page loads uPlot and helpers.js alone, each case is evaluated
 Skipped with the browser tests when chromium or playwright is missing."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from minitrain.analysis import panels
-from minitrain.views import dashboard
+from minitrain.views import dashboard, explore, index, lrsweep
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +96,54 @@ def test_the_page_script_is_the_modules_in_order_in_one_closure():
     starts = [script.index(dashboard.asset(name)) for name in dashboard.PAGE_SCRIPTS]
     assert starts == sorted(starts) and script.startswith(dashboard.asset(dashboard.UPLOT[0]))
     assert "\n(function () {\n" in script and script.rstrip().endswith("})();")
+
+
+def test_one_el_makes_elements_with_a_class_or_attributes_and_text_only(js):
+    assert js("helpers.el('td', 'k', 3).outerHTML") == '<td class="k">3</td>'
+    assert js("helpers.el('a', {href: 'r/dashboard.html', title: 'x'}, '<b>').outerHTML") == \
+        '<a href="r/dashboard.html" title="x">&lt;b&gt;</a>'  # text stays text
+    assert js("helpers.el('div').outerHTML") == "<div></div>"
+    assert js("[helpers.color(0), helpers.color(helpers.PALETTE.length)]") == [js("helpers.PALETTE[0]")] * 2
+
+
+PAGES = {"dashboard.html": dashboard.PAGE_SCRIPTS, "index.html": index.INDEX_SCRIPTS,
+         "explore.html": explore.PAGE_SCRIPTS, "lrsweep.html": lrsweep.PAGE_SCRIPTS}
+
+
+@pytest.mark.parametrize("template", sorted(PAGES))
+def test_no_template_holds_code_of_its_own(template):
+    """Every page's code is an asset module (tested here, judged by tests/test_architecture.py), put in by the
+    page's {{JS}}: the templates' script elements hold that placeholder or the page's JSON data, nothing else."""
+    html = dashboard.asset(template)
+    scripts = re.findall(r"<script([^>]*)>(.*?)</script>", html, re.S)
+    assert [body.strip() for attrs, body in scripts if "application/json" not in attrs] == ["{{JS}}"]
+    assert PAGES[template][0] == "helpers.js" and all(dashboard.asset(name) for name in PAGES[template])
+
+
+LRSWEEP = {"grid": "tiny", "steps": 4, "warmup_steps": 2, "seed": 1, "preset": "course", "params": 1000,
+           "commit": None, "lrs": [1e-3, 1e-2, 1e-1],
+           "variants": [{"name": "plain", "what": "the model"}, {"name": "qk_norm", "what": "qk-layernorm"}],
+           "sensitivity": {"plain": {"sensitivity": 0.5, "best_loss": 2.0, "best_lr": 1e-3}}, "claims": [],
+           "natural_cases": [], "failures": {"plain@1e-1": "diverged (non-finite at step 3)"},
+           "runs": [{"variant": v, "lr": lr, "diverged": v == "plain" and lr == 1e-1, "diverged_at": 3,
+                     "final_loss": None if v == "plain" and lr == 1e-1 else 2.0 + lr, "initial_loss": 4.0,
+                     "final_val_loss": None, "attn_logit_max": 10 * lr if v == "plain" else None,
+                     "attn_entropy_min": None, "logz_mean_far": None, "rms_max": None, "spikes": [],
+                     "dashboard": f"runs/{v}/dashboard.html"} for v in ("plain", "qk_norm") for lr in (1e-3, 1e-2, 1e-1)]}
+
+
+def test_the_lr_sweep_page_draws_with_the_shared_chart_code(browser, tmp_path):
+    out = lrsweep.write(tmp_path, LRSWEEP)
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
+    page.goto(out.resolve().as_uri())
+    page.wait_for_function("() => window.__lrsweepReady === true")
+    assert page.locator(".chart[data-field=final_loss] .uplot").count() == 1  # chart.js's lines(), on uPlot
+    legend = page.locator(".chart[data-field=final_loss] .u-legend").inner_text()
+    assert "plain" in legend and "qk_norm" in legend and "plain diverged" in legend
+    assert page.locator(".chart[data-field=attn_logit_max] .uplot").count() == 1
+    assert "no run carries this signal" in page.locator(".chart[data-field=rms_max]").inner_text()
+    assert page.locator("td.failed").count() == 1 and errors == []
+    page.close()

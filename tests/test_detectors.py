@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minitrain.analysis import detectors
+from minitrain.analysis import definitions, detectors
 
 
 def noisy(n=600, level=2.0, seed=0):
@@ -92,6 +92,6 @@ def test_the_spike_flag_waits_for_a_full_window_and_names_steps():
     x[70] *= 3
     x[200] *= 3
     steps = list(range(1000, 1300))
-    assert detectors.spike_flags(steps, list(x)) == [1200]
+    assert definitions.rolling_zscore_spikes(steps, list(x)) == [1200]
     gap = [None if i == 150 else v for i, v in enumerate(x)]
-    assert detectors.spike_flags(steps, gap) == []  # a missing loss at 150: no full window again before 251
+    assert definitions.rolling_zscore_spikes(steps, gap) == []  # a missing loss at 150: no full window again before 251

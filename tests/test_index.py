@@ -79,6 +79,23 @@ def test_a_regime_map_sweep_is_one_row_and_a_damaged_run_one_line(tmp_path, smal
     assert "manifest.json is unreadable" in row and "the walker cannot read this run" in row
 
 
+def test_a_damaged_field_is_one_line_and_a_bug_is_not_data(tmp_path, small_baseline):
+    """A manifest field of the wrong type is the reader's to say (one row that says so); an error in the code
+    that builds the row (here the verdict) is raised, not shown as an "unreadable" run."""
+    exp = tmp_path / "experiments"
+    run = shutil.copytree(small_baseline, exp / "18-baseline", ignore=shutil.ignore_patterns("checkpoints"))
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, "config": "seed=1"}))
+    row = index.run_row(run, exp)
+    assert row["status"] == "damaged" and "'config' is a string" in row["error"]
+
+    def broken_verdict(run, sealed, live):
+        return {}["leaf"]
+
+    with pytest.raises(KeyError):
+        index.run_row(run, exp, verdict=broken_verdict)
+
+
 def test_in_chromium_the_table_sorts_filters_and_compares_ticked_runs(exp, browser):
     path = index.write_index(exp)
     ctx = browser.new_context(viewport={"width": 1400, "height": 900})

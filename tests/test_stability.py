@@ -19,6 +19,7 @@ import pytest
 from conftest import ROOT, assert_one_line_error, run_cli
 from minitrain.analysis import stability
 from minitrain.core.errors import UserError
+from minitrain.run import reader
 
 sys.path.insert(0, str(ROOT / "bench"))
 import eval_diagnosis  # noqa: E402
@@ -508,7 +509,7 @@ def test_a_check_that_raises_is_a_bug_in_the_walker_and_the_page(small_baseline,
     with pytest.raises(TypeError):
         readings.read(run)
     with pytest.raises(TypeError):
-        readings.page(run, sealed=False)
+        readings.assess(reader.load_run(run), sealed=False)
 
 
 def test_a_missing_signal_reads_not_measured_in_the_walker_and_the_page(small_baseline, tmp_path,

@@ -1,35 +1,22 @@
-"""A run against its baseline: ONE definition of the loss difference, recovery, spike and "v back within 10%"
-that the lab report (signature.py), the learner's reveal, the post-mortem and `remediate` all use; and the
-step-by-step difference the page draws, with whether it exceeds float rounding.
+"""A run against its baseline, measured with the definitions of definitions.py (recovery, v back, v jumped,
+non-finite) that the lab report (signature.py), the learner's reveal, the post-mortem and `remediate` all use;
+and the step-by-step difference the page draws, with whether it exceeds float rounding.
 
 Both step counts start at K (n = 0 is step K itself): recovery_steps is the first n from which the loss
-difference stays recovered, v_back_steps the first n at which the tensor's v is back within 10%.
+difference stays recovered, v_back_steps the first n at which the tensor's v is back within V_BACK.
 """
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+from minitrain.analysis import definitions
+from minitrain.analysis.definitions import first_non_finite_step, recovery_steps, v_back
+# lab/ modules still import these definitions from here (lab/explore.py, lab/postmortem.py, lab/explain.py)
+from minitrain.analysis.definitions import CLIP_OFF, RECOVERY_RULE, SPIKE, TOL, WINDOW, clipping_off  # noqa: F401
+from minitrain.core.config import INJECTION_FIELDS, NON_NUMERIC_FIELDS
 from minitrain.core.fmt import page_number
 from minitrain.run import reader
-
-TOL = 0.02  # nats: "recovered" once the windowed loss difference stays this close to zero
-WINDOW = 20  # steps in the windowed mean used for recovery
-SPIKE = 0.1  # nats: a loss excess above this is a visible spike on the loss panel
-RECOVERY_RULE = f"every {WINDOW}-step mean of the loss difference stays within {TOL} nats"
-V_BACK = 0.10  # "v back": the tensor's v within this share of the baseline's
-V_JUMP = 2.0  # a tensor's v this many times the baseline's at K (or 1/this): a jump worth naming
-CLIP_OFF = 0.0  # grad_clip of a run without clipping: the config's one encoding (none / off / null read as 0)
-
-
-def clipping_off(grad_clip: float | None) -> bool:
-    """Whether a run's grad_clip means no clipping: CLIP_OFF (or None, in a record that lacks the field)."""
-    return not grad_clip
-
-
-def clip_limit(grad_clip: float | None) -> float:
-    """The pre-clip norm above which a run's gradient is cut back: its grad_clip, or infinity when it is off."""
-    return math.inf if clipping_off(grad_clip) else grad_clip
 
 
 def loss_difference(rows: dict[int, dict], base: dict[int, dict]) -> list[float | None]:
@@ -40,22 +27,6 @@ def loss_difference(rows: dict[int, dict], base: dict[int, dict]) -> list[float 
         a, b = (rows.get(s) or {}).get("loss"), (base.get(s) or {}).get("loss")
         out.append(a - b if a is not None and b is not None else None)
     return out
-
-
-def recovery_steps(diff: list[float | None], k: int) -> int | None:
-    """The first n >= 0 such that, from step K + n on, every forward WINDOW-step mean of the loss difference is
-    within TOL (RECOVERY_RULE); None: never, within the run. A per-step difference never settles to zero once
-    two trajectories part (they drift apart chaotically by a few hundredths), but its windowed mean does."""
-    vals = [d if d is not None else float("inf") for d in diff]
-    last_start = max(k, len(vals) - WINDOW)  # only full windows (the run's last WINDOW steps form the last)
-    last_bad = None
-    for t in range(k, last_start + 1):
-        window = vals[t:t + WINDOW]
-        if abs(sum(window) / len(window)) > TOL:
-            last_bad = t
-    if last_bad is None:
-        return 0
-    return None if last_bad == last_start else last_bad + 1 - k
 
 
 def _v_ratio(rows: dict[int, dict], base: dict[int, dict], step: int, name: str) -> float | None:
@@ -83,15 +54,15 @@ def v_back_steps(rows: dict[int, dict], base: dict[int, dict], k: int, name: str
     never left that band); None: not within the run. Steps where either v is missing are skipped."""
     for s in sorted(t for t in rows if t >= k):
         r = _v_ratio(rows, base, s, name)
-        if r is not None and abs(r - 1) <= V_BACK:
+        if r is not None and v_back(r):
             return s - k
     return None
 
 
 def v_jumped(m: dict) -> bool:
-    """Whether measure()'s tensor of largest v departure at K moved by more than V_JUMP either way."""
-    r = m.get("v_jump_ratio_at_K")
-    return r is not None and abs(math.log(r)) > math.log(V_JUMP)
+    """Whether measure()'s tensor of largest v departure at K jumped (definitions.v_jumped)."""
+    return definitions.v_jumped(m.get("v_jump_ratio_at_K"))
+
 
 
 AFTER_WINDOW = 50  # "after K" means steps K+1 .. K+50
@@ -107,8 +78,7 @@ def measure(run: Path, baseline: Path | None, k: int | None) -> dict:
         first = rows[min(rows)]
         out["step0_loss"] = first.get("loss")
         out["lr_first"] = first.get("lr")
-        bad = [s for s, r in sorted(rows.items()) if r.get("loss") is None or r.get("grad_norm") is None]
-        out["non_finite_step"] = bad[0] if bad else None
+        out["non_finite_step"] = first_non_finite_step([rows[s] for s in sorted(rows)])
         early = [r["loss"] for s, r in rows.items() if s < 100 and r.get("loss") is not None]
         out["max_loss_first_100"] = max(early) if early else None
         if base and min(base) in base:
@@ -185,7 +155,24 @@ def remedy_verdict(before: dict, after: dict) -> dict:
     return {"verdict": verdict, "measure": label, "before": b, "after": a, "by": by, "noise": noise, "line": line}
 
 
-FLOAT_ROUNDING_REL = 32 * 2.0 ** -23  # |a - b| within 32 float32 ulps of |b|: identical up to float rounding
+FLOAT_ROUNDING_ULPS = 32
+FLOAT_ROUNDING_REL = FLOAT_ROUNDING_ULPS * 2.0 ** -23  # |a - b| within 32 float32 ulps of |b|: identical up to rounding
+ROUNDING_RULE = f"{FLOAT_ROUNDING_ULPS} float32 ulps of the value"
+
+
+def baseline_notes(manifest: dict, base_manifest: dict, base_name: str) -> list[str]:
+    """What the difference to a baseline does not isolate: nothing when both runs share their trunk
+    (reader.same_trunk); a note naming the settings that differ beyond the injection otherwise (a remediated
+    run's remedy_* settings are expected, and said so)."""
+    if reader.same_trunk(manifest, base_manifest):
+        return []
+    rc, bc = reader.config_of(manifest), reader.config_of(base_manifest)
+    differ = sorted(k for k in set(rc) | set(bc)
+                    if rc.get(k) != bc.get(k) and k not in INJECTION_FIELDS + NON_NUMERIC_FIELDS)
+    if differ and all(k.startswith("remedy") for k in differ):
+        return [f"this run applies a remedy the baseline does not ({', '.join(f'{k}={rc.get(k)}' for k in differ)})"]
+    return [f"baseline {base_name} has another config beyond the injection ({', '.join(differ) or 'trunk hash'}): "
+            "differences are not the injection's alone"]
 
 
 def step_differences(rows: list[dict], ref_rows: list[dict]) -> dict:

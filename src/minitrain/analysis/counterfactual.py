@@ -30,7 +30,7 @@ import warnings
 
 import numpy as np
 
-from minitrain.analysis.compare import SPIKE, V_JUMP, clipping_off
+from minitrain.analysis.definitions import V_JUMP, clipping_off, excess_over_baseline, v_jumped
 from minitrain.analysis.evidence import Evidence
 from minitrain.analysis.thresholds import T
 from minitrain.core.config import TrainConfig
@@ -118,7 +118,7 @@ def _deciding(ev: Evidence, i: int, end: int, cause: str | None, tensor: str | N
     if cause in ("optimizer_state_corruption", "optimizer_setting") and tensor and tensor in ev.param_names and i > 0:
         vm = ev.param(tensor, "vm")
         ratio = vm[end] / vm[i - 1] if vm[i - 1] > 0 else math.nan
-        present = bool(np.isfinite(ratio) and abs(math.log(ratio)) >= math.log(V_JUMP))
+        present = v_jumped(float(ratio))
         return {"signal": f"Adam v of {tensor} at step {int(ev.steps[end])} / at step {int(ev.steps[i - 1])}",
                 "value": _f(ratio), "unit": "x", "threshold": f"outside [1/{V_JUMP:g}, {V_JUMP:g}]",
                 "present": present}
@@ -216,7 +216,7 @@ def _after_note(m: dict, identical: dict) -> str:
 
 def _clipping_line(m: dict, identical: dict, grad_clip: float | None) -> str:
     """Does clipping contain the anomaly's effect? The mean loss excess after S with and without it: clipping
-    contains it when turning it off adds at least SPIKE nats."""
+    contains it when turning it off adds a spike's excess (definitions.excess_over_baseline)."""
     a, b = m.get("after_mean_loss_excess"), identical.get("after_mean_loss_excess")
     if a is None or b is None:
         return "clipping: the replay has no rows after S to compare"
@@ -226,6 +226,6 @@ def _clipping_line(m: dict, identical: dict, grad_clip: float | None) -> str:
         on, off = b, a
     words = (f"mean loss excess over the steps after S {off:+.3f} nats without clipping, {on:+.3f} with it "
              f"at {TrainConfig.grad_clip if clipping_off(grad_clip) else grad_clip:g}")
-    if off - on >= SPIKE:
+    if excess_over_baseline(off - on):
         return ("clipping would contain it: " if clipping_off(grad_clip) else "clipping contains it: ") + words
     return "clipping changes little: " + words

@@ -16,8 +16,8 @@ it is fixed here and written next to it:
   zclip          z-score of the pre-clip norm against its EMA mean and EMA variance (alpha 0.97) > 2.5, after 25
                  warm-up steps; a flagged value enters the EMA clipped to mean + 2.5 std, as ZClip does; a
                  non-finite norm flags at any step
-  course         loss > mean + 3 std of the previous 100 losses (the course's spike flag, the package's one
-                 spike flag: spike_flags); needs a full window
+  course         loss > mean + 3 std of the previous 100 losses (the course's spike flag: definitions.py's
+                 rolling_zscore_spike, one of the package's three named spike definitions); needs a full window
 
 OLMo 2's "spike score" is a whole-run metric (share of values >= 7 sigma off a 1000-step mean), not a per-step
 alarm, so it is not a detector here.
@@ -30,6 +30,8 @@ from typing import Callable
 
 import numpy as np
 
+from minitrain.analysis.definitions import ROLLING_RULE, rolling_zscore_spike, rolling_zscore_spikes, trailing_mean_std
+
 
 @dataclass(frozen=True)
 class Detector:
@@ -38,23 +40,6 @@ class Detector:
     rule: str
     series: str  # the series the rule reads: "loss" or "grad_norm"
     flags: Callable[[np.ndarray], np.ndarray]  # series -> boolean array, one per step
-
-
-def _window_stats(x: np.ndarray, window: int, min_count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and standard deviation of the `window` values before each step (NaN until `min_count` exist)."""
-    n = len(x)
-    mean, std = np.full(n, np.nan), np.full(n, np.nan)
-    finite = np.where(np.isfinite(x), x, 0.0)
-    ok = np.isfinite(x).astype(float)
-    c1, c2, cn = (np.concatenate([[0.0], np.cumsum(a)]) for a in (finite, finite ** 2, ok))
-    for t in range(n):
-        lo = max(0, t - window)
-        k = cn[t] - cn[lo]
-        if k >= min_count:
-            m = (c1[t] - c1[lo]) / k
-            mean[t] = m
-            std[t] = math.sqrt(max(0.0, (c2[t] - c2[lo]) / k - m * m))
-    return mean, std
 
 
 def megatron(loss: np.ndarray, factor: float = 10.0, after_steps: int = 13) -> np.ndarray:
@@ -70,19 +55,19 @@ def megatron(loss: np.ndarray, factor: float = 10.0, after_steps: int = 13) -> n
 
 
 def zscore(x: np.ndarray, window: int = 128, z: float = 3.0) -> np.ndarray:
-    mean, std = _window_stats(x, window, window)
+    mean, std = trailing_mean_std(x, window, window)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.isfinite(x) & (std > 0) & ((x - mean) / std > z)
 
 
 def lightning(loss: np.ndarray, window: int = 10, factor: float = 3.0) -> np.ndarray:
-    mean, _ = _window_stats(loss, window, window)
+    mean, _ = trailing_mean_std(loss, window, window)
     with np.errstate(invalid="ignore"):
         return ~np.isfinite(loss) | (loss >= factor * mean)
 
 
 def foundry(loss: np.ndarray, window: int = 100, factor: float = 2.0, patience: int = 4) -> np.ndarray:
-    mean, _ = _window_stats(loss, window, window)
+    mean, _ = trailing_mean_std(loss, window, window)
     with np.errstate(invalid="ignore"):
         high = loss >= factor * mean
     out = np.zeros(len(loss), bool)
@@ -113,25 +98,8 @@ def zclip(gn: np.ndarray, alpha: float = 0.97, z: float = 2.5, warmup: int = 25)
     return out
 
 
-COURSE_WINDOW, COURSE_SIGMA = 100, 3.0
-COURSE_RULE = f"loss > mean + {COURSE_SIGMA:g} std of the previous {COURSE_WINDOW} steps"
-
-
-def course(loss: np.ndarray, window: int = COURSE_WINDOW, sigma: float = COURSE_SIGMA) -> np.ndarray:
-    mean, std = _window_stats(loss, window, window)
-    with np.errstate(invalid="ignore"):
-        return np.isfinite(loss) & (loss > mean + sigma * std)
-
-
-def spike_flags(steps: list[int], loss: list[float | None]) -> list[int]:
-    """The course's spike flag, as the steps (not row indices) where it fires: THE spike flag of the package,
-    read by the dashboard's health line, the post-mortem and the detector table alike (`course`).
-
-    A step is judged only once it has a full window of 100 finite losses before it: that is the course's rule
-    as written ("the previous 100 steps"). A bound built from fewer steps rests on fewer batches, taken where
-    the loss is still falling from ln V, so its mean and spread are not the steady ones a 3-sigma rule assumes."""
-    x = np.array([np.nan if v is None else v for v in loss], dtype=float)
-    return [int(steps[i]) for i in np.flatnonzero(course(x))]
+# the course's row is definitions.rolling_zscore_spike; lab/postmortem.py still reads it under these names
+COURSE_RULE, spike_flags = ROLLING_RULE, rolling_zscore_spikes
 
 
 DETECTORS: tuple[Detector, ...] = (
@@ -145,7 +113,8 @@ DETECTORS: tuple[Detector, ...] = (
     Detector("foundry", "llm-foundry KillLossSpike", "loss >= 2x mean of the previous 100, > 4 steps in a row",
              "loss", foundry),
     Detector("zclip", "ZClip", "grad-norm z-score vs EMA (alpha 0.97) > 2.5", "grad_norm", zclip),
-    Detector("course", "the course's spike flag", COURSE_RULE, "loss", course),
+    Detector("course", "the course's spike flag (definitions.rolling_zscore_spike)", ROLLING_RULE, "loss",
+             rolling_zscore_spike),
 )
 
 

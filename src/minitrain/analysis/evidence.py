@@ -21,7 +21,7 @@ from minitrain.analysis.thresholds import MIN_HISTORY, WINDOW
 from minitrain.core.config import TrainConfig
 from minitrain.core.errors import UserError
 from minitrain.run import reader
-from minitrain.run.nonfinite import non_finite_in
+from minitrain.run.nonfinite import is_non_finite
 
 
 # ln V of a run that records no vocabulary size (no tokenizer.json, no config): the course's default vocabulary
@@ -186,10 +186,7 @@ class Evidence:
     def nonfinite_index(self) -> int | None:
         """Index of the first row holding a non-finite value (the loop's own rule, run/nonfinite.py: loss,
         gradient norm, logits, activations, a per-tensor statistic) or a non-finite count > 0."""
-        bad = ~np.isfinite(self.loss) | ~np.isfinite(self.grad_norm) | (self.nonfinite > 0)
-        bad |= np.array([non_finite_in(r) is not None for r in self.rows], dtype=bool)
-        idx = np.flatnonzero(bad)
-        return int(idx[0]) if len(idx) else None
+        return next((i for i, r in enumerate(self.rows) if is_non_finite(r)), None)
 
     @cached_property
     def gn_log_ratio(self) -> np.ndarray:

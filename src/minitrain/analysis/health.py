@@ -5,7 +5,8 @@ Every mark is the stability tree's own answer, under the walker's policy (walk.a
 §1.1-§1.3, the first-step gradient norm the course's healthy range and §1.4/§1.5, the LR §2.1-§2.4, the
 non-finite values §3.1, the verdict the walker's. Facts the tree has no opinion on (the clip rate, the
 largest norm, the course's spike flags, the loss by verb class) are `info`, and their texts read the run's
-own config. Nothing here is marked that the tree calls healthy.
+own config. Nothing here is marked that the tree calls healthy. A remediated run's verdict against its baseline
+(`minitrain remediate`) and the counterfactual replays (`minitrain explain`) are marked here too.
 """
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ import math
 import numpy as np
 
 from minitrain.analysis import panels
-from minitrain.analysis.compare import clipping_off
-from minitrain.analysis.detectors import COURSE_RULE
+from minitrain.analysis.definitions import ROLLING_RULE, clipping_off
 from minitrain.analysis.evidence import Evidence
 from minitrain.analysis.thresholds import GN1_HEALTHY
 from minitrain.analysis.tree import ITEMS, Leaf, Node
@@ -138,7 +138,7 @@ def _spikes(spikes: list[int]) -> dict:
     shown = (f"{len(spikes)}: step{'s' if len(spikes) > 1 else ''} " + ", ".join(map(str, spikes[:6]))
              + (" ..." if len(spikes) > 6 else "")) if spikes else "none"
     return _item("course spike flags", shown, "info",
-                 f"{COURSE_RULE}: the course's raw flag, which also fires on clean runs; the stability check decides")
+                 f"{ROLLING_RULE}: the course's raw flag, which also fires on clean runs; the stability check decides")
 
 
 def _verb_classes(ev: Evidence) -> list[dict]:
@@ -155,7 +155,7 @@ def summary(ev: Evidence | None, cfg: dict, results: dict, verdict: dict | None,
             spikes: list[int]) -> list[dict]:
     """The health line of one run: `ev` its evidence (None when the walker cannot read it), `cfg` and `results`
     its config and results, `verdict` the walker's, `sealed` whether the verdict is withheld, `spikes` the
-    course's spike flags (detectors.spike_flags)."""
+    course's spike flags (definitions.rolling_zscore_spikes)."""
     out = [_verdict(ev, verdict, sealed)]
     if ev is None:
         return out
@@ -165,3 +165,34 @@ def summary(ev: Evidence | None, cfg: dict, results: dict, verdict: dict | None,
 
     out += tree(_start(ev)) + _gradients(ev, cfg) + tree([_nonfinite(ev)]) + _validation(ev, results) + tree(_lr(ev, cfg))
     return out + [_spikes(spikes)] + _verb_classes(ev)
+
+
+def remedy_items(rep: dict | None) -> list[dict]:
+    """A remediated run's verdict against the baseline (remediation.json, written by `minitrain remediate`)
+    and the re-walk after the fix: ok when better / fixed, bad when worse / not fixed."""
+    v = (rep or {}).get("verdict")
+    if not isinstance(v, dict) or "line" not in v:
+        return []
+    mark = {"better": "ok", "no better": "info", "worse": "bad"}.get(v.get("verdict"), "info")
+    items = [_item(f"remedy {rep.get('remedy')} vs {rep.get('baseline')}", str(v["line"]).split(":")[0], mark,
+                   str(v["line"]))]
+    fix = rep.get("fix")
+    if isinstance(fix, dict) and "line" in fix:
+        mark = {"fixed": "ok", "undecided": "warn"}.get(fix.get("outcome"), "bad")
+        items.append(_item("re-walk after the fix", str(fix.get("outcome")), mark, str(fix["line"])))
+    return items
+
+
+def explain_items(diagnosis: dict | None, sealed: bool) -> list[dict]:
+    """The counterfactual replays' conclusion beside the walker's verdict (`minitrain explain` writes it into
+    diagnosis.json): ok when they agree with the walker, warn when they disagree, bad when the identical replay
+    did not reproduce the run."""
+    rep = (diagnosis or {}).get("counterfactuals")
+    if sealed or not isinstance(rep, dict) or "conclusion" not in rep:
+        return []
+    mark = "bad" if not rep.get("reproduced") else {True: "ok", False: "warn"}.get(rep.get("agrees_with_walker"), "info")
+    table = "; ".join(f"{row['description']}: " + ("-" if row["verdict"].get("still_there") is None else
+                                                  "still there" if row["verdict"]["still_there"] else "gone")
+                      + f" ({row['verdict'].get('by')})" for row in rep.get("table", []) if row.get("name") != "recorded")
+    return [_item(f"replays at step {rep.get('step')} (minitrain explain)", str(rep["conclusion"]), mark,
+                  " | ".join([*rep.get("lines", []), table]))]

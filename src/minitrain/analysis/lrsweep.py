@@ -12,8 +12,9 @@ Definitions (Wortsman et al. 2023, "Small-scale proxies for large-scale Transfor
     LR sensitivity    the mean over the sweep's LRs (uniform in log LR) of min(final loss, initial loss) minus
                       the best final loss of that variant; a diverged run counts as the initial loss.
     a failed run      one that diverged (a non-finite value), or, at an LR above the plain model's best, ends
-                      FAIL_NATS above the plain model's best final loss, or has a loss spike (checks.loss_spikes:
-                      `outlier_z` σ of its own noise above its trailing median, not a one-batch outlier).
+                      FAIL_NATS above the plain model's best final loss, or has a loss spike (definitions.robust_spikes:
+                      `outlier_z` σ of its own noise above its trailing median, not a one-batch outlier);
+                      the rule is definitions.sweep_failure.
     labelled by intervention  a failed plain run's cause is the intervention whose run alone, at the same seed
                       and LR, does not fail (qk_norm: attention-logit growth; z_loss: output-logit divergence;
                       update_clip: second-moment under-estimation); when several or none do, it has no label.
@@ -24,7 +25,8 @@ import math
 
 import numpy as np
 
-from minitrain.analysis.checks import RMS_LEAD, loss_spikes
+from minitrain.analysis.checks import RMS_LEAD
+from minitrain.analysis.definitions import robust_spikes, sweep_failure
 from minitrain.analysis.evidence import Evidence
 from minitrain.analysis.regimes import fmt_lr
 from minitrain.analysis.thresholds import T
@@ -33,7 +35,6 @@ from minitrain.core.fmt import fmt
 __all__ = ["fmt_lr", "run_summary", "summary_line", "sensitivity", "judge_sweep", "parameter_count", "CAUSE_OF_REMEDY"]
 
 FINAL_SHARE = 0.1  # the final loss is the median over this share of the last steps
-FAIL_NATS = 1.0  # a run at an LR above the best ends this far above the best final loss: failed
 GROWTH = 3.0  # a signal "grows with LR" when it is this many times its value at the best LR
 SENSITIVITY_MARGIN = 0.1  # "lower LR sensitivity": lower than the plain model's by at least this share
 MIN_SPIKES = 3  # the spike claims need at least this many plain-model spikes to be judged
@@ -86,7 +87,7 @@ def run_summary(rows: list[dict]) -> dict:
     logit_mean = _series(rows, "logit_mean", max)
     rms = _rms(rows)
     val = [float(r["val_loss"]) for r in rows if _finite(r.get("val_loss"))]
-    spike_at = loss_spikes(ev)
+    spike_at = robust_spikes(ev.loss_z)
     rms_steps = {s: v for s, v in rms}
     preceded = [i for i in spike_at if any(rms_steps.get(int(ev.steps[i]) - d, 0.0) > T["rms_high"]
                                            for d in range(RMS_LEAD[0], RMS_LEAD[1] + 1))]
@@ -130,17 +131,6 @@ def sensitivity(runs: list[dict]) -> dict:
     return {"sensitivity": float(np.mean([v - best for _, v in vals])), "best_loss": best, "best_lr": best_lr}
 
 
-def failed(run: dict, ref_best: float, ref_best_lr: float) -> str | None:
-    """Why a run failed (a failed run: the module docstring), or None."""
-    if run["diverged"]:
-        return f"diverged (non-finite at step {run['diverged_at']})"
-    if run["lr"] > ref_best_lr and run["final_loss"] is not None and run["final_loss"] >= ref_best + FAIL_NATS:
-        return f"final loss {fmt(run['final_loss'], 3)} >= best {fmt(ref_best, 3)} + {FAIL_NATS:g}"
-    if run["spikes"]:
-        return f"loss spike(s) at step {', '.join(str(s) for s in run['spikes'][:5])}"
-    return None
-
-
 def judge_sweep(runs: list[dict], lrs: list[float]) -> dict:
     """Per variant its sensitivity; per LR which runs failed; the natural cases labelled by intervention;
     the papers' claims against what the runs show."""
@@ -153,7 +143,7 @@ def judge_sweep(runs: list[dict], lrs: list[float]) -> dict:
     failures = {}
     if ref_best is not None:
         for r in runs:
-            why = failed(r, ref_best, ref_lr)
+            why = sweep_failure(r, ref_best, ref_lr)
             if why:
                 failures[f"{r['variant']}@{fmt_lr(r['lr'])}"] = why
     cases = natural_cases(by, failures)

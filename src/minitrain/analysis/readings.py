@@ -2,19 +2,24 @@
 run's measured value and threshold, the walker's verdict, and the per-step signals that only the tree
 computes (§6.1's factor f, §7.1/§7.2's per-tensor gradient ratios), so each of them can be read off a
 panel. The judging is the tree's (tree.py, checks/); this module only evaluates it everywhere instead of along one path,
-under the walker's own policy (walk.answer). `page` adds the rest the dashboard shows that is judged: the
-health line (health.py) and the course's spike flags (detectors.spike_flags).
+under the walker's own policy (walk.answer). `assess` hands the page ONE Assessment of everything judged on
+it: those answers, the health line with its marks (health.py), the course's spike flags
+(definitions.rolling_zscore_spikes), the judged markers, the baseline's comparability and the rules in words.
 """
 from __future__ import annotations
 
 import contextlib
 import math
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from minitrain.analysis import detectors, evidence, health, stability, walk
+from minitrain.analysis import compare, evidence, health, movers, stability, walk
+from minitrain.analysis.definitions import (CLIP_OFF, RECOVERY_RULE, ROLLING_RULE, clipping_off,
+                                            first_non_finite_step, rolling_zscore_spikes)
+from minitrain.analysis.thresholds import WINDOW
 from minitrain.core.errors import UserError
 from minitrain.run import reader
 
@@ -109,19 +114,64 @@ def read(run: Path) -> dict | None:
     return _evidence_and_checks(run)[1]
 
 
-def page(run: Path, sealed: bool) -> dict:
-    """Everything judged that the dashboard shows for one run: `checks` (read(); None when `sealed`), the
-    `health` line, the course's `spikes` (steps) and `vocab_size`, the V of the page's ln V line (the walker's:
-    the run's tokenizer, else its config, else evidence.ASSUMED_VOCAB)."""
-    run = Path(run)
+@dataclass
+class Assessment:
+    """Everything judged that a run's page shows, handed to the views to lay out (they decide nothing):
+    checks      the walker's verdict, every question of the tree and the tree's signals (read()); None when
+                sealed or when the walker cannot read the run
+    health      the health line (health.py): label, value, mark (`verdict`: ok | warn | bad | info), detail
+    spikes      the course's spike flags (definitions.rolling_zscore_spikes), as steps
+    markers     the judged step markers: the first non-finite step (run/nonfinite.py), the diagnosis's anomaly
+    notes       what the difference to the baseline does not isolate (compare.baseline_notes)
+    rules       the rules and reference values the page states in words or draws (clip threshold, rounding
+                bound, windows), so that no view restates a number
+    vocab_size  the V of the page's ln V line (the walker's: the run's tokenizer, else its config, else
+                evidence.ASSUMED_VOCAB)"""
+    checks: dict | None
+    health: list[dict]
+    spikes: list[int]
+    markers: list[dict]
+    notes: list[str]
+    rules: dict
+    vocab_size: int
+
+
+def _markers(r: dict, sealed: bool) -> list[dict]:
+    out = []
+    bad = first_non_finite_step(r["rows"])
+    if bad is not None:
+        out.append({"step": bad, "kind": "nonfinite", "label": f"non-finite at step {bad}", "short": "non-finite"})
+    d = r["diagnosis"] or {}
+    if not sealed and isinstance(d.get("anomaly_step"), int) and not isinstance(d.get("anomaly_step"), bool):
+        leaf = d.get("leaf")
+        out.append({"step": d["anomaly_step"], "kind": "diagnosis",
+                    "label": f"diagnosis: anomaly at {d['anomaly_step']}" + (f" ({leaf})" if leaf else ""),
+                    "short": "anomaly"})
+    return out
+
+
+def _rules(cfg: dict) -> dict:
+    clip = cfg.get("grad_clip") if "grad_clip" in cfg else CLIP_OFF
+    return {"clip_threshold": None if clipping_off(clip) else clip,
+            "spike": ROLLING_RULE, "recovery": RECOVERY_RULE, "rounding": compare.ROUNDING_RULE,
+            "movers_lookback": movers.MOVER_LOOKBACK, "robust_window": WINDOW}
+
+
+def assess(r: dict, sealed: bool, base: dict | None = None) -> Assessment:
+    """The assessment of one run loaded by reader.load_run (`base`: its baseline, loaded the same way, or None).
+    `sealed`: the verdict, the tree's answers and the diagnosis's marker are not in it at all."""
+    run = Path(r["dir"])
     ev, checks = _evidence_and_checks(run)
     verdict = checks["verdict"] if checks else None
     if sealed:  # the verdict and the tree's answers name the cause: not in the page at all before the reveal
         checks = verdict = None
-    spikes = [] if ev is None else detectors.spike_flags(ev.steps.tolist(), ev.loss.tolist())
-    cfg, results = reader.config_of(reader.manifest_of(run)), reader.results_of(run)
+    spikes = [] if ev is None else rolling_zscore_spikes(ev.steps.tolist(), ev.loss.tolist())
+    cfg, results = reader.config_of(r["manifest"]), r["results"] or {}
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         line = health.summary(ev, cfg, results, verdict, sealed, spikes)
-    return {"checks": checks, "health": line, "spikes": spikes,
-            "vocab_size": ev.vocab if ev is not None else evidence.ASSUMED_VOCAB}
+    remediation, _ = reader.read_optional_json(run / "remediation.json")
+    line += health.remedy_items(remediation) + health.explain_items(r["diagnosis"], sealed)
+    notes = [] if base is None else compare.baseline_notes(r["manifest"], base["manifest"], base["name"])
+    return Assessment(checks=checks, health=line, spikes=spikes, markers=_markers(r, sealed), notes=notes,
+                      rules=_rules(cfg), vocab_size=ev.vocab if ev is not None else evidence.ASSUMED_VOCAB)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from minitrain.analysis import signature
-from minitrain.analysis.compare import clip_limit
+from minitrain.analysis.definitions import clip_limit
 from minitrain.core.config import TrainConfig
 from minitrain.core.errors import UserError
 from minitrain.run import reader

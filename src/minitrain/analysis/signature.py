@@ -8,7 +8,7 @@ Measured for each injection run (`signature.json`):
   max_excess, max_excess_step        largest loss excess over the baseline at or after K
   grad_norm_ratio_vs_baseline_at_k   pre-clip norm at K / baseline's pre-clip norm at K
   pre_post_clip_ratio_at_k           pre-clip / post-clip norm at K
-  recovery_steps                     compare.recovery_steps: first n such that, from step K + n on, every
+  recovery_steps                     definitions.recovery_steps: first n such that, from step K + n on, every
                                      WINDOW-step mean of (loss - baseline) is within TOL
   v_param, v_ratio_at_k,             for v_corrupt, compare.v_departure and v_back_steps: the tensor whose
   v_decay_steps                      mean v is farthest from the baseline's at K (in |log ratio|), that
@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from minitrain.analysis.compare import (RECOVERY_RULE, SPIKE, TOL, V_BACK, clipping_off, loss_difference,
-                                        recovery_steps, v_back_steps, v_departure)
+from minitrain.analysis.compare import loss_difference, v_back_steps, v_departure
+from minitrain.analysis.definitions import (RECOVERY_RULE, SPIKE, TOL, V_BACK, clipping_off, excess_over_baseline,
+                                            recovery_steps)
 from minitrain.run import files, reader
 from minitrain.core.errors import UserError
 from minitrain.core.fmt import fmt
@@ -52,7 +53,7 @@ def _steps(n: int | None, what: str) -> str:
 # keep their meaning at other magnitudes and thresholds (`minitrain explore`).
 PREDICTIONS: dict[str, list[Prediction]] = {
     "scale": [
-        Prediction("loss spike visible at K", lambda s, a: s["excess_at_k_window"] > SPIKE,
+        Prediction("loss spike visible at K", lambda s, a: excess_over_baseline(s["excess_at_k_window"]),
                    lambda s, a: f"excess {fmt(s['excess_at_k_window'], 2)} nats at K..K+5 "
                                 f"(largest {fmt(s['max_excess'], 2)} at {_after_k(s)})"),
         Prediction("pre-clip grad norm ~50x the baseline at K",
@@ -81,7 +82,7 @@ PREDICTIONS: dict[str, list[Prediction]] = {
         Prediction("no loss spike at K", lambda s, a: abs(s["loss_at_k"] - s["baseline_loss_at_k"]) < SPIKE,
                    lambda s, a: f"loss at K {fmt(s['loss_at_k'] - s['baseline_loss_at_k'], 2)} vs baseline"),
         Prediction("a slow rise over the next ~30 steps (a plateau)",
-                   lambda s, a: s["max_excess"] > SPIKE and s["max_excess_step"] - s["injection_step"] >= 5,
+                   lambda s, a: excess_over_baseline(s["max_excess"]) and s["max_excess_step"] - s["injection_step"] >= 5,
                    lambda s, a: f"largest excess {fmt(s['max_excess'], 2)} at {_after_k(s)}"),
         Prediction("the corruption decays as v's EMA forgets it", lambda s, a: s["v_decay_steps"] is not None,
                    lambda s, a: _steps(s["v_decay_steps"], f"v back within {V_BACK:.0%}")),

@@ -8,14 +8,15 @@ The page is one static HTML file: uPlot (vendored unmodified in assets/vendor/, 
 scripts/fetch_uplot.py), the CSS and the page script (assets/dashboard.css; PAGE_SCRIPTS, one closure) are
 inlined, and the run's data is embedded as one JSON block. The panels, their numbers, titles, units and series
 come from the panel registry (analysis/panels.py), which stability-check.md cites too. What is judged comes
-from analysis (readings.page: the health line, the walker's verdict and every question of the tree, the
-course's spike flags); and from analysis too, the per-tensor "movers" (movers.py) and the differences to a baseline with whether they
-exceed float rounding (compare.py); this module lays them out beside the series; the script only
-draws. Every string
+from analysis as ONE assessment (readings.assess: the health line with its marks, the walker's verdict and every
+question of the tree, the course's spike flags, the judged markers, whether the baseline shares the trunk, the
+rules in words); and from analysis too, the per-tensor "movers" (movers.py) and the differences to a baseline
+with whether they exceed float rounding (compare.py); this module lays them out beside the series; the script
+only draws. Every string
 reaches the page through that JSON block (with <, > and & escaped, so `</script>` in a
 run name stays text) and is put on screen with textContent, never as HTML.
 
-Sealed runs (a blind run before its lab's reveal, or a lab run the caller says is sealed): the page carries
+Sealed runs (run/sealing.py: a learner lab's run before its lab's reveal): the page carries
 neither the walker's verdict nor the tree's answers nor diagnosis.json (the reveal writes the page again with
 them), and the runs table says "sealed".
 """
@@ -133,7 +134,8 @@ def _per_tensor(rows: list[dict]) -> dict | None:
     return {"names": names, "stats": stats, "sigma": sigma}
 
 
-def _markers(r: dict, steps: list[int], sealed: bool) -> list[dict]:
+def _markers(r: dict, steps: list[int], judged: list[dict]) -> list[dict]:
+    """The step markers: the config's facts (warmup end, K, where the data ends) and analysis's judged ones."""
     cfg, manifest = _config(r), r["manifest"]
     out = []
     warm = int(cfg.get("warmup_steps") or 0)
@@ -144,20 +146,9 @@ def _markers(r: dict, steps: list[int], sealed: bool) -> list[dict]:
         k = int(cfg["injection_step"])
         what = _injection_words(manifest.get("injection") or {}, cfg)
         out.append({"step": k, "kind": "k", "label": f"K={k}: {what}", "short": f"K={k} {inj}"})
-    for row in r["rows"]:
-        if row.get("loss") is None or row.get("grad_norm") is None:
-            out.append({"step": row["step"], "kind": "nonfinite", "label": f"non-finite at step {row['step']}",
-                        "short": "non-finite"})
-            break
     if r["data_note"] and steps:
         out.append({"step": steps[-1], "kind": "end", "label": f"data ends (step {steps[-1]})", "short": "data ends"})
-    d = r["diagnosis"] or {}
-    if not sealed and isinstance(d.get("anomaly_step"), int) and not isinstance(d.get("anomaly_step"), bool):
-        leaf = d.get("leaf")
-        out.append({"step": d["anomaly_step"], "kind": "diagnosis",
-                    "label": f"diagnosis: anomaly at {d['anomaly_step']}" + (f" ({leaf})" if leaf else ""),
-                    "short": "anomaly"})
-    return out
+    return out + judged
 
 
 def _injection_words(inj: dict, cfg: dict) -> str:
@@ -194,38 +185,6 @@ def _page_config(cfg: dict, vocab_size: int) -> dict:
     return {**{k: cfg.get(k) for k in PAGE_CONFIG}, "vocab_size": vocab_size}
 
 
-def _remedy_items(run: Path) -> list[dict]:
-    """A remediated run's verdict against the baseline (remediation.json, written by `minitrain remediate`)."""
-    rep, _ = reader.read_optional_json(run / "remediation.json")
-    v = (rep or {}).get("verdict")
-    if not isinstance(v, dict) or "line" not in v:
-        return []
-    mark = {"better": "ok", "no better": "info", "worse": "bad"}.get(v.get("verdict"), "info")
-    items = [{"label": f"remedy {rep.get('remedy')} vs {rep.get('baseline')}", "value": str(v["line"]).split(":")[0],
-              "verdict": mark, "detail": str(v["line"])}]
-    fix = rep.get("fix")
-    if isinstance(fix, dict) and "line" in fix:
-        mark = {"fixed": "ok", "undecided": "warn"}.get(fix.get("outcome"), "bad")
-        items.append({"label": "re-walk after the fix", "value": str(fix.get("outcome")), "verdict": mark,
-                      "detail": str(fix["line"])})
-    return items
-
-
-def _explain_items(diagnosis: dict | None, sealed: bool) -> list[dict]:
-    """The counterfactual replays' conclusion beside the walker's verdict (`minitrain explain` writes it into
-    diagnosis.json): ok when they agree with the walker, warn when they disagree, bad when the identical replay
-    did not reproduce the run."""
-    rep = (diagnosis or {}).get("counterfactuals")
-    if sealed or not isinstance(rep, dict) or "conclusion" not in rep:
-        return []
-    mark = "bad" if not rep.get("reproduced") else {True: "ok", False: "warn"}.get(rep.get("agrees_with_walker"), "info")
-    table = "; ".join(f"{row['description']}: " + ("-" if row["verdict"].get("still_there") is None else
-                                                  "still there" if row["verdict"]["still_there"] else "gone")
-                      + f" ({row['verdict'].get('by')})" for row in rep.get("table", []) if row.get("name") != "recorded")
-    return [{"label": f"replays at step {rep.get('step')} (minitrain explain)", "value": str(rep["conclusion"]),
-             "verdict": mark, "detail": " | ".join([*rep.get("lines", []), table])}]
-
-
 def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] = (), sealed: bool | None = None) -> dict:
     """Everything the page shows, as one JSON-able dict. `compare`: further runs drawn beside this one and the
     baseline (e.g. the original run beside its remediation), each with its own colour and difference line.
@@ -244,13 +203,14 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
         for s in PER_TENSOR_STATS:
             top_movers[s] = movers.ranked(steps, per_tensor["stats"][s], per_tensor["names"], lo, hi)
     inj = _injection(r)
-    judged = readings.page(Path(run), sealed)
+    b = reader.load_run(baseline) if baseline is not None else None
+    judged = readings.assess(r, sealed, b)
     payload = {
         "name": r["name"],
         "generated": time.strftime("%Y-%m-%d %H:%M:%S"),
         "status": (r["results"] or {}).get("status") or r["manifest"].get("status") or "unknown",
         "data_note": r["data_note"],
-        "notes": r["notes"],
+        "notes": r["notes"] + judged.notes,
         "manifest": r["manifest"],
         "results": r["results"],
         "sealed": sealed,
@@ -261,7 +221,7 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
                       "step": cfg.get("injection_step") if inj != "none" and not blind else None,
                       "words": "withheld until the reveal (blind run)" if blind
                       else _injection_words(r["manifest"].get("injection") or {}, cfg)},
-        "config": _page_config(cfg, judged["vocab_size"]),
+        "config": _page_config(cfg, judged.vocab_size),
         "ngram_val_loss": (r["results"] or {}).get("ngram_val_loss",
                                                    (r["manifest"].get("ngram_baseline") or {}).get("val_loss")),
         "panels": panels.as_json(),
@@ -271,30 +231,16 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
         "diffs": [],
         "movers": top_movers,
         "movers_rule": rank_note,
-        "spikes": judged["spikes"],
-        "markers": _markers(r, steps, sealed),
-        "health": judged["health"] + _remedy_items(Path(run)) + _explain_items(r["diagnosis"], sealed),
-        "checks": judged["checks"],
+        "spikes": judged.spikes,
+        "markers": _markers(r, steps, judged.markers),
+        "health": judged.health,
+        "checks": judged.checks,
+        "rules": judged.rules,
         "smoothing": SMOOTHING,
     }
-    b = None
-    if baseline is not None:
-        b = reader.load_run(baseline)
+    if b is not None:
         payload["runs"].append(_run_payload(b, "baseline"))
         payload["diffs"].append({"name": r["name"], "baseline": b["name"], **step_differences(rows, b["rows"])})
-        if b["manifest"].get("trunk_hash") != r["manifest"].get("trunk_hash"):
-            from minitrain.core.config import INJECTION_FIELDS, NON_NUMERIC_FIELDS
-
-            rc, bc = reader.config_of(r["manifest"]), reader.config_of(b["manifest"])
-            differ = sorted(k for k in set(rc) | set(bc)
-                            if rc.get(k) != bc.get(k) and k not in INJECTION_FIELDS + NON_NUMERIC_FIELDS)
-            if differ and all(k.startswith("remedy") for k in differ):  # a remediated run: expected
-                payload["notes"].append(f"this run applies a remedy the baseline does not "
-                                        f"({', '.join(f'{k}={rc.get(k)}' for k in differ)})")
-            else:
-                payload["notes"].append(f"baseline {b['name']} has another config beyond the injection "
-                                        f"({', '.join(differ) or 'trunk hash'}): differences are not the "
-                                        "injection's alone")
     for path in compare:
         c = reader.load_run(path)
         payload["runs"].append(_run_payload(c, "compare"))
@@ -324,10 +270,13 @@ def fill(template: str, parts: dict[str, str]) -> str:
     return re.sub(r"\{\{([A-Z]+)\}\}", lambda m: parts[m.group(1)], template)
 
 
-def page_script() -> str:
-    """uPlot, then the page script's modules in one closure, so that none of their names is a global."""
-    modules = "\n".join(asset(name) for name in PAGE_SCRIPTS)
-    return f"{asset(UPLOT[0])}\n(function () {{\n{modules}\n}})();"
+def page_script(names: tuple[str, ...] = PAGE_SCRIPTS, uplot: bool = True) -> str:
+    """uPlot (when the page draws charts), then the page's script modules (assets/, each using only those before
+    it) in one closure, so that none of their names is a global. Every page's script is assembled here."""
+    modules = "\n".join(asset(name) for name in names)
+    js = (asset(UPLOT[0]) + "\n" if uplot else "") + f"(function () {{\n{modules}\n}})();"
+    assert "</script" not in js.lower()
+    return js
 
 
 def render_html(payload: dict) -> str:

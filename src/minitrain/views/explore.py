@@ -1,25 +1,27 @@
 """The regime map's page (experiments/explore/index.html) and doc (regimes.md), drawn from the map's data
-(lab/explore.py: collect). The page: one heat map per lab prediction, drawn by an inline script from the data
+(lab/explore.py: collect). The page: one heat map per lab prediction, drawn by assets/explore.js (inlined) from the data
 embedded in it; self-contained: no network, no other file needed (each cell links to its runs'
 dashboard.html beside it). The verdicts and regions come from analysis/regimes.py, which takes them from
 analysis/signature.py; this module only draws."""
 from __future__ import annotations
 
 import html
-from importlib import resources
 from pathlib import Path
 
 from minitrain.analysis.regimes import axis_sort
 from minitrain.core.config import PRESETS
 from minitrain.core.fmt import fmt
 from minitrain.run import files
-from minitrain.views.dashboard import embed_json, fill
+from minitrain.views.dashboard import asset, embed_json, fill, page_script
+
+
+PAGE_SCRIPTS = ("helpers.js", "explore.js")  # assets/
 
 
 def render(data: dict) -> str:
-    template = resources.files("minitrain.views").joinpath("assets", "explore.html").read_text(encoding="utf-8")
     title = f"Where the lab's predictions hold: regime map ({data['grid']} grid)"
-    return fill(template, {"TITLE": html.escape(title), "DATA": embed_json(data)})
+    return fill(asset("explore.html"), {"TITLE": html.escape(title), "DATA": embed_json(data),
+                                        "JS": page_script(PAGE_SCRIPTS, uplot=False)})
 
 
 def write(out_dir: Path, data: dict) -> Path:

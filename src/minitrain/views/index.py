@@ -26,12 +26,12 @@ from minitrain.analysis import readings
 from minitrain.core import numerics
 from minitrain.core.errors import UserError
 from minitrain.run import files, jsonfile, reader, sealing
-from minitrain.views.dashboard import asset, embed_json, fill
+from minitrain.views.dashboard import UPLOT, asset, embed_json, fill, page_script
 
 SWEEP_MARK = "cells.json"  # a regime-map sweep (minitrain explore): it has its own page, one index row
 COMPARE_SERIES = ("loss", "val_loss", "lr", "grad_norm")  # what the static page's comparison draws
 COMPARE_POINTS = 600  # at most this many points per series in the static page (every k-th step, extremes kept)
-UPLOT = ("vendor/uPlot.iife.min.js", "vendor/uPlot.min.css")
+INDEX_SCRIPTS = ("helpers.js", "chart.js", "index.js")  # assets/: the comparison draws with the shared chart code
 # beside index.html: each finished run's verdict and compact series, by the size and time of its files and of
 # the judging code, so that a `train` rewriting the table walks its own run, not every run beside it again
 ROW_CACHE = ".index-rows.json"
@@ -87,7 +87,9 @@ def verdict_text(run: Path, sealed: bool, live: bool) -> str:
 
 def run_row(run: Path, experiments: Path, sealed: bool | None = None, verdict=verdict_text) -> dict:
     """One run folder as a table row. A folder that cannot be read (deleted, corrupt, half-written) gives a
-    row with `error`: one line, never an exception. `sealed`: None: run/sealing.py's rule decides.
+    row with `error`: one line. The reader's strict readers say what is damaged (a file that is no JSON, a
+    field of the wrong type); anything else raised here is a bug, and is not shown as data. `sealed`: None:
+    run/sealing.py's rule decides.
     `verdict(run, sealed, live)`: the verdict column (the server passes a cached one)."""
     run = Path(run)
     rel = run.relative_to(experiments).as_posix()
@@ -120,7 +122,7 @@ def run_row(run: Path, experiments: Path, sealed: bool | None = None, verdict=ve
         if why or why2:  # a damaged run is one row that says so, never the table's failure
             row["error"], row["status"] = why or why2, "damaged"
         return row
-    except (UserError, OSError, ValueError, KeyError, TypeError) as e:  # damaged while we read it: one line
+    except (UserError, OSError) as e:  # deleted or replaced while we read it: one line (a damaged file is `why`)
         return {"run": rel, "kind": "run", "status": "unreadable", "error": str(e).splitlines()[0][:200],
                 "verdict": "sealed" if sealed else "", "sealed": sealed,
                 "link": f"{rel}/dashboard.html"}
@@ -176,9 +178,8 @@ def render_index(title: str, rows: list[dict], series: dict | None, served: bool
     columns = columns_for(rows)
     head = "".join(f'<th data-col="{k}" title="{e(t)}">{e(k)}</th>' for k, t in columns)
     data = {"served": served, "columns": [k for k, _ in columns], "rows": rows, "series": series or {}}
-    js = asset(UPLOT[0]) + "\n" + asset("index.js")
+    js = page_script(INDEX_SCRIPTS)
     csp = "connect-src 'self'; " if served else ""
-    assert "</script" not in js.lower()
     return fill(asset("index.html"), {"TITLE": e(title), "GENERATED": e(time.strftime("%Y-%m-%d %H:%M:%S")),
                                        "HEAD": head, "ROWS": page_rows_html(rows, columns), "DATA": embed_json(data),
                                        "CSS": asset(UPLOT[1]), "JS": js, "CONNECT": csp,

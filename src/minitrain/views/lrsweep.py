@@ -1,23 +1,25 @@
 """The LR sweep's page (experiments/lr-sweep/index.html) and doc (natural-instabilities.md), drawn from the
 sweep's data (lab/lrsweep.py: collect). The page draws final loss, the largest attention logit and log Z
-against the LR with an inline script (self-contained: no network, no other file needed; each run's row links
+against the LR with the shared chart code (assets/chart.js on uPlot, inlined: self-contained: no network, no other file needed; each run's row links
 its dashboard.html). The verdicts come from analysis/lrsweep.py; this module only lays them out."""
 from __future__ import annotations
 
 import html
-from importlib import resources
 from pathlib import Path
 
 from minitrain.analysis.regimes import fmt_lr
 from minitrain.core.fmt import fmt
 from minitrain.run import files
-from minitrain.views.dashboard import embed_json, fill
+from minitrain.views.dashboard import UPLOT, asset, embed_json, fill, page_script
+
+
+PAGE_SCRIPTS = ("helpers.js", "chart.js", "lrsweep.js")  # assets/: the dashboard's chart code draws the sweep
 
 
 def render(data: dict) -> str:
-    template = resources.files("minitrain.views").joinpath("assets", "lrsweep.html").read_text(encoding="utf-8")
     title = f"Natural instabilities: final loss against learning rate ({data['grid']} grid)"
-    return fill(template, {"TITLE": html.escape(title), "DATA": embed_json(data)})
+    return fill(asset("lrsweep.html"), {"TITLE": html.escape(title), "DATA": embed_json(data), "CSS": asset(UPLOT[1]),
+                                        "JS": page_script(PAGE_SCRIPTS)})
 
 
 def write(out_dir: Path, data: dict) -> Path:

@@ -31,6 +31,6 @@ from minitrain.analysis.checks.rule_outs import (  # noqa: F401
     rule_out_val_not_climbing, rule_out_val_above_untrained, rule_out_v_spread, rule_out_loss0_below_chance,
 )
 from minitrain.analysis.checks.natural import (  # noqa: F401
-    natural_series, loss_spikes, loss_degraded, check_attn_logit_growth, check_logz_drift, rms_series, RMS_LEAD,
+    natural_series, loss_degraded, check_attn_logit_growth, check_logz_drift, rms_series, RMS_LEAD,
     check_rms_before_spike, rule_out_logits_large_from_start, rule_out_v_left_recurrence,
 )

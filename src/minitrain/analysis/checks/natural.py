@@ -8,6 +8,7 @@ import numpy as np
 
 from minitrain.analysis.checks.optimizer_gradient import check_v_factor
 from minitrain.analysis.checks.run_lr_loss import train_smooth
+from minitrain.analysis.definitions import robust_spikes
 from minitrain.analysis.evidence import Evidence
 from minitrain.analysis.checks.finding import Finding, miss, near_ratio
 from minitrain.analysis.thresholds import T
@@ -28,22 +29,13 @@ def natural_series(ev: Evidence, key: str, reduce=max) -> np.ndarray:
     return out
 
 
-def loss_spikes(ev: Evidence) -> list[int]:
-    """Row indices where a loss spike starts: the loss `outlier_z` σ of the run's own loss noise above its
-    trailing median, the step before below that, and the step after still above half of it (a one-batch outlier
-    is back at once: §4.2)."""
-    z = np.nan_to_num(ev.loss_z, nan=0.0)
-    return [i for i in range(1, len(z) - 1)
-            if z[i] >= T["outlier_z"] and z[i - 1] < T["outlier_z"] and z[i + 1] >= 0.5 * z[i]]
-
-
 def loss_degraded(ev: Evidence) -> tuple[int | None, str]:
     """Where the training loss got worse on its own (None: it never did): the first non-finite value, the first
     loss spike, or the first step where the smoothed loss (21-step median) climbs `loss_rise` nats above
     its running minimum. A healthy run here only falls (natural late spikes are one-batch outliers)."""
     if ev.nonfinite_index is not None:
         return ev.nonfinite_index, f"a non-finite value at step {ev.step_at(ev.nonfinite_index)}"
-    spikes = loss_spikes(ev)
+    spikes = robust_spikes(ev.loss_z)
     smooth = train_smooth(ev)
     rise = smooth - np.fmin.accumulate(np.where(np.isfinite(smooth), smooth, np.inf))
     up = np.flatnonzero(rise >= T["loss_rise"])
@@ -105,7 +97,7 @@ def check_rms_before_spike(ev: Evidence) -> Finding:
         return miss("no per-tensor update RMS (params.r) in the metrics")
     # before v has averaged a few of its own memories (1 / (1 - beta2) steps) its bias-corrected estimate is
     # from a handful of gradients, and a large RMS there is the start of training, not an under-estimate
-    spikes = [s for s in loss_spikes(ev) if ev.steps[s] >= T["rms_from_step"]]
+    spikes = [s for s in robust_spikes(ev.loss_z) if ev.steps[s] >= T["rms_from_step"]]
     lo, hi = RMS_LEAD
     for s in spikes:
         window = rms[max(0, s - hi):max(0, s - lo + 1)]

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from minitrain.analysis import readings, signature, stability
-from minitrain.analysis.compare import measure
+from minitrain.analysis.compare import RECOVERY_RULE, measure
 from minitrain.core.errors import UserError
 from minitrain.core.fmt import fmt
 from minitrain.lab import blind, spoilers
@@ -32,7 +32,7 @@ MEASURE_LINES = {
                   ("duplicated rows in the batch at K", "dup_rows_at_K", "baseline_dup_rows_at_K"),
                   ("rare-token share at K", "rare_share_at_K", "baseline_rare_share_at_K"),
                   ("largest loss difference after K (step)", "max_loss_diff_after_K", "max_loss_diff_step"),
-                  ("recovery steps (loss within 0.02 nats of the baseline from then on)", "recovery_steps", None)),
+                  (f"recovery steps (until {RECOVERY_RULE})", "recovery_steps", None)),
     "v_corrupt": (("Adam v jump at K (run / baseline)", "v_jump_ratio_at_K", None),
                   ("tensor with the v jump", "v_jump_param", None),
                   ("steps until its v is within 10% of the baseline", "v_steps_to_within_10pct", None),

@@ -1,5 +1,6 @@
-/* chart.js: one panel drawn with uPlot: its aligned data table, reference lines and markers, the clipping
- * strip, the tooltip, wheel zoom and shift+drag pan, and its PNG/CSV export. */
+/* chart.js: the pages' charts, drawn with uPlot. create(): one dashboard panel: its aligned data table,
+ * reference lines and markers, the clipping strip, the tooltip, wheel zoom and shift+drag pan, and its PNG/CSV
+ * export. lines(): a plain chart of a few lines on one x axis (the runs table's comparison, the LR sweep). */
 var chart = (function () {
   'use strict';
   var isNum = helpers.isNum, fmt = helpers.fmt, el = helpers.el;
@@ -233,6 +234,7 @@ var chart = (function () {
         plugins: [decorations(p.spec, p.refs), tooltip(p), wheelAndPan()],
         hooks: {
           setSelect: [function (u) {
+            // layout: a drag of a few pixels is a click, not a zoom
             if (u.select.width > 4) zoomTo(u.posToVal(u.select.left, 'x'), u.posToVal(u.select.left + u.select.width, 'x'));
             u.setSelect({ left: 0, width: 0, top: 0, height: 0 }, false);
           }],
@@ -287,5 +289,20 @@ var chart = (function () {
     return { draw: draw, width: width, exportPng: exportPng, exportCsv: exportCsv };
   }
 
-  return { create: create };
+  // box: the element to draw in; spec: {x: [...], xLabel, yLabel, xLog, yLog, width, height,
+  // lines: [{label, y (one value per x, null for none), color, points (dots), dotsOnly (no line), span (join gaps)}]}
+  function lines(box, spec) {
+    var data = [spec.x], series = [{ label: spec.xLabel }];
+    spec.lines.forEach(function (l) {
+      data.push(l.y.map(function (v) { return isNum(v) && !(spec.yLog && v <= 0) ? v : null; }));
+      series.push({ label: l.label, stroke: l.color, width: l.dotsOnly ? 0 : 1.5, spanGaps: !!l.span,
+                    points: { show: !!(l.points || l.dotsOnly), size: l.dotsOnly ? 9 : 5, fill: l.dotsOnly ? '#fff' : l.color } });
+    });
+    return new uPlot({ width: spec.width, height: spec.height || 220, series: series, legend: { live: false },
+                       scales: { x: spec.xLog ? { time: false, distr: 3, log: 10 } : { time: false },
+                                 y: spec.yLog ? { distr: 3, log: 10 } : {} },
+                       axes: [{ label: spec.xLabel }, { size: 60, label: spec.yLabel }] }, data, box);
+  }
+
+  return { create: create, lines: lines };
 })();

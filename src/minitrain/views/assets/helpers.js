@@ -1,4 +1,5 @@
-/* helpers.js: the dashboard's pure helpers (numbers in, numbers or text out) and its one DOM maker.
+/* helpers.js: the pages' pure helpers (numbers in, numbers or text out), their one palette and their one DOM
+ * maker; every page (the dashboard, the runs table, the regime map, the LR sweep) loads it first.
  * Unit-tested in headless Chromium by tests/test_dashboard_js.py. */
 var helpers = (function () {
   'use strict';
@@ -11,7 +12,7 @@ var helpers = (function () {
     if (typeof v !== 'number') return String(v);
     if (v === 0) return '0';
     var a = Math.abs(v);
-    if (a >= 1e5 || a < 1e-3) return v.toExponential((p || 5) - 1).replace('e+', 'e');
+    if (a >= 1e5 || a < 1e-3) return v.toExponential((p || 5) - 1).replace('e+', 'e');  // layout: notation
     return String(+v.toPrecision(p || 5));
   }
 
@@ -19,7 +20,7 @@ var helpers = (function () {
   function tick(v) {
     if (v === 0) return '0';
     var a = Math.abs(v);
-    if (a >= 1e4 || a < 1e-3) return v.toExponential(2).replace(/\.?0+e/, 'e').replace('e+', 'e');
+    if (a >= 1e4 || a < 1e-3) return v.toExponential(2).replace(/\.?0+e/, 'e').replace('e+', 'e');  // layout: notation
     return String(+v.toPrecision(4));
   }
 
@@ -28,7 +29,7 @@ var helpers = (function () {
     var decades = Math.log10(max / min);
     return vals.map(function (v) {
       var m = Math.round(v / Math.pow(10, Math.floor(Math.log10(v) + 1e-9)));
-      return (m === 1 || (decades <= 3 && (m === 2 || m === 5))) ? tick(v) : '';
+      return (m === 1 || (decades <= 3 && (m === 2 || m === 5))) ? tick(v) : '';  // layout: labels that fit
     });
   }
 
@@ -90,7 +91,7 @@ var helpers = (function () {
   function columnStep(xs, cols, a, b, i0) {
     var w = b - a, lo = lowerBound(xs, a - w), first = lowerBound(xs, a), best = i0, top = 0;
     var hi = lowerBound(xs, b + w + 1e-9), last = lowerBound(xs, b + 1e-9);
-    if (last - first < 2) return i0;
+    if (last - first < 2) return i0;  // layout: one step in view
     cols.forEach(function (ys) {
       var around = [];
       for (var j = lo; j < hi; j++) if (isNum(ys[j])) around.push(ys[j]);
@@ -127,14 +128,22 @@ var helpers = (function () {
 
   function safeName(s) { return String(s).replace(/[^A-Za-z0-9._-]+/g, '_'); }
 
-  // the one way text reaches the screen: textContent, never HTML
+  // the one palette: line i of a chart (a tensor, a run of the runs table, a variant of the LR sweep)
+  var PALETTE = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#17becf', '#8c564b', '#e377c2',
+                 '#7f7f7f', '#bcbd22', '#393b79', '#637939', '#8c6d31', '#843c39', '#7b4173', '#3182bd'];
+  var BASELINE = '#8d96a3';  // the baseline run: grey
+  var COMPARED = ['#c2185b', '#00897b', '#9c6500', '#455a64', '#6a1b9a', '#2e7d32'];  // runs beside this one
+  function color(i) { return PALETTE[i % PALETTE.length]; }
+
+  // the one way text reaches the screen: textContent, never HTML. `cls`: a class name, or {attribute: value}
   function el(tag, cls, text) {
     var e = document.createElement(tag);
-    if (cls) e.className = cls;
+    if (typeof cls === 'string' && cls) e.className = cls;
+    else if (cls && typeof cls === 'object') Object.keys(cls).forEach(function (k) { e.setAttribute(k, cls[k]); });
     if (text !== undefined && text !== null) e.textContent = String(text);
     return e;
   }
 
-  return { isNum: isNum, fmt: fmt, tick: tick, logTickLabels: logTickLabels, ema: ema, yRange: yRange,
+  return { PALETTE: PALETTE, BASELINE: BASELINE, COMPARED: COMPARED, color: color, isNum: isNum, fmt: fmt, tick: tick, logTickLabels: logTickLabels, ema: ema, yRange: yRange,
            nearestIndex: nearestIndex, lowerBound: lowerBound, columnStep: columnStep, pointAt: pointAt, fade: fade, safeName: safeName, el: el };
 })();

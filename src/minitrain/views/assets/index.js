@@ -13,14 +13,7 @@
   var COLS = D.columns.slice(1);  // after "run"
   var SERIES = [['loss', 'training loss (nats)', false], ['val_loss', 'validation loss (nats)', false],
                 ['lr', 'learning rate', false], ['grad_norm', 'gradient norm before clipping (log)', true]];
-  var COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#17becf', '#8c564b', '#e377c2'];
-
-  function el(tag, cls, text) {
-    var e = document.createElement(tag);
-    if (cls) e.className = cls;
-    if (text !== undefined && text !== null) e.textContent = String(text);
-    return e;
-  }
+  var el = helpers.el;
   function index(rows) { byRun = {}; rows.forEach(function (r) { byRun[r.run] = r; }); }
 
   // a row built from its data (served mode: rows come and go while the page is open)
@@ -94,21 +87,16 @@
       runs.forEach(function (r) { var c = D.series[r]; if (c) c.steps.forEach(function (x) { if (!xsSet[x]) { xsSet[x] = 1; xs.push(x); } }); });
       xs.sort(function (a, b) { return a - b; });
       var pos = {}; xs.forEach(function (x, i) { pos[x] = i; });
-      var data = [xs], series = [{ label: 'step' }];
-      runs.forEach(function (r, i) {
+      var lines = runs.map(function (r, i) {
         var c = D.series[r], col = new Array(xs.length).fill(null);
-        if (c) c.steps.forEach(function (x, j) { var v = c[s[0]][j]; if (v !== null && !(s[2] && v <= 0)) col[pos[x]] = v; });
-        data.push(col);
-        series.push({ label: r, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: s[0] === 'val_loss',
-                      points: { show: s[0] === 'val_loss' } });
+        if (c) c.steps.forEach(function (x, j) { col[pos[x]] = c[s[0]][j]; });
+        return { label: r, y: col, color: helpers.color(i), points: s[0] === 'val_loss', span: s[0] === 'val_loss' };
       });
       var p = el('div', 'cpanel'); p.setAttribute('data-series', s[0]);
       p.appendChild(el('h2', '', s[1]));
       box.appendChild(p);
       if (!xs.length) { p.appendChild(el('div', 'hint', 'no data')); return; }
-      new uPlot({ width: w, height: 220, series: series, legend: { live: false },
-                  scales: { x: { time: false }, y: s[2] ? { distr: 3, log: 10 } : {} },
-                  axes: [{ label: 'step' }, { size: 60 }] }, data, p);
+      chart.lines(p, { x: xs, xLabel: 'step', yLog: s[2], width: w, lines: lines });
     });
   }
   button.addEventListener('click', function () {

@@ -63,7 +63,7 @@
 
   function zoomTo(a, b) {  // every drawn panel now; the others read state.x when they are drawn
     a = Math.max(state.full[0], a); b = Math.min(state.full[1], b);
-    if (b - a < 2) { var c = (a + b) / 2; a = Math.max(state.full[0], c - 1); b = Math.min(state.full[1], a + 2); }
+    if (b - a < 2) { var c = (a + b) / 2; a = Math.max(state.full[0], c - 1); b = Math.min(state.full[1], a + 2); }  // layout: 2 steps at least
     var full = a <= state.full[0] && b >= state.full[1];
     state.x = full ? null : [a, b];
     plots.forEach(function (p) {
@@ -197,15 +197,14 @@
     main.appendChild(sec);
   }
 
-  function stabilitySection(main) {
+  function stabilitySection(main) {  // analysis leaves `checks` out of a sealed page
     var ck = D.checks;
     if (!ck || !ck.questions.length) return;
     var sec = el('section', 'info'); sec.id = 'stability';
     sec.appendChild(el('h2', '', 'Stability check: every question of stability-check.md, measured on this run'));
     var body = el('div', 'stab'), v = ck.verdict;
-    body.appendChild(el('p', 'verdict', v ? 'The walker\u2019s verdict (first matching leaf): ' + v.leaf + ' ' + v.title +
-                        (v.anomaly_step !== null && v.anomaly_step !== undefined ? ' at step ' + v.anomaly_step : '') + ' (cause: ' + v.cause + ')'
-                        : 'The walker\u2019s verdict is not in this page until the lab is revealed (minitrain reveal NAME); walk the table from \u00a71 yourself.'));
+    body.appendChild(el('p', 'verdict', 'The walker\u2019s verdict (first matching leaf): ' + v.leaf + ' ' + v.title +
+                        (v.anomaly_step !== null && v.anomaly_step !== undefined ? ' at step ' + v.anomaly_step : '') + ' (cause: ' + v.cause + ')'));
     var t = el('table', 'nodes'), hr = el('tr');
     ['node', 'question', 'read it on', 'threshold', 'measured', 'answer'].forEach(function (c) { hr.appendChild(el('th', '', c)); });
     t.appendChild(hr);
@@ -216,13 +215,6 @@
       t.appendChild(tr);
     });
     body.appendChild(t);
-    if (D.sealed) {
-      body.hidden = true;
-      var p = el('p', 'muted', 'Hidden while this run\u2019s diagnosis is sealed: walk stability-check.md on the panels first. ');
-      var btn = el('button', '', 'Reveal the measured values'); btn.id = 'reveal-stability';
-      btn.addEventListener('click', function () { body.hidden = false; p.remove(); });
-      p.appendChild(btn); sec.appendChild(p);
-    }
     sec.appendChild(body);
     main.appendChild(sec);
   }

@@ -3,19 +3,13 @@
  * the signal's prefix says where the page data holds it (the registry's naming: docs/metrics.md). */
 var panels = (function () {
   'use strict';
-  var isNum = helpers.isNum, fmt = helpers.fmt;
-
-  var PALETTE = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#17becf', '#8c564b', '#e377c2',
-                 '#7f7f7f', '#bcbd22', '#393b79', '#637939', '#8c6d31', '#843c39', '#7b4173', '#3182bd'];
-  var BASE = '#8d96a3';  // the baseline run: grey
-  var OTHER = ['#c2185b', '#00897b', '#9c6500', '#455a64', '#6a1b9a', '#2e7d32'];  // compared runs
+  var isNum = helpers.isNum, fmt = helpers.fmt, color = helpers.color, OTHER = helpers.COMPARED;
   var DASH = [5, 3];
-  function color(i) { return PALETTE[i % PALETTE.length]; }
-  function runColor(run, i) { return run.role === 'baseline' ? BASE : OTHER[i % OTHER.length]; }
+  function runColor(run, i) { return run.role === 'baseline' ? helpers.BASELINE : OTHER[i % OTHER.length]; }
 
   // D: the page data; view: {shown: run name -> drawn, extra: runs added in the page, pick: stat -> tensors}
   function create(D, view) {
-    var ME = D.runs[0], CFG = D.config || {}, SIG = D.checks ? D.checks.signals : null;
+    var ME = D.runs[0], CFG = D.config || {}, SIG = D.checks ? D.checks.signals : null, RULES = D.rules || {};
 
     // A line: {label, x, y, color, width, dash, smooth (raw + EMA), sparse (points, bridged), span (bridged)}
     function line(s, label, x, y, colr, extra) {
@@ -68,7 +62,7 @@ var panels = (function () {
       return [idx.map(function (i) {
         var m = mv.filter(function (q) { return q.index === i; })[0];
         // span: statistics measured on detail steps only (telemetry's schedule) are joined across the steps between
-        return line(s, PT.names[i] + (m ? ' (x' + fmt(m.factor, 3) + ' its 50-step median, step ' + m.step + ')' : ''),
+        return line(s, PT.names[i] + (m ? ' (x' + fmt(m.factor, 3) + ' its ' + RULES.movers_lookback + '-step median, step ' + m.step + ')' : ''),
                     ME.steps, PT.stats[stat][i], color(i), { span: true });
       })];
     }
@@ -135,8 +129,9 @@ var panels = (function () {
         var v = CFG.vocab_size;
         return [{ y: Math.log(v), label: 'ln ' + v + ' = ' + fmt(Math.log(v), 4) + ' (untrained)', color: '#8a93a0', dash: [2, 3] }];
       },
-      clip: function () {
-        return isNum(CFG.grad_clip) && CFG.grad_clip > 0 ? [{ y: CFG.grad_clip, label: 'clip threshold ' + CFG.grad_clip, color: '#cf222e', dash: [6, 3] }] : [];
+      clip: function () {  // analysis says whether the run clips (null: clipping off)
+        var c = RULES.clip_threshold;
+        return isNum(c) ? [{ y: c, label: 'clip threshold ' + c, color: '#cf222e', dash: [6, 3] }] : [];
       },
       zero: function () { return [{ y: 0, label: 'zero', color: '#888888', dash: [], nolegend: true }]; },
       rounding: function (spec) {
@@ -184,12 +179,12 @@ var panels = (function () {
         var txt = ME.name + ' minus ' + d.baseline + ', step by step: ' + (fd === null ? 'identical at every shared step' :
           fd > first ? 'exactly 0 for steps ' + first + '\u2013' + (fd - 1) + ' (shared trunk); first difference at step ' + fd : 'differs from the first shared step');
         if (r && r.within) txt = 'identical up to float rounding: the largest |\u0394| is ' + fmt(r.max_abs, 3) +
-          ', below the float32 rounding bound (' + fmt(r.bound, 3) + ' = 32 ulps of the value). ' + txt;
+          ', below the float32 rounding bound (' + fmt(r.bound, 3) + ' = ' + RULES.rounding + '). ' + txt;
         return txt;
       },
       movers: function (spec) {
         return 'shown: the ' + (D.movers[tensorStat(spec)] || []).length + ' tensors that move most (x = largest ratio to the median of ' +
-          'their own previous 50 steps, ' + D.movers_rule + '); the selector adds any tensor';
+          'their own previous ' + RULES.movers_lookback + ' steps, ' + D.movers_rule + '); the selector adds any tensor';
       },
       clipping: function (spec) {
         var n = 0, tot = 0, on = ME.series[spec.strip], g = ME.series[spec.series[0].signal];
@@ -200,7 +195,7 @@ var panels = (function () {
         return '\u00a76.1: Adam obeys v_t = \u03b22\u00b7v_(t-1) + (1-\u03b22)\u00b7g_t\u00b2; f is the factor by which a tensor\u2019s v moved beyond that (\u03b22 fitted from the run: ' + SIG.v_factor_beta2 + '), for the tensor farthest from 1 at each step';
       },
       g_all: function () {
-        return '\u00a77.1 / \u00a77.2: each tensor\u2019s log gradient norm over its own 50-step trailing median, the batch loss\u2019s own jump taken out, in \u03c3 of that tensor\u2019s own trailing noise (robust z); every tensor jumped when even the smallest is high (and fell when even the largest is low)';
+        return '\u00a77.1 / \u00a77.2: each tensor\u2019s log gradient norm over its own ' + RULES.robust_window + '-step trailing median, the batch loss\u2019s own jump taken out, in \u03c3 of that tensor\u2019s own trailing noise (robust z); every tensor jumped when even the smallest is high (and fell when even the largest is low)';
       },
     };
     function noteOf(spec) { return spec.note ? NOTES[spec.note](spec) : ''; }
