@@ -53,7 +53,7 @@ def _write_pages(out: Path, index: bool) -> bool:
         return False
     experiments = spoilers.experiments_of(out)
     try:
-        dashboard.write_dashboard(out, sealed=spoilers.is_sealed(out))
+        dashboard.write_dashboard(out)  # sealed or not: run/sealing.py decides
     except KeyboardInterrupt:
         raise Interrupted(f"{out} has ended and is saved, but its page was not written: run "
                           f"'minitrain dashboard {out}'") from None
