@@ -52,7 +52,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 import warnings
@@ -65,6 +64,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from minitrain import loop
 from minitrain.core.config import build_config
 from minitrain.core.data import prepare
+from minitrain.core.provenance import git_sha
 from minitrain.core.model import build_model
 from minitrain.core.tokenizer import PAD
 
@@ -78,14 +78,6 @@ def load() -> str:
         return "/".join(f"{x:.1f}" for x in os.getloadavg())
     except OSError:
         return "n/a"
-
-
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__)), check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -294,7 +286,8 @@ def bench_timing(cfg, data, Ms: list[int], rounds: int, steps: int, arms: list[s
         return statistics.median(x / y for x, y in zip(a, b))
 
     print(f"\n## Timing: {rounds} rounds of {steps} steps, arms interleaved step by step; 1 torch thread, "
-          f"torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cores, commit {commit()}, "
+          f"torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cores, "
+          f"commit {git_sha(short=True) or 'unknown'}, "
           f"load average at the end {load()}\n")
     print("| M | arm | CPU ms per step of all M | per member | vs sequential (CPU) | vs sequential (wall) "
           "| per-round CPU ratios |")

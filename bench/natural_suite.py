@@ -31,8 +31,9 @@ from minitrain.analysis.definitions import sweep_failure
 from minitrain.core.config import build_config
 from minitrain.core.errors import UserError
 from minitrain.lab import lrsweep, runner
-from minitrain.lab.explore import is_done, train_one
+from minitrain.lab.sweep import train_one
 from minitrain.run import reader
+from minitrain.run.completion import completed
 from minitrain.run.files import atomic_write_text
 
 INTERVENTIONS = tuple(judge.CAUSE_OF_REMEDY)  # qk_norm, z_loss, update_clip
@@ -75,7 +76,7 @@ def train_all(suite: Path, grid: str, plan: list[tuple[int, float, tuple[str, ..
     for seed, lr, names in plan:
         for name in names:
             cfg, out = _variant_config(grid, name, lr, seed), _folder(suite, seed, lr, name)
-            if not is_done(out, cfg, cfg.steps):
+            if not completed(out, cfg):
                 todo.append(runner.Job(str(out), call=train_one, args=(cfg.to_dict(), str(out), cfg.steps), run=out))
     t0 = time.perf_counter()
     for j in runner.run_jobs(todo, runner.LocalProcesses(jobs),

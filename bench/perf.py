@@ -354,6 +354,14 @@ def bare_run(args) -> int:
     return 0
 
 
+def minitrain_command(argv: list[str]) -> None:
+    """One `minitrain` command in this process (a new interpreter: the runner's jobs here are not forked), as
+    `python -m minitrain ARGV` runs it; the process ends with the command's exit code."""
+    from minitrain import cli
+
+    sys.exit(cli.main(argv))
+
+
 def bench_lab(args) -> int:
     """The lab (`just lab`: minitrain lab, report, index) in a fresh folder against four sequential bare
     2000-step runs, each a fresh process; rounds interleaved, the median of the per-round ratios. Every
@@ -377,7 +385,7 @@ def bench_lab(args) -> int:
         exp = Path(tempfile.mkdtemp(prefix="minitrain-lab-")) / "experiments"
 
         def run_lab() -> float:  # `just lab`: runs, report, index
-            return timed([runner.Job("lab", argv=["lab", "--experiments", str(exp)])])
+            return timed([runner.Job("lab", call=minitrain_command, args=(["lab", "--experiments", str(exp)],))])
 
         def run_bare() -> float:  # each a new interpreter: imports, data, model, 2000 steps
             return timed([runner.Job(f"bare-{i}", call=bare_run, args=(None,)) for i in range(4)])
@@ -440,8 +448,9 @@ def bench_procs(args) -> int:
     for r in range(args.rounds):
         tmp = Path(tempfile.mkdtemp(prefix="minitrain-procs-"))
         arms = {"ref": [runner.Job("nanogpt", call=ref_run, args=(None,))],
-                "train": [runner.Job("train", argv=["train", "--out", str(tmp / "run"), "--no-progress"])],
-                "lab": [runner.Job("lab", argv=["lab", "--experiments", str(tmp / "experiments")])]}
+                "train": [runner.Job("train", call=minitrain_command,
+                                     args=(["train", "--out", str(tmp / "run"), "--no-progress"],))],
+                "lab": [runner.Job("lab", call=minitrain_command, args=(["lab", "--experiments", str(tmp / "experiments")],))]}
         order = list(arms)[r % 3:] + list(arms)[:r % 3]
         for name in order:
             got[name].append(timed_jobs(arms[name]))

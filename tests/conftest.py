@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from minitrain.core.config import build_config
+from minitrain.core.course import LAB_LETTERS  # noqa: F401 - the tests import it from here
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_K = 60  # the small lab's injection step (small_lab; test_injections.py, test_learner.py, test_faults.py)
-LAB_LETTERS = {"scale": "A", "bad_batch": "B", "v_corrupt": "C"}
 
 # A small run: same model and data, few steps. K must be < steps. Validation on 64 rows (one batch, not the
 # default 256): the tests read that a validation happened and when, not how precise it is.

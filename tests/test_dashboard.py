@@ -43,6 +43,9 @@ def lab(tmp_path_factory) -> Path:
             "19-injection-B": tiny(injection="bad_batch", injection_step=K),
             "19-injection-C": tiny(injection="v_corrupt", injection_step=K),
             "19-blind/01": tiny(injection="bad_batch", injection_step=K, blind="true")}
+    (exp / "19-blind").mkdir(parents=True)
+    (exp / "19-blind" / "SEALED.json").write_text('{"lab": "spike"}')  # a blind lab, not revealed: sealed
+    (exp / "REVEALED.json").write_text('{"revealed_by": "test"}')  # the spike lab's runs are open
     for name, cfg in runs.items():
         trainer.train(cfg, exp / name)
         dashboard.write_dashboard(exp / name)
@@ -355,14 +358,20 @@ def test_compare_runs_are_drawn_beside_the_baseline(lab, tmp_path, capsys):
 
 
 def test_a_failing_dashboard_never_loses_the_run(tmp_path, monkeypatch, capsys):
-    def broken(*a, **k):
+    def full_disk(*a, **k):
+        raise OSError(28, "No space left on device")
+
+    def bug(*a, **k):
         raise RuntimeError("boom")
 
     (tmp_path / "metrics.jsonl").write_text("")
-    monkeypatch.setattr(dashboard, "write_dashboard", broken)
+    monkeypatch.setattr(dashboard, "write_dashboard", full_disk)
     write_pages(tmp_path)  # must not raise
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "warning: dashboard.html not written" in err and "boom" in err
+    assert err.count("\n") == 1 and "warning: dashboard.html not written" in err and "No space left" in err
+    monkeypatch.setattr(dashboard, "write_dashboard", bug)
+    with pytest.raises(RuntimeError, match="boom"):  # a bug is not turned into a warning
+        write_pages(tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -23,6 +23,8 @@ def copy_lab(small_lab: Path, dest: Path) -> Path:
     manifest = json.loads((blind / "manifest.json").read_text())
     manifest["config"]["blind"] = True
     (blind / "manifest.json").write_text(json.dumps(manifest))
+    (blind.parent / "SEALED.json").write_text('{"lab": "spike"}')  # a blind lab, not revealed: its run is sealed
+    (dest / "REVEALED.json").write_text('{"revealed_by": "test"}')  # the spike lab's runs are open
     return dest
 
 

@@ -5,21 +5,21 @@ import shutil
 import pytest
 
 from conftest import SMALL, SMALL_K
+from minitrain.core import course
 from minitrain.core.config import build_config
-from minitrain.lab import parallel
+from minitrain.lab import parallel, runner
 from minitrain.lab.runs import lab_run
 from minitrain.run import reader
 
 
-def test_parallel_lab_gives_the_bytes_of_runs_made_one_after_another(small_lab, tmp_path):
-    """Each run forked from this process (what `minitrain lab` does), or one as a new interpreter: the bytes of
-    the same runs made one after another in this session (conftest.small_lab: the baseline, then each
+def test_parallel_lab_gives_the_bytes_of_runs_made_one_after_another(small_lab, tmp_path, monkeypatch):
+    """Each run forked from this process (what `minitrain lab` does on Linux), or one as a new interpreter: the
+    bytes of the same runs made one after another in this session (conftest.small_lab: the baseline, then each
     injection forked from it at K)."""
-    from minitrain import cli
     from test_reference import metrics_sha
 
     out = io.StringIO()
-    lines = parallel.run_lab(tmp_path / "par", seed=42, k=SMALL_K, jobs=2, sets=SMALL, out=out, main=cli.main)
+    lines = parallel.run_lab(tmp_path / "par", seed=42, k=SMALL_K, jobs=2, sets=SMALL, out=out)
     names = ["18-baseline", *(f"19-injection-{x}-k{SMALL_K}" for x in "ABC")]
     sequential = {name: metrics_sha(small_lab / name.removesuffix(f"-k{SMALL_K}")) for name in names}
     assert [line.split(":")[0] for line in lines] == names
@@ -32,12 +32,13 @@ def test_parallel_lab_gives_the_bytes_of_runs_made_one_after_another(small_lab, 
         assert f'"checkpoint_step": {SMALL_K}' in (tmp_path / "par" / name / "manifest.json").read_text()  # forked
     again = parallel.run_lab(tmp_path / "par", seed=42, k=SMALL_K, jobs=2, sets=SMALL, out=io.StringIO())
     assert all("up to date" in line for line in again)
-    # Without the CLI's entry point (macOS, Windows) a run is a new `python -m minitrain lab-run`: the tail left
-    # to train (C, forked from the baseline's checkpoint at K) gets the same bytes too. One new interpreter,
-    # not four: what it runs is the same `cli.main(argv)` the forked runs run.
+    # Where forking is not safe (macOS, Windows) a run is a new interpreter: the tail left to train (C, forked
+    # from the baseline's checkpoint at K) gets the same bytes too. One new interpreter, not four: what it runs
+    # is the same parallel.train_lab_run the forked runs run.
     for name in names[:3]:
         shutil.copytree(tmp_path / "par" / name, tmp_path / "sub" / name)
-    lines = parallel.run_lab(tmp_path / "sub", seed=42, k=SMALL_K, jobs=2, sets=SMALL, out=io.StringIO(), main=None)
+    monkeypatch.setattr(runner, "can_fork", lambda: False)
+    lines = parallel.run_lab(tmp_path / "sub", seed=42, k=SMALL_K, jobs=2, sets=SMALL, out=io.StringIO())
     assert ["up to date" in line for line in lines] == [True, True, True, False]
     assert {name: metrics_sha(tmp_path / "sub" / name) for name in names} == sequential
 
@@ -72,7 +73,7 @@ def test_an_interrupted_lab_run_continues_where_it_stopped(small_baseline, tmp_p
     from test_reference import metrics_sha
 
     cfg = build_config({}, [*SMALL, "seed=42", "injection=none", "injection_step=50"])
-    out = tmp_path / "cut" / reader.lab_run_name("none", 42, 50)
+    out = tmp_path / "cut" / course.lab_run_name("none", 42, 50)
     trainer.train(cfg, out, stop_at=70)  # as a run killed after its checkpoint at 60 leaves it, more or less
     folder, line = lab_run(cfg, tmp_path / "cut")
     assert folder == out and "finished" in line

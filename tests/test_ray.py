@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LAB_LETTERS, SMALL, SMALL_K, assert_one_line_error, run_cli, small_config
-from minitrain.lab import explore, runner
+from minitrain.lab import explore, runner, sweep
 from minitrain.lab.parallel import run_lab
 from minitrain.lab.ray_backend import RayCluster
 from minitrain.run import reader
@@ -88,11 +88,8 @@ def test_the_local_cluster_listens_on_the_loopback_alone(cluster):
 
 def test_the_lab_on_ray_is_the_same_bytes_as_on_local_processes(cluster, small_lab, tmp_path):
     """small_lab (conftest) trained the baseline and the three injections at SMALL_K in this process."""
-    from minitrain import cli
-
     with open(os.devnull, "w") as quiet:
-        lines = run_lab(tmp_path, small_config().seed, SMALL_K, sets=list(SMALL), main=cli.main, ray="local",
-                        out=quiet)
+        lines = run_lab(tmp_path, small_config().seed, SMALL_K, sets=list(SMALL), ray="local", out=quiet)
     assert len(lines) == 4, lines
     for name in ("18-baseline", *(f"19-injection-{c}-k{SMALL_K}" for c in LAB_LETTERS.values())):
         ours = tmp_path / name / "metrics.jsonl"
@@ -105,7 +102,7 @@ def test_the_lab_on_ray_is_the_same_bytes_as_on_local_processes(cluster, small_l
 
 def test_a_killed_worker_is_retried_and_resumes_to_the_same_bytes(cluster, small_baseline, tmp_path):
     run = tmp_path / "run"
-    job = runner.Job("run", call=explore.train_one, args=(small_config().to_dict(), str(run), None), run=run)
+    job = runner.Job("run", call=sweep.train_one, args=(small_config().to_dict(), str(run), None), run=run)
     killed = []
 
     def on_tick(jobs, final):  # once past the first checkpoint (step 20), kill the worker writing the run
@@ -125,7 +122,7 @@ def test_a_killed_worker_is_retried_and_resumes_to_the_same_bytes(cluster, small
 
 
 def test_a_job_that_fails_on_ray_is_one_line_and_its_exit_code(cluster, tmp_path):
-    job = runner.Job("bad", call=explore.train_one, args=({"steps": -1}, str(tmp_path / "bad"), None))
+    job = runner.Job("bad", call=sweep.train_one, args=({"steps": -1}, str(tmp_path / "bad"), None))
     done = runner.run_jobs([job], cluster, tick=0.01)
     assert done[0].failed and done[0].returncode == 2, (done[0].returncode, done[0].output)
     assert "steps" in done[0].error(), done[0].output
@@ -151,9 +148,9 @@ def test_explore_on_ray_gives_the_same_map_and_run_folders_as_local_processes(cl
     assert len([r for r in runs if r.name == "metrics.jsonl"]) == 3, runs
     assert runs == sorted(p.relative_to(ours) for p in (ours / "runs").rglob("*") if p.is_file())
     # every file of every run byte for byte once its clock readings are blanked, but the seconds each run took
-    # (explore.COST), the lock (the pid of the process that wrote the run) and the runs table's row cache (the
+    # (sweep.COST), the lock (the pid of the process that wrote the run) and the runs table's row cache (the
     # times of the files it was read from)
-    differ = [r for r in runs if r.name not in (explore.COST, ".lock", index.ROW_CACHE)
+    differ = [r for r in runs if r.name not in (sweep.COST, ".lock", index.ROW_CACHE)
               and CLOCK.sub(b"#", (ours / r).read_bytes()) != CLOCK.sub(b"#", (theirs / r).read_bytes())]
     assert not differ, differ
     # the page and the doc: the same bytes once the timing fields are the local run's

@@ -66,7 +66,7 @@ def small_lab_shas(exp: Path) -> dict[str, str]:
 
 
 def lab_short_names() -> list[str]:
-    from minitrain.run.reader import lab_run_name
+    from minitrain.core.course import lab_run_name
 
     return [lab_run_name(inj, 42, LAB_SHORT_K) for inj in LAB_INJECTIONS]
 

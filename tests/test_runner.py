@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import ForkedCLI, as_a_new_process, small_args
-from minitrain.core.errors import UserError
+from minitrain.core.errors import EXIT_NON_FINITE, UserError
 from minitrain.lab import runner
 from minitrain.run import files, reader
 
@@ -57,6 +58,11 @@ def donor(run: str, step: int, go: str) -> bool:
     """Write the checkpoint folder at `step`, then wait (still running) for the dependent to start."""
     files.checkpoint_dir(Path(run), step).mkdir(parents=True)
     return wait_for(Path(go).exists) is not None
+
+
+def stop_non_finite() -> None:
+    print("run: stopped at step 3")
+    sys.exit(EXIT_NON_FINITE)
 
 
 def touch(path: str) -> None:
@@ -108,9 +114,10 @@ def test_a_failed_donor_skips_its_dependents_and_a_failure_stops_new_starts():
     assert [j.state for j in done] == ["ended", "skipped", "skipped"]
 
 
-def test_a_command_job_is_a_minitrain_process():
-    job, = runner.run_jobs([runner.Job("config", argv=["config"])], runner.LocalProcesses(1))
-    assert job.returncode == 0 and "grad_clip: 1.0" in job.output
+@pytest.mark.parametrize("fork", [True, False], ids=["forked", "new-interpreter"])
+def test_a_job_ends_with_its_exit_code_and_a_non_finite_stop_is_no_failure(fork):
+    job, = runner.run_jobs([runner.Job("nan", call=stop_non_finite)], runner.LocalProcesses(1, fork=fork))
+    assert (job.returncode, job.failed, job.output) == (EXIT_NON_FINITE, False, ["run: stopped at step 3"])
 
 
 def test_a_donor_that_is_not_a_job_is_refused():

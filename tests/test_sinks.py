@@ -15,6 +15,9 @@ import torch
 from conftest import SMALL_K, run_cli, small_args
 from minitrain.run import reader, sinks
 
+FLUSH_POLLS = 600  # looks at the event file before a test gives up on the periodic flush (2 s apart)
+
+
 def tb_scalars(folder: Path, tag: str) -> dict[int, float]:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -92,8 +95,11 @@ def test_the_probe_writes_tensorboard_live_and_mlflow(tmp_path):
 
     for _ in range(5):
         step()
-    while len(tb_scalars(run / sinks.TENSORBOARD_DIR, "loss/train")) < 5:  # flushed every 2 s, not at close
-        time.sleep(0.1)  # a poll interval: the loop ends on the condition
+    for _ in range(FLUSH_POLLS):  # flushed every 2 s, not at close
+        if len(tb_scalars(run / sinks.TENSORBOARD_DIR, "loss/train")) >= 5:
+            break
+        time.sleep(0.1)  # a poll interval: the loop ends on the condition, or after FLUSH_POLLS looks
+    assert len(tb_scalars(run / sinks.TENSORBOARD_DIR, "loss/train")) == 5, "never flushed while the run was open"
     assert sorted(mlflow_history(run, "loss/train")) == [0, 1, 2, 3, 4]
     for _ in range(3):
         step()

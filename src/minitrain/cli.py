@@ -217,7 +217,7 @@ def cmd_lab(args) -> int:
 
     experiments = Path(args.experiments)
     for line in run_lab(experiments, args.seed, args.injection_step, jobs=args.jobs, sets=args.set,
-                        force=args.force, main=main, ray=args.ray):  # each run forked from this process (lab/parallel.py)
+                        force=args.force, ray=args.ray):
         print(line)
     runs = [reader.lab_run_name(i, args.seed, args.injection_step) for i in ("none", *LAB_INJECTIONS)]
     sealed = [r for r in runs if spoilers.is_sealed(experiments / r)]
@@ -358,7 +358,7 @@ def cmd_report(args) -> int:
     from minitrain.analysis import signature
     from minitrain.lab import spoilers
 
-    for run in sorted(Path(args.experiments).glob("19-injection-*")):
+    for run in spoilers.spike_runs(args.experiments):
         spoilers.gate(run, "report", args.spoil)
     print(signature.report(Path(args.experiments)))
     print(f"written to {Path(args.experiments) / 'lab-report.md'}", file=sys.stderr)

@@ -19,7 +19,8 @@ from minitrain.loop import Run, build_run, evaluate, open_metrics, run_steps
 from minitrain.run import files, reader, record, redact, sinks
 from minitrain.run.donors import (NOT_FORKED, check_donor_unchanged, find_donor, fork_record, load_donor,
                                   recorded_donor)
-from minitrain.run.provenance import environment, now_iso, numerics_change, process_environment
+from minitrain.core.provenance import now_iso
+from minitrain.run.provenance import environment, numerics_change, process_environment
 
 
 def train(cfg: TrainConfig, out: Path, force: bool = False, fork: bool = True,

@@ -17,7 +17,7 @@ from minitrain.core.config_sections import COURSE_DEFAULTS, DOTTED_TO_FLAT, FIEL
 from minitrain.core.errors import UserError
 # imported from here by their callers
 from minitrain.core.config_sections import HASH_OMIT_AT_DEFAULT, INJECTION_FIELDS, NON_NUMERIC_FIELDS  # noqa: F401
-from minitrain.core.lab_defaults import LAB_K  # noqa: F401
+from minitrain.core.course import LAB_K  # noqa: F401
 
 # Where a run's metrics rows go (the `log` field, run/sinks.py): metrics.jsonl always, the others on request.
 LOG_SINKS = ("jsonl", "tensorboard", "mlflow")

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from minitrain.core.lab_defaults import LAB_K, LAB_SEED
+from minitrain.core.course import LAB_K, LAB_SEED
 
 
 # Hash version 1's fields, in the order of the flat config they come from: to_dict() keeps this order (then any

@@ -24,12 +24,13 @@ import json
 import secrets
 from pathlib import Path
 
-from minitrain.lab import spoilers
-from minitrain.run import files, reader
+from minitrain.core.course import LAB_K, LAB_SEED
 from minitrain.core.errors import UserError
-from minitrain.core.lab_defaults import LAB_K, LAB_SEED
+from minitrain.core.provenance import utc_now
+from minitrain.lab import spoilers
+from minitrain.run import files, reader, sealing
 
-RUN_IDS = spoilers.BLIND_RUN_IDS
+RUN_IDS = sealing.BLIND_RUN_IDS
 
 # Each lab: its default folder and its three faults as config overrides.
 LABS = {
@@ -151,7 +152,7 @@ def make_lab(lab: str, folder: Path, base_overrides: list[str], randomize: bool 
         files.atomic_write_json(sealed_path(folder), {"lab": lab, "salt": salt, "mapping": mapping})
         files.atomic_write_json(public_path(folder), {
             "lab": lab, "runs": list(RUN_IDS), "random": randomize, "base_overrides": list(base_overrides),
-            "mapping_sha256": mapping_digest(salt, mapping), "sealed_at": _utc_now(),
+            "mapping_sha256": mapping_digest(salt, mapping), "sealed_at": utc_now(),
             "note": "which fault each run carries is sealed in .sealed/ until 'minitrain reveal NAME --lab "
                     f"{'blind' if lab == 'spike' else 'break-it'}'; reading it before is cheating",
         })
@@ -193,9 +194,3 @@ def true_config(run: Path):
     base.update(mapping[run.name]["overrides"])
     base["blind"] = False
     return build_config(base, [])
-
-
-def _utc_now() -> str:
-    import datetime
-
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -27,15 +27,17 @@ from pathlib import Path
 from minitrain.analysis import regimes, signature
 from minitrain.analysis.compare import CLIP_OFF, SPIKE, TOL, WINDOW
 from minitrain.analysis.regimes import CLIPS, axis_value, calibrate, clip_rate, fmt_lr
-from minitrain.core.config import LAB_K, TrainConfig, build_config
+from minitrain.core.config import TrainConfig, build_config
+from minitrain.core.course import LAB_K
 from minitrain.core.errors import UserError
-from minitrain.lab import ray_backend, runner, spoilers
+from minitrain.lab import runner, sweep
+from minitrain.lab.sweep import COST, train_one
 from minitrain.run import files, reader
+from minitrain.run.completion import completed
 from minitrain.views import explore as page
 
 K = LAB_K  # the lab's injection step
 TAIL = 250  # steps after K: recovery needs full WINDOW-step windows; v of x1000 takes ~200 steps to decay
-COST = "explore-cost.json"  # beside a run explore trained: its CPU and wall seconds (training and dashboard)
 GRID_FIELDS = ("injection", "injection_step", "injection_scale", "injection_param", "injection_factor", "steps",
                "grad_clip", "lr_max", "lr_min", "batch_size", "ckpt_every")  # the sweep sets these itself
 
@@ -140,60 +142,25 @@ def cell_config(base: TrainConfig, v: Variant) -> TrainConfig:
     return build_config(base.to_dict(), [f"injection={v.injection}", f"injection_step={K}", *v.sets])
 
 
-def is_done(run: Path, cfg: TrainConfig, stop: int) -> bool:
-    """The cache: the folder holds this exact config (by hash), trained to `stop` or ended non-finite."""
-    m, res = reader.manifest_of(run), reader.results_of(run)
-    return bool(m) and m.get("config_hash") == cfg.hash() and (
-        res.get("status") == "non_finite" or (res.get("status") in ("stopped", "finished")
-                                              and res.get("steps_done") == stop))
-
-
-def train_one(cfg_dict: dict, out: str, stop: int, index: bool = True) -> float:
-    """Worker process: train one run to `stop` (an injection run forks from its baseline's checkpoint at K),
-    then its dashboard, and the index of its folder's runs unless `index` is False (a sweep writes each
-    folder's index once at its end: rewritten after every run, it read every run beside it each time).
-    A run of this config left unfinished (its worker killed: a retry, or explore run again) resumes from its
-    last checkpoint, to the same bytes. Returns the CPU seconds it took."""
-    from minitrain.lab import runs
-
-    t0, w0 = time.process_time(), time.perf_counter()
-    cfg = build_config(cfg_dict)
-    if runs.interrupted(Path(out), cfg):
-        runs.resume_run(Path(out), stop_at=stop, index=index)
-    else:
-        runs.train_run(cfg, Path(out), index=index, force=True, stop_at=stop)
-    cpu = round(time.process_time() - t0, 2)  # the value kept in COST: a cached run counts the same
-    files.atomic_write_json(Path(out) / COST, {"cpu_seconds": cpu,
-                                               "wall_seconds": round(time.perf_counter() - w0, 2)})
-    return cpu
-
-
 # ---------------------------------------------------------------------------------------------------
 # The sweep
 # ---------------------------------------------------------------------------------------------------
 
 
-class Sweep:
+class Sweep(sweep.Sweep):
     """Trains a grid's runs on the runner, `jobs` at a time, in dependency order: the unclipped baselines
     first (they place median and p99), then the other baselines, then every cell, forked at K."""
 
+    command = "explore"
+    grid_fields = GRID_FIELDS
+
     def __init__(self, out: Path, grid: str, jobs: int | None, overrides: list[str], log, ray: str | None = None):
-        for o in overrides:
-            if o.split("=", 1)[0].strip().replace("-", "_") in GRID_FIELDS:
-                raise UserError(f"--set {o}: the grid sets this field itself; leave it out")
-        build_config({}, overrides)  # a bad override fails here, in one line, before anything runs
-        if jobs is not None and jobs < 1:
-            raise UserError(f"--jobs must be at least 1, got {jobs}")
-        self.out, self.grid, self.overrides, self.log = Path(out), grid, overrides, log
-        self.jobs = max(1, jobs or os.cpu_count() or 1)
-        self.jobs_asked, self.ray = jobs, ray  # ray: a Ray cluster's address (lab/ray_backend.py), else local
+        super().__init__(out, grid, jobs, overrides, log, ray)
         self.trunks = trunks_of(grid)
         self.stop = K + TAIL
         self.calib: dict[tuple, dict] = {}
         self.folder: dict[tuple, Path] = {}
         self.sigs: dict[tuple, dict] = {}  # (trunk key, variant) -> signature
-        self.trained = self.reused = 0
-        self.cpu_seconds = 0.0  # trained in this invocation
         # every run of the grid, cached ones at what they cost when trained; in hundredths of a second, as
         # COST keeps them, so that the total does not depend on the order of the additions
         self.cold_cpu_hundredths = 0
@@ -201,12 +168,6 @@ class Sweep:
         self.done_cells = 0
         self.waiting: list[tuple] = []  # median / p99 baselines until their calibration comes
         self.task: dict[str, tuple] = {}  # a running job's name -> (its task, its run folder)
-        self.indexed: set[Path] = set()  # the folders of the runs trained here: their index.html, at the end
-        self.t0 = time.perf_counter()
-
-    def elapsed(self) -> str:
-        s = int(time.perf_counter() - self.t0)
-        return f"{s // 60}:{s % 60:02d}"
 
     def resolve(self, task: tuple) -> tuple[TrainConfig, Path] | None:
         """The task's config and folder; None while it waits (a median / p99 baseline before calibration)."""
@@ -223,31 +184,15 @@ class Sweep:
         self.folder[t.key] = self.out / "runs" / f"{t.label}-{cfg.trunk_hash()[:8]}"
         return cfg, self.folder[t.key] / "baseline"
 
+    def start_line(self) -> str:
+        return (f"explore: grid {self.grid!r}: {len(self.trunks)} trunks, {self.n_cells} cells (K={K}, "
+                f"{TAIL} steps after K), {self.workers()}")
+
+    def first_jobs(self) -> list[runner.Job]:
+        return self.jobs_of([("base", t) for t in sorted(self.trunks, key=lambda t: t.clip != "off")])
+
     def run(self) -> None:
-        backend = ray_backend.backend(self.ray, self.jobs if self.ray is None else self.jobs_asked)
-        self.jobs = backend.slots
-        where = f" on the Ray cluster {self.ray}" if self.ray is not None else ""
-        self.log(f"explore: grid {self.grid!r}: {len(self.trunks)} trunks, {self.n_cells} cells (K={K}, "
-                 f"{TAIL} steps after K), {self.jobs} worker process{'es' if self.jobs > 1 else ''}{where}")
-        warm = not getattr(backend, "fork", False)  # only a forking backend gains from this process's imports
-
-        def warm_up(job: runner.Job) -> None:  # once, after the first run is forked: the others start at once
-            nonlocal warm
-            if not warm:
-                runner.warm_up_runs(build_config(job.args[0]))
-                warm = True
-
-        first = self.jobs_of([("base", t) for t in sorted(self.trunks, key=lambda t: t.clip != "off")])
-        try:
-            done = runner.run_jobs(first, backend, on_start=warm_up, on_end=self.ended)
-        finally:
-            backend.close()
-        for folder in sorted(f for f in self.indexed if f.is_dir()):  # each trunk's runs table, once
-            spoilers.refresh(folder)
-        failed = next((j for j in done if j.failed), None)
-        if failed:
-            raise UserError(f"explore: training {failed.run} failed ({failed.error()}); "
-                            "run `minitrain explore` again to continue")
+        self.train()
         if self.waiting:  # pragma: no cover - every median / p99 trunk has its "off" trunk
             raise UserError("explore: runs wait for a calibration that never came")
 
@@ -262,7 +207,7 @@ class Sweep:
                 self.waiting.append(task)
                 continue
             cfg, run = got
-            if is_done(run, cfg, self.stop):
+            if completed(run, cfg, self.stop):
                 tasks += self.finished(task, run, None)
                 continue
             self.task[str(run)] = (task, run)
@@ -271,9 +216,6 @@ class Sweep:
 
     def ended(self, job: runner.Job) -> list[runner.Job]:
         task, run = self.task.pop(job.name)
-        self.indexed.add(run.parent)
-        if job.failed:
-            return []
         waiting, self.waiting = self.waiting, []
         return self.jobs_of(waiting + self.finished(task, run, job.result))
 
@@ -282,12 +224,7 @@ class Sweep:
         t = task[1]
         cost = reader.read_optional_json(run / COST)[0] or {}
         self.cold_cpu_hundredths += round(100 * (cost.get("cpu_seconds", 0.0) if seconds is None else seconds))
-        if seconds is None:
-            self.reused += 1
-        else:
-            self.trained += 1
-            self.cpu_seconds += seconds
-        how = "cached" if seconds is None else f"{seconds:.1f} CPU s"
+        how = self.counted(seconds)
         if task[0] == "base":
             if t.clip == "off":
                 self.calib[(t.lr, t.batch)] = calibrate(run, base_config(t, self.overrides), self.stop)

@@ -12,8 +12,6 @@ analysis/lrsweep.py; views/lrsweep.py draws the page and the doc.
 """
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +19,11 @@ from pathlib import Path
 from minitrain.analysis import lrsweep as judge
 from minitrain.core.config import build_config
 from minitrain.core.errors import UserError
-from minitrain.lab import ray_backend, runner, spoilers
-from minitrain.lab.explore import COST, is_done, train_one
+from minitrain.core.provenance import git_sha
+from minitrain.lab import runner, sweep
+from minitrain.lab.sweep import COST, train_one
 from minitrain.run import files, reader
+from minitrain.run.completion import completed
 from minitrain.views import lrsweep as page
 
 
@@ -72,82 +72,52 @@ def run_folder(out: Path, variant: Variant, lr: float, cfg) -> Path:
     return Path(out) / "runs" / f"{variant.name}-lr{judge.fmt_lr(lr)}-{cfg.hash()[:8]}"
 
 
-class Sweep:
+class Sweep(sweep.Sweep):
+    command = "lr-sweep"
+    grid_fields = GRID_FIELDS
+
     def __init__(self, out: Path, grid: str, jobs: int | None, overrides: list[str], log, ray: str | None = None):
         if grid not in GRIDS:
             raise UserError(f"unknown grid {grid!r}; valid grids: {', '.join(GRIDS)}")
-        for o in overrides:
-            if o.split("=", 1)[0].strip().replace("-", "_") in GRID_FIELDS:
-                raise UserError(f"--set {o}: the sweep sets this field itself; leave it out")
-        build_config({}, overrides)  # a bad override fails here, in one line, before anything runs
-        if jobs is not None and jobs < 1:
-            raise UserError(f"--jobs must be at least 1, got {jobs}")
-        self.out, self.grid, self.overrides, self.log = Path(out), grid, list(overrides), log
-        self.jobs = max(1, jobs or os.cpu_count() or 1)
-        self.jobs_asked, self.ray = jobs, ray  # ray: a Ray cluster's address (lab/ray_backend.py), else local
+        super().__init__(out, grid, jobs, overrides, log, ray)
         self.tasks = [(v, lr) for lr in GRIDS[grid]["lrs"] for v in VARIANTS]
         self.runs: dict[tuple[str, float], Path] = {}
         self.summaries: dict[tuple[str, float], dict] = {}
-        self.trained = self.reused = 0
-        self.cpu_seconds = 0.0
-        self.t0 = time.perf_counter()
+        self.by_job: dict[str, tuple[Variant, float]] = {}
 
-    def run(self) -> None:
-        n = len(self.tasks)
-        backend = ray_backend.backend(self.ray, self.jobs if self.ray is None else self.jobs_asked)
-        self.jobs = backend.slots
-        where = f" on the Ray cluster {self.ray}" if self.ray is not None else ""
-        self.log(f"lr-sweep: grid {self.grid!r}: {len(VARIANTS)} variants x {len(GRIDS[self.grid]['lrs'])} LRs = {n} "
-                 f"runs, {self.jobs} worker process{'es' if self.jobs > 1 else ''}{where}")
-        jobs, by_job = [], {}
+    def start_line(self) -> str:
+        return (f"lr-sweep: grid {self.grid!r}: {len(VARIANTS)} variants x {len(GRIDS[self.grid]['lrs'])} LRs = "
+                f"{len(self.tasks)} runs, {self.workers()}")
+
+    def first_jobs(self) -> list[runner.Job]:
+        jobs = []
         for v, lr in self.tasks:
             cfg = run_config(self.grid, v, lr, self.overrides)
             folder = run_folder(self.out, v, lr, cfg)
             self.runs[(v.name, lr)] = folder
-            if is_done(folder, cfg, cfg.steps):
+            if completed(folder, cfg):
                 self.finished(v, lr, None)
                 continue
-            by_job[str(folder)] = (v, lr)
+            self.by_job[str(folder)] = (v, lr)
             jobs.append(runner.Job(str(folder), call=train_one, args=(cfg.to_dict(), str(folder), cfg.steps, False),
                                    run=folder, steps=cfg.steps))
-        warm = not getattr(backend, "fork", False)  # only a forking backend gains from this process's imports
+        return jobs
 
-        def warm_up(job: runner.Job) -> None:
-            nonlocal warm
-            if not warm:
-                runner.warm_up_runs(build_config(job.args[0]))
-                warm = True
+    def ended(self, job: runner.Job) -> list[runner.Job]:
+        self.finished(*self.by_job[job.name], job.result)
+        return []
 
-        def ended(job: runner.Job) -> list:
-            if not job.failed:
-                self.finished(*by_job[job.name], job.result)
-            return []
-
-        try:
-            done = runner.run_jobs(jobs, backend, on_start=warm_up, on_end=ended)
-        finally:
-            backend.close()
-        if jobs and (self.out / "runs").is_dir():  # the runs table, once (train_one leaves it to us)
-            spoilers.refresh(self.out / "runs")
-        failed = next((j for j in done if j.failed), None)
-        if failed:
-            raise UserError(f"lr-sweep: training {failed.run} failed ({failed.error()}); "
-                            "run `minitrain lr-sweep` again to continue")
+    def run(self) -> None:
+        self.train()
 
     def finished(self, v: Variant, lr: float, seconds: float | None) -> None:
         run = self.runs[(v.name, lr)]
-        if seconds is None:
-            self.reused += 1
-        else:
-            self.trained += 1
-            self.cpu_seconds += seconds
+        how = self.counted(seconds)
         s = judge.run_summary(reader.load_run(run)["rows"])
         s["cpu_seconds"] = (reader.read_optional_json(run / COST)[0] or {}).get("cpu_seconds")
         self.summaries[(v.name, lr)] = s
-        s_ = int(time.perf_counter() - self.t0)
         done = self.trained + self.reused
-        how = "cached" if seconds is None else f"{seconds:.1f} CPU s"
-        self.log(f"[{done:>{len(str(len(self.tasks)))}}/{len(self.tasks)} {s_ // 60}:{s_ % 60:02d}] {v.name} lr "
+        self.log(f"[{done:>{len(str(len(self.tasks)))}}/{len(self.tasks)} {self.elapsed()}] {v.name} lr "
                  f"{judge.fmt_lr(lr)}: {judge.summary_line(s)} ({how})")
 
 
@@ -167,24 +137,11 @@ def collect(sw: Sweep) -> dict:
         "z_loss": Z_LOSS, "params": judge.parameter_count(cfg),
         "variants": [{"name": v.name, "what": v.what} for v in VARIANTS],
         "runs": runs, **judge.judge_sweep(runs, lrs),
-        "commit": _commit(), "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": git_sha(short=True), "generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "seconds": round(time.perf_counter() - sw.t0, 1), "cpu_seconds": round(sw.cpu_seconds, 1),
         "trained": sw.trained, "reused": sw.reused, "jobs": sw.jobs,
         "cold_cpu_seconds": round(sum(r.get("cpu_seconds") or 0.0 for r in runs), 1),
     }
-
-
-def _commit() -> str | None:
-    """The code's commit (short sha, "-dirty" with uncommitted changes to tracked files), or None."""
-    here = Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (sha + ("-dirty" if dirty else "")) or None
 
 
 def run_lrsweep(out: Path, grid: str = "default", jobs: int | None = None, overrides: list[str] | None = None,

@@ -3,16 +3,16 @@ report and the index, with the independent parts run at the same time.
 
 The three injection runs share steps 0..K-1 with the baseline and nothing after: each one forks from the
 baseline's checkpoint at K (run/donors.find_donor) as soon as that checkpoint exists, while the baseline goes on
-to its end. Every run is its own process (`minitrain lab-run`, one torch thread each) on lab/runner.py, at
-most `jobs` at a time (default: one per core). The runs are the same bytes as when made one after another:
-a run is a function of its config and the checkpoint it forks from, never of the order
-(tests/test_lab_parallel.py).
+to its end. Every run is its own process (train_lab_run: what `minitrain lab-run` does, one torch thread
+each) on lab/runner.py, at most `jobs` at a time (default: one per core). The runs are the same bytes as when
+made one after another: a run is a function of its config and the checkpoint it forks from, never of the
+order (tests/test_lab_parallel.py).
 
-Given the CLI's entry point (`main`, as `minitrain lab` does) on Linux, each run's process is forked from
-this one instead of starting a new interpreter, once this process has imported torch, the loop and the
-page writers and prepared the data (runner.warm_up_runs, before the first run starts). Every run then
-starts training at once instead of spending ~2 s of CPU on imports and data, which the baseline would
-otherwise pay too, on the critical path. Without `main` (or elsewhere) each run is a new `python -m minitrain lab-run`.
+On Linux each run's process is forked from this one instead of starting a new interpreter, once this process
+has imported torch, the loop and the page writers and prepared the data (runner.warm_up_runs, before the
+first run starts). Every run then starts training at once instead of spending ~2 s of CPU on imports and
+data, which the baseline would otherwise pay too, on the critical path. Elsewhere each run is a new
+interpreter that imports train_lab_run.
 
 Progress: one line per run (step, steps/s), redrawn in place on a terminal; elsewhere one line as each run
 starts and ends.
@@ -23,12 +23,17 @@ import sys
 import time
 from pathlib import Path
 
+from minitrain.core.course import LAB_INJECTIONS, lab_run_name
 from minitrain.core.errors import EXIT_NON_FINITE, UserError
 from minitrain.lab import ray_backend, runner
 from minitrain.run import files, reader
 
-LAB_INJECTIONS = ("scale", "bad_batch", "v_corrupt")  # A, B, C
 WARNING = "minitrain: warning:"  # how a run's command starts a warning line (lab/runs.py)
+
+
+def lab_overrides(seed: int, injection: str, k: int, sets: list[str] | None = None) -> list[str]:
+    """One lab run's config overrides, as `minitrain lab-run` gives them."""
+    return [f"seed={seed}", f"injection={injection}", f"injection_step={k}", *(sets or [])]
 
 
 def lab_configs(seed: int, k: int, sets: list[str] | None = None) -> list:
@@ -36,8 +41,19 @@ def lab_configs(seed: int, k: int, sets: list[str] | None = None) -> list:
     injection_step, is refused before anything trains): baseline, then A, B, C."""
     from minitrain.core.config import build_config
 
-    return [build_config({}, [f"seed={seed}", f"injection={inj}", f"injection_step={k}", *(sets or [])])
-            for inj in ("none", *LAB_INJECTIONS)]
+    return [build_config({}, lab_overrides(seed, inj, k, sets)) for inj in ("none", *LAB_INJECTIONS)]
+
+
+def train_lab_run(overrides: list[str], experiments: str, force: bool) -> None:
+    """One run of the parallel lab in its own process: `minitrain lab-run --no-progress --no-index`. Its
+    summary line goes to the job's output; the process ends with the run's exit code."""
+    from minitrain.core.config import build_config
+    from minitrain.lab.runs import exit_code, lab_run
+
+    out, line = lab_run(build_config({}, [*overrides, "progress=false"]), Path(experiments), force=force,
+                        index=False)
+    print(line)
+    sys.exit(exit_code(out))
 
 
 def fork_checkpoint(k: int, ckpt_every: int) -> int:
@@ -46,35 +62,29 @@ def fork_checkpoint(k: int, ckpt_every: int) -> int:
 
 
 def run_lab(experiments: Path, seed: int, k: int, jobs: int | None = None, sets: list[str] | None = None,
-            force: bool = False, out=None, main=None, ray: str | None = None) -> list[str]:
+            force: bool = False, out=None, ray: str | None = None) -> list[str]:
     """Train the lab's four runs into `experiments` (up-to-date runs are left alone); returns each run's
-    summary line. Raises UserError with the failing run's last message if any run fails. `main`: the CLI's
-    entry point, to fork each run from this process (module docstring) where the platform allows it. `ray`:
-    run them as tasks on the Ray cluster at this address instead (`local`: one started here; docs/scale.md)."""
+    summary line. Raises UserError with the failing run's last message if any run fails. `ray`: run them as
+    tasks on the Ray cluster at this address instead (`local`: one started here; docs/scale.md)."""
     experiments, out = Path(experiments), out or sys.stderr
     sets = list(sets or [])
     base_cfg = lab_configs(seed, k, sets)[0]  # every run's config is valid before any process starts
-    common = ["--seed", str(seed), "--experiments", str(experiments), "--no-progress", "--no-index"]
-    for kv in sets:
-        common += ["--set", kv]
-    if force:
-        common.append("--force")
-    baseline = reader.lab_run_name("none", seed, k)
-    names = [reader.lab_run_name(inj, seed, k) for inj in ("none", *LAB_INJECTIONS)]
+    baseline = lab_run_name("none", seed, k)
+    names = [lab_run_name(inj, seed, k) for inj in ("none", *LAB_INJECTIONS)]
     if force:  # --force replaces only what minitrain wrote: refused before any run starts (files.RUN_FILES)
         for name in names:
             files.refuse_foreign_files(experiments / name)
 
     def job(injection: str) -> runner.Job:
-        name = reader.lab_run_name(injection, seed, k)
-        argv = ["lab-run", "--injection", injection, "--injection-step", str(k), *common]
+        name = lab_run_name(injection, seed, k)
+        args = (lab_overrides(seed, injection, k, sets), str(experiments), force)
         # the tails start once the baseline's checkpoint at K exists (or the baseline has ended)
         donor = None if injection == "none" else baseline
-        return runner.Job(name, argv=argv, run=experiments / name, steps=base_cfg.steps, donor=donor,
-                          donor_step=fork_checkpoint(k, base_cfg.ckpt_every))
+        return runner.Job(name, call=train_lab_run, args=args, run=experiments / name, steps=base_cfg.steps,
+                          donor=donor, donor_step=fork_checkpoint(k, base_cfg.ckpt_every))
 
-    backend = ray_backend.backend(ray, jobs, main=main)
-    if main is not None and getattr(backend, "fork", False):
+    backend = ray_backend.backend(ray, jobs)
+    if getattr(backend, "fork", False):
         runner.warm_up()
         runner.warm_up_runs(base_cfg)
     try:

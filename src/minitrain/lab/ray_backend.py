@@ -25,11 +25,9 @@ import ipaddress
 import os
 import re
 import socket
-import subprocess
 import sys
 import traceback
 from contextlib import redirect_stderr, redirect_stdout
-from functools import partial
 from pathlib import Path
 
 from minitrain.core import numerics
@@ -73,20 +71,18 @@ def refuse_unreachable(address: str, timeout: float = CONNECT_TIMEOUT) -> None:
                         "'ray start --head', check the address, or leave it out for a local cluster") from None
 
 
-def backend(ray: str | None, jobs: int | None = None, main=None):
+def backend(ray: str | None, jobs: int | None = None):
     """The runner's backend for a command's `--ray` value: a Ray cluster at that address, else (None) local
     processes, `jobs` at a time. Close it when the jobs have run."""
     if ray is None:
-        return runner.LocalProcesses(jobs, main=main)
-    return RayCluster(ray, jobs, main=main)
+        return runner.LocalProcesses(jobs)
+    return RayCluster(ray, jobs)
 
 
 class RayCluster:
-    """One Ray task per job (module docstring). Function jobs call their function in the worker; command
-    jobs call `main` (the CLI's entry point) there when given, else run `python -m minitrain` in a child
-    of the worker."""
+    """One Ray task per job (module docstring): the job's function called in the worker."""
 
-    def __init__(self, address: str | None = None, jobs: int | None = None, main=None):
+    def __init__(self, address: str | None = None, jobs: int | None = None):
         address = check_address(address)
         if jobs is not None and jobs < 1:
             raise UserError(f"--jobs must be at least 1, got {jobs}")
@@ -97,7 +93,7 @@ class RayCluster:
             import ray
         except ImportError:
             raise UserError("--ray needs Ray: pip install 'minitrain[ray]'") from None
-        self.ray, self.main = ray, main
+        self.ray = ray
         self.started = not ray.is_initialized()  # this object started (or joined) Ray: close() ends it
         if self.started:
             package = Path(__file__).resolve().parents[1]  # src/minitrain
@@ -124,11 +120,7 @@ class RayCluster:
         self.started = False
 
     def start(self, job: runner.Job):
-        if job.argv is not None:
-            fn, args = (runner.run_command, (self.main, job.argv)) if self.main else (run_minitrain, (job.argv,))
-        else:
-            fn, args = job.call, job.args
-        return RayTask(self.ray, self.task.remote(fn, args, os.getcwd()))
+        return RayTask(self.ray, self.task.remote(job.call, job.args, os.getcwd()))
 
 
 def check_loopback(ray) -> None:
@@ -190,18 +182,9 @@ def run_in_worker(fn, args: tuple, cwd: str) -> tuple[int, list[str], object]:
         except UserError as e:
             print(f"minitrain: error: {e}", file=sys.stderr)
             code = e.exit_code
-        except SystemExit as e:  # run_command: the CLI's exit code
+        except SystemExit as e:  # a job that ends with sys.exit(code)
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         except Exception:  # noqa: BLE001 - a crash is the job's failure, not the worker's
             traceback.print_exc()
             code = 1
     return code, out.getvalue().splitlines(), result
-
-
-def run_minitrain(argv: list[str]) -> None:
-    """A command job without `main`: `python -m minitrain ARGV` as a child of the worker (dies with it)."""
-    done = subprocess.run([sys.executable, "-m", "minitrain", *argv], stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                          preexec_fn=partial(runner.command_child_setup, os.getpid()))
-    print(done.stdout, end="")
-    sys.exit(done.returncode)

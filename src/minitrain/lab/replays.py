@@ -21,6 +21,7 @@ from minitrain.core.config import build_config
 from minitrain.core.errors import UserError
 from minitrain.lab import runner
 from minitrain.run import files, reader, redact
+from minitrain.run.completion import completed
 
 # replays never change these: no progress bar in a child, no secrets withheld, one checkpoint at most on disk
 REPLAY_SETTINGS = {"progress": False, "blind": False, "ckpt_keep_last": 1, "ckpt_keep_steps": []}
@@ -43,18 +44,6 @@ class Replay:
 
 def replay_config(base: dict, overrides: dict):
     return build_config({**base, **overrides, **REPLAY_SETTINGS}, [])
-
-
-def is_done(folder: Path, cfg, start: tuple[Path, int], stop: int) -> bool:
-    """A replay already trained with this config from this checkpoint over this window (or it stopped on a
-    non-finite value inside it)."""
-    m = reader.manifest_of(folder)
-    if m.get("config_hash") != cfg.hash() or m.get("status") not in ("stopped", "finished", "non_finite"):
-        return False
-    if (m.get("forked_from") or {}) != {"run": Path(start[0]).name, "checkpoint_step": start[1]}:
-        return False
-    last = reader.last_step(folder)
-    return m["status"] == "non_finite" or (last is not None and last >= stop - 1)
 
 
 def train_replay(cfg_dict: dict, out: str, donor: str, step: int, stop: int) -> str:
@@ -81,7 +70,7 @@ def run_replays(replays: list[Replay], parent: Path, base: dict, jobs: int | Non
         cfg = replay_config(base, r.overrides)
         r.folder = parent / r.name
         files.refuse_if_live(r.folder)
-        if is_done(r.folder, cfg, r.start, r.stop):
+        if completed(r.folder, cfg, r.stop, forked_from=r.start):
             r.cached, r.status = True, reader.manifest_of(r.folder).get("status")
             continue
         todo.append(runner.Job(r.name, call=train_replay, run=r.folder, steps=r.stop,

@@ -1,7 +1,7 @@
 """The one runner for many runs: the lab's four runs, explore's grid, the diagnosis suite and the benches.
 
-    Job             one run described as data: a `minitrain` command or a function, the run folder it writes,
-                    and the donor it waits for (start once the donor's checkpoint at step K exists)
+    Job             one run described as data: a module-level function and its arguments, the run folder it
+                    writes, and the donor it waits for (start once the donor's checkpoint at step K exists)
     run_jobs        start every job as soon as it may, at most `backend.slots` at a time, in the order given;
                     call back as jobs start and end (an ending job may add jobs); stop the rest on a failure
     LocalProcesses  one child process per job on this machine, forked from this one where that is safe
@@ -16,11 +16,9 @@ and a SIGTERM or Ctrl-C to the parent terminates the running children before it 
 """
 from __future__ import annotations
 
-import functools
 import multiprocessing
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,9 +37,8 @@ OK_CODES = (0, EXIT_NON_FINITE)
 @dataclass
 class Job:
     name: str
-    argv: list[str] | None = None  # a `minitrain` command ...
-    call: Callable | None = None  # ... or a module-level function (a child process must find it by name)
-    args: tuple = ()
+    call: Callable  # a module-level function (a child process must find it by name) ...
+    args: tuple = ()  # ... and its arguments; it may end with sys.exit(code) (EXIT_NON_FINITE: rows kept)
     run: Path | None = None  # the run folder it writes
     steps: int = 0  # how many steps that run will have (for progress)
     donor: str | None = None  # the job this one forks from: it starts once the donor ...
@@ -153,27 +150,21 @@ def run_jobs(jobs: list[Job], backend=None, on_start=None, on_end=None, on_tick=
 
 
 class LocalProcesses:
-    """One child process per job, `jobs` at a time (default: one per core). A function job runs in a child
-    forked from this process where forking is safe (can_fork), else in a new interpreter. A command job is
-    forked the same way running `main` (the CLI's entry point) when given, else it is a new
-    `python -m minitrain` process."""
+    """One child process per job, `jobs` at a time (default: one per core): forked from this process where
+    forking is safe (can_fork), else a new interpreter that imports the job's function by name."""
 
-    def __init__(self, jobs: int | None = None, main=None, fork: bool = True):
+    def __init__(self, jobs: int | None = None, fork: bool = True):
         self.slots = max(1, jobs or os.cpu_count() or 1)
-        self.main = main
         self.fork = fork and can_fork()
         self.warm = False
 
     def start(self, job: Job):
         log = tempfile.NamedTemporaryFile("w+", prefix="minitrain-job-", suffix=".log", delete=False)
         log.close()
-        if job.argv is not None and self.main is None:
-            return CommandProcess(job.argv, log.name)
-        fn, args = (run_command, (self.main, job.argv)) if job.argv is not None else (job.call, job.args)
         if self.fork and not self.warm:
             warm_up()
             self.warm = True
-        return ChildProcess(fn, args, log.name, "fork" if self.fork else "spawn")
+        return ChildProcess(job.call, job.args, log.name, "fork" if self.fork else "spawn")
 
     def close(self) -> None:
         pass
@@ -181,13 +172,11 @@ class LocalProcesses:
 
 class InThisProcess:
     """One job after another in this process: for a single worker, where a child process would only add
-    the cost of starting it. Only function jobs; the output goes where this process's goes."""
+    the cost of starting it. The output goes where this process's goes."""
 
     slots = 1
 
     def start(self, job: Job):
-        if job.call is None:
-            raise ValueError(f"job {job.name!r}: InThisProcess runs functions, not commands")
         return Done(job.call(*job.args))
 
     def close(self) -> None:
@@ -247,30 +236,6 @@ class ChildProcess:
         return read_log(self.log), self.result
 
 
-class CommandProcess:
-    """`python -m minitrain ARGV` in a new interpreter, its stdout and stderr in the file `log`."""
-
-    def __init__(self, argv: list[str], log: str):
-        self.log = log
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        with open(log, "w") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "minitrain", *argv], stdout=out,
-                                            stderr=subprocess.STDOUT, env=env,
-                                            preexec_fn=functools.partial(command_child_setup, os.getpid()))
-
-    def poll(self) -> int | None:
-        return self.process.poll()
-
-    def wait(self) -> int:
-        return self.process.wait()
-
-    def terminate(self) -> None:
-        self.process.terminate()
-
-    def finish(self) -> tuple[list[str], object]:
-        return read_log(self.log), None
-
-
 def read_log(path: str) -> list[str]:
     try:
         with open(path, errors="replace") as f:
@@ -298,22 +263,11 @@ def child_main(fn, args: tuple, log: str, conn, parent: int) -> None:
         sys.exit(e.exit_code)
 
 
-def run_command(main, argv: list[str]) -> None:
-    sys.exit(main(argv))
-
-
 # ---------------------------------------------------------------------------------------------------
 # Children die with their parent
 # ---------------------------------------------------------------------------------------------------
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def command_child_setup(parent: int) -> None:
-    """A command child between fork and exec: die with the parent; take the stop signals the parent held
-    while starting it (a signal mask survives exec)."""
-    die_with_parent(parent)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def die_with_parent(parent: int) -> None:

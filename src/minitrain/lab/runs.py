@@ -10,10 +10,12 @@ import sys
 from pathlib import Path
 
 from minitrain.analysis import readings
+from minitrain.core import course
 from minitrain.core.config import TrainConfig
 from minitrain.core.errors import EXIT_NON_FINITE, Interrupted, UserError
 from minitrain.lab import spoilers
 from minitrain.run import reader
+from minitrain.run.completion import completed
 from minitrain.views import dashboard
 
 
@@ -37,8 +39,9 @@ REMEDIATED = "-remediated"  # RUN-remediated: `minitrain remediate RUN`'s run fo
 
 def write_pages(out: Path, index: bool = True) -> bool:
     """RUN/dashboard.html after a run (its answers sealed if it is a lab exercise not yet revealed), then the
-    experiments folder's index.html (`index=False`: the caller writes it once after several runs); a failure
-    here must never cost the run, so it is one warning line. Returns whether the page was written.
+    experiments folder's index.html (`index=False`: the caller writes it once after several runs). What can
+    go wrong there (a full disk, a run file damaged meanwhile) must never cost the run, so it is one warning
+    line; anything else is a bug and surfaces. Returns whether the page was written.
     Ctrl-C here interrupts a run that has already ended: the message names the command that finishes the
     job (a --resume would only say the run has ended)."""
     with readings.once(), reader.metrics_once():  # the page and the runs table read and walk this run once
@@ -50,11 +53,11 @@ def _write_pages(out: Path, index: bool) -> bool:
         return False
     experiments = spoilers.experiments_of(out)
     try:
-        dashboard.write_dashboard(out, sealed=spoilers.is_sealed(out))
+        dashboard.write_dashboard(out)  # sealed or not: run/sealing.py decides
     except KeyboardInterrupt:
         raise Interrupted(f"{out} has ended and is saved, but its page was not written: run "
                           f"'minitrain dashboard {out}'") from None
-    except Exception as e:  # noqa: BLE001 - the run is already safely on disk
+    except (OSError, UserError) as e:  # the run is already safely on disk
         print(f"minitrain: warning: {PAGE} not written ({type(e).__name__}: {str(e)[:200]}); "
               f"retry with 'minitrain dashboard {out}'", file=sys.stderr)
         return False
@@ -64,7 +67,7 @@ def _write_pages(out: Path, index: bool) -> bool:
         except KeyboardInterrupt:
             raise Interrupted(f"{out} and its page are saved, but {experiments / 'index.html'} was not "
                               f"rewritten: run 'minitrain index {experiments}'") from None
-        except Exception as e:  # noqa: BLE001
+        except (OSError, UserError) as e:
             print(f"minitrain: warning: {experiments / 'index.html'} not written ({type(e).__name__}: "
                   f"{str(e)[:200]}); retry with 'minitrain index {experiments}'", file=sys.stderr)
     return True
@@ -132,14 +135,12 @@ def lab_run(cfg: TrainConfig, experiments: Path, force: bool = False, index: boo
     `index=False`: leave experiments/index.html to the caller (`minitrain lab` writes it once at the end)."""
     from minitrain.analysis import signature
 
-    out = Path(experiments) / reader.lab_run_name(cfg.injection, cfg.seed, cfg.injection_step)
-    if (out / reader.RESULTS).exists() and not force:
-        manifest = reader.manifest_of(out)
-        if manifest.get("config_hash") == cfg.hash() and manifest.get("status") in ("finished", "non_finite"):
-            line = f"{out.name}: up to date (same config, already {manifest['status']}); --force re-runs it"
-            if not (out / PAGE).exists():  # it ended without its page (a full disk, Ctrl-C): write it now
-                line += f"; wrote its missing {PAGE}" if write_pages(out, index) else f"; its {PAGE} is missing"
-            return out, line
+    out = Path(experiments) / course.lab_run_name(cfg.injection, cfg.seed, cfg.injection_step)
+    if not force and completed(out, cfg):
+        line = f"{out.name}: up to date (same config, already {reader.results_of(out)['status']}); --force re-runs it"
+        if not (out / PAGE).exists():  # it ended without its page (a full disk, Ctrl-C): write it now
+            line += f"; wrote its missing {PAGE}" if write_pages(out, index) else f"; its {PAGE} is missing"
+        return out, line
     with reader.metrics_once():  # the signature reads the rows of the run and its baseline the page has read
         if not force and interrupted(out, cfg):  # `minitrain lab` again after Ctrl-C or a kill: continue it
             res = resume_run(out, index=index)

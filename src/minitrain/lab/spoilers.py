@@ -1,12 +1,9 @@
 """Which runs' answers are still sealed, the one gate every command that could name them passes, and keeping
 every page in step with it.
 
-A run belongs to a learner lab when it is one of the lab's diagnosis exercises: the spike lab's injection
-runs (`19-injection-A/B/C`, also with a -kK / -seedS suffix, in the experiments folder) or a run of a
-shuffled blind lab (`19-blind/01`, `19-break-it/02`, ...). A lab is revealed when its folder holds
-REVEALED.json: the experiments folder for the spike lab, the lab's own folder for a blind lab; `minitrain
-reveal NAME [--lab blind|break-it]` writes it. Until then the lab's runs are sealed: their pages carry no
-verdict and none of the stability check's answers (they are written into the pages by the reveal), no
+Which runs are sealed is run/sealing.py's rule (a learner lab's run, until its lab folder holds
+REVEALED.json, which `minitrain reveal NAME [--lab blind|break-it]` writes); the views default to it too.
+Sealed runs: their pages carry no verdict and none of the stability check's answers (they are written into the pages by the reveal), no
 signature.json or lab-report.md is written, the index says "sealed", and every command that could name a
 leaf, a cause, a path or a signature of them (diagnose, postmortem, signature, report, export's diagnosis
 text) refuses unless --spoil, which is logged in the lab folder's SPOILED.json (grade and check show it).
@@ -16,42 +13,16 @@ Every other run (a baseline, a remediation, your own runs) is open.
 """
 from __future__ import annotations
 
-import datetime
-import re
 import sys
 from pathlib import Path
 
 from minitrain.core.errors import UserError
+from minitrain.core.provenance import utc_now
 from minitrain.run import files, reader
+from minitrain.run.sealing import REVEALED, SEALED, is_sealed, lab_folder, lab_of  # noqa: F401 - THE rule
 from minitrain.views import dashboard, index
 
-SEALED = "SEALED.json"  # a blind lab's folder: the published hash of its sealed mapping
-REVEALED = "REVEALED.json"  # a lab's folder, once revealed
 SPOILED = "SPOILED.json"  # a lab's folder: every answer shown with --spoil before the reveal
-BLIND_RUN_IDS = ("01", "02", "03")  # a blind lab's run folders
-SPIKE_RUN = re.compile(r"^19-injection-[ABC](?:-k\d+)?(?:-seed\d+)?$")
-
-
-def utc_now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def lab_folder(run: Path) -> Path:
-    """The folder whose REVEALED.json opens a run's answers: a blind lab's folder, else the run's parent."""
-    return Path(run).parent
-
-
-def lab_of(run: Path) -> str | None:
-    """The learner lab a run folder belongs to (spike | blind | break-it), or None."""
-    run = Path(run)
-    if run.name in BLIND_RUN_IDS and (run.parent / SEALED).exists():
-        public = reader.read_optional_json(run.parent / SEALED)[0] or {}
-        return "blind" if public.get("lab") == "spike" else "break-it"
-    return "spike" if SPIKE_RUN.match(run.name) else None
-
-
-def is_sealed(run: Path) -> bool:
-    return lab_of(run) is not None and not (lab_folder(run) / REVEALED).exists()
 
 
 def gate(run: Path, command: str, spoil: bool) -> None:
@@ -106,11 +77,18 @@ def experiments_of(run: Path) -> Path:
     return run.parent.parent if (run.parent / SEALED).exists() else run.parent
 
 
+def spike_runs(experiments: Path) -> list[Path]:
+    """The spike lab's injection run folders in EXPERIMENTS (19-injection-A, -B-k60, ...), sorted."""
+    experiments = Path(experiments)
+    if not experiments.is_dir():
+        return []
+    return sorted(p for p in experiments.iterdir() if lab_of(p) == "spike")
+
+
 def refresh(experiments: Path, pages: list[Path] = ()) -> Path:
-    """Rewrite the dashboards of `pages` (with their sealed state) and EXPERIMENTS/index.html."""
+    """Rewrite the dashboards of `pages` and EXPERIMENTS/index.html (sealed as run/sealing.py says)."""
     for run in pages:
         if (Path(run) / reader.METRICS).exists():
-            dashboard.write_dashboard(run, sealed=is_sealed(run))
-    runs = index.find_runs(experiments) if Path(experiments).is_dir() else []
-    return index.write_index(experiments, sealed={run for run in runs if is_sealed(run)},
+            dashboard.write_dashboard(run)
+    return index.write_index(experiments,
                              notice=lambda line: print(f"minitrain: {line}", file=sys.stderr, flush=True))

@@ -45,7 +45,8 @@ from minitrain.core.errors import UserError
 from minitrain.core.telemetry import RARE_SHARE, Telemetry, composition
 from minitrain.run import files, record, sinks
 from minitrain.run.nonfinite import non_finite_in
-from minitrain.run.provenance import environment, now_iso
+from minitrain.core.provenance import now_iso
+from minitrain.run.provenance import environment
 
 
 class Probe:

@@ -23,7 +23,7 @@ from pathlib import Path
 from minitrain.core.errors import UserError
 from minitrain.run import files, reader, record
 from minitrain.run.nonfinite import non_finite_in
-from minitrain.run.provenance import now_iso
+from minitrain.core.provenance import now_iso
 
 SIGNALS = ("loss", "lr", "grad_norm", "val_loss", "grad_norm_clipped", "logit_max")
 REQUIRED = ("loss", "lr", "grad_norm")

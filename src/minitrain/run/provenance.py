@@ -1,4 +1,4 @@
-"""Where and when a run was made, as its manifest records it: the clock, the git commit, the process's
+"""What a run was made with, as its manifest records it: the git commit (core/provenance.py), the process's
 versions and hardware, and the platform fingerprint its bytes depend on (core/numerics.py). torch is
 imported inside the functions only: `minitrain import` and the readers never need it."""
 from __future__ import annotations
@@ -6,32 +6,10 @@ from __future__ import annotations
 import functools
 import os
 import platform
-import subprocess
 import sys
-import time
-from pathlib import Path
 
 from minitrain.core import numerics
-
-
-def now_iso() -> str:
-    """The manifest's `started` and `ended`: local time with its UTC offset."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
-
-
-def git_sha() -> str | None:
-    """The commit of the minitrain checkout this process runs (`-dirty` with uncommitted changes), or None
-    outside a git checkout."""
-    here = Path(__file__).resolve().parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10)
-        if sha.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=10)
-        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
+from minitrain.core.provenance import git_sha
 
 
 @functools.cache

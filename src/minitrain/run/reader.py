@@ -7,7 +7,7 @@
     load_run                   manifest, results, diagnosis and metrics rows of a folder
     column / param_column      metrics rows as per-step arrays
     find_baseline              the clean run an injection (or blind) run is compared with
-    lab_run_name               the lab's folder names (18-baseline, 19-injection-A, ...)
+    lab_run_name               the lab's folder names (core/course.py builds and parses them)
 
 It imports neither torch nor numpy, so the walker, the dashboard and `--help` stay fast.
 
@@ -46,31 +46,13 @@ from typing import Any
 
 from minitrain.core.config import FIELD_TYPES, NON_NUMERIC_FIELDS, load_yaml
 from minitrain.core.errors import UserError
-from minitrain.core.lab_defaults import LAB_K, LAB_SEED
+from minitrain.core.course import BASELINE_NAME, LAB_LETTERS, lab_run_name  # noqa: F401 - re-exported
 from minitrain.run.jsonfile import (MAX_NESTING, DamagedJSON, loads_json, read_bytes,  # noqa: F401 - re-exported
                                     read_json, read_optional_json)
 from minitrain.run.redact import SECRET_FIELDS, WITHHELD
 
 MANIFEST, RESULTS, METRICS, DIAGNOSIS = "manifest.json", "results.json", "metrics.jsonl", "diagnosis.json"
 CONFIG, TOKENIZER = "config.yaml", "tokenizer.json"
-
-# The lab's run folders (experiments/18-baseline, experiments/19-injection-A, ...)
-LAB_LETTERS = {"scale": "A", "bad_batch": "B", "v_corrupt": "C"}
-BASELINE_NAME = "18-baseline"
-
-
-def lab_run_name(injection: str, seed: int, step: int) -> str:
-    """experiments/ folder of a lab run: 18-baseline, 19-injection-A.. (suffixes only off the lab defaults)."""
-    if injection == "none":
-        name = BASELINE_NAME
-    else:
-        name = f"19-injection-{LAB_LETTERS.get(injection, injection)}"
-        if step != LAB_K:
-            name += f"-k{step}"
-    if seed != LAB_SEED:
-        name += f"-seed{seed}"
-    return name
-
 
 # --- the types a reader relies on ------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from minitrain import SCHEMA_VERSION
 from minitrain.run.files.atomic import atomic_write_json
-from minitrain.run.provenance import now_iso
+from minitrain.core.provenance import now_iso
 from minitrain.run.reader import MANIFEST, RESULTS, read_json
 
 VAL_PPL_CAP = 50.0  # a validation loss at or past this is a diverged run: its perplexity is not reported

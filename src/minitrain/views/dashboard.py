@@ -16,7 +16,7 @@ only draws. Every string
 reaches the page through that JSON block (with <, > and & escaped, so `</script>` in a
 run name stays text) and is put on screen with textContent, never as HTML.
 
-Sealed runs (a blind run before its lab's reveal, or a lab run the caller says is sealed): the page carries
+Sealed runs (run/sealing.py: a learner lab's run before its lab's reveal): the page carries
 neither the walker's verdict nor the tree's answers nor diagnosis.json (the reveal writes the page again with
 them), and the runs table says "sealed".
 """
@@ -33,7 +33,7 @@ from minitrain.analysis import movers, panels, readings
 from minitrain.analysis.compare import step_differences
 from minitrain.core.errors import UserError
 from minitrain.core.fmt import page_number
-from minitrain.run import files, reader
+from minitrain.run import files, reader, sealing
 
 PER_TENSOR_STATS = tuple(panels.tensor_stats())  # per-parameter telemetry the page plots (the panel registry)
 SMOOTHING = 0.9  # the smoothing slider's starting value (EMA weight, debiased as TensorBoard does)
@@ -188,13 +188,12 @@ def _page_config(cfg: dict, vocab_size: int) -> dict:
 def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] = (), sealed: bool | None = None) -> dict:
     """Everything the page shows, as one JSON-able dict. `compare`: further runs drawn beside this one and the
     baseline (e.g. the original run beside its remediation), each with its own colour and difference line.
-    `sealed`: the run's diagnosis is not to be shown before the learner asks (the lab layer knows which runs
-    are; default: a blind run). The verdict and the tree's answers are then not in the payload at all."""
+    `sealed`: the run's diagnosis is not to be shown before the learner asks (default: run/sealing.py's rule).
+    The verdict and the tree's answers are then not in the payload at all."""
     r = reader.load_run(run)
     rows, cfg = r["rows"], _config(r)
     blind = bool(cfg.get("blind"))
-    if sealed is None:
-        sealed = blind
+    sealed = sealing.is_sealed(run) if sealed is None else sealed
     steps = [row["step"] for row in rows]
     me = _run_payload(r, "run", with_tensors=True)
     cols, per_tensor = me["series"], me["per_tensor"]

@@ -25,7 +25,7 @@ from pathlib import Path
 from minitrain.analysis import readings
 from minitrain.core import numerics
 from minitrain.core.errors import UserError
-from minitrain.run import files, jsonfile, reader
+from minitrain.run import files, jsonfile, reader, sealing
 from minitrain.views.dashboard import UPLOT, asset, embed_json, fill, page_script
 
 SWEEP_MARK = "cells.json"  # a regime-map sweep (minitrain explore): it has its own page, one index row
@@ -88,7 +88,8 @@ def verdict_text(run: Path, sealed: bool, live: bool) -> str:
 def run_row(run: Path, experiments: Path, sealed: bool | None = None, verdict=verdict_text) -> dict:
     """One run folder as a table row. A folder that cannot be read (deleted, corrupt, half-written) gives a
     row with `error`: one line. The reader's strict readers say what is damaged (a file that is no JSON, a
-    field of the wrong type); anything else raised here is a bug, and is not shown as data. `sealed`: the lab layer's word (None: a blind run is).
+    field of the wrong type); anything else raised here is a bug, and is not shown as data. `sealed`: None:
+    run/sealing.py's rule decides.
     `verdict(run, sealed, live)`: the verdict column (the server passes a cached one)."""
     run = Path(run)
     rel = run.relative_to(experiments).as_posix()
@@ -96,13 +97,13 @@ def run_row(run: Path, experiments: Path, sealed: bool | None = None, verdict=ve
         n = sum(1 for _ in (run / "runs").rglob(reader.METRICS))
         return {"run": rel, "kind": "sweep", "status": "regime map", "note": f"{n} runs of the minitrain explore sweep",
                 "link": f"{rel}/index.html"}
+    sealed = sealing.is_sealed(run) if sealed is None else sealed
     try:
         manifest, why = reader.read_run_json(run, reader.MANIFEST)  # None and a line when damaged
         results, why2 = reader.read_run_json(run, reader.RESULTS)
         manifest, results = manifest or {}, results or {}
         cfg = reader.config_of(manifest)
         blind = bool(cfg.get("blind"))
-        sealed = blind if sealed is None else sealed
         live = reader.live_pid(run) is not None
         last = reader.last_step(run)
         inj = cfg.get("injection", "none")
@@ -123,7 +124,7 @@ def run_row(run: Path, experiments: Path, sealed: bool | None = None, verdict=ve
         return row
     except (UserError, OSError) as e:  # deleted or replaced while we read it: one line (a damaged file is `why`)
         return {"run": rel, "kind": "run", "status": "unreadable", "error": str(e).splitlines()[0][:200],
-                "verdict": "sealed" if sealed is not False else "", "sealed": sealed is not False,
+                "verdict": "sealed" if sealed else "", "sealed": sealed,
                 "link": f"{rel}/dashboard.html"}
 
 
@@ -256,8 +257,8 @@ NOTICE_RUNS = 20  # more runs than this to read for the table: say so first (it 
 
 
 def write_index(experiments: Path, sealed: set[Path] | None = None, notice=None) -> Path:
-    """EXPERIMENTS/index.html: the runs table. `sealed`: run folders whose diagnosis is sealed (the lab layer
-    knows; default: blind runs). `notice(line)`: told once when many runs must be read (not in the cache)."""
+    """EXPERIMENTS/index.html: the runs table. `sealed`: run folders whose diagnosis is sealed (default:
+    run/sealing.py's rule). `notice(line)`: told once when many runs must be read (not in the cache)."""
     experiments = Path(experiments)
     if not experiments.is_dir():
         raise UserError(f"{experiments} is not a folder; give the folder that holds your run folders")

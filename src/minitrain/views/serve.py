@@ -15,8 +15,8 @@ event loop for nothing this needs, and polling keeps the page's code as simple a
 
 Safety: it binds 127.0.0.1 unless told otherwise; a run or file is looked up under EXPERIMENTS after
 resolving it (so "..", "%2e%2e" and a symlink that leads out are all refused with 404); it serves generated
-pages and the few file kinds in SERVED_FILES, nothing else. Sealed runs: `is_sealed(run)` (the lab layer's
-rule, given by the command) decides, as the files do: no verdict in the table, the dashboard's sealed page.
+pages and the few file kinds in SERVED_FILES, nothing else. Sealed runs: run/sealing.py's rule
+decides, as the files do: no verdict in the table, the dashboard's sealed page.
 A run folder deleted, half-written or corrupted while it is served gives one line (in the table's row, in
 the dashboard's live line), never a crash; Ctrl-C stops the server and returns.
 """
@@ -31,7 +31,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from minitrain.core.errors import UserError
-from minitrain.run import files, reader
+from minitrain.run import files, reader, sealing
 from minitrain.views import dashboard, index
 
 HOST = "127.0.0.1"
@@ -45,7 +45,7 @@ class Site:
 
     def __init__(self, experiments: Path, is_sealed=None):
         self.root = Path(experiments).resolve()
-        self.is_sealed = is_sealed or (lambda run: bool(reader.config_of(reader.manifest_of(run)).get("blind")))
+        self.is_sealed = is_sealed or sealing.is_sealed
         self.lock = threading.Lock()
         self.verdicts: dict = {}  # (run, metrics size, mtime, sealed) -> text: the walker runs once per change
 

@@ -41,7 +41,7 @@ from minitrain.lab.learner.references import Reference, accepted_nodes, check_re
 from minitrain.lab.learner.revealing import reveal, walk
 from minitrain.lab.learner.seal import HISTORY_NAME, read_history, read_seal, sha256_text
 from minitrain.lab.learner.workspace import LESSONS_TEMPLATE, check_name, init_learner
-from minitrain.run.reader import LAB_LETTERS
+from minitrain.core.course import LAB_LETTERS
 
 __all__ = ["HOOK_RUN", "check", "hook_is_noop", "new_lesson_lines", "Grade", "Verdict", "grade",
            "grade_report", "grade_text", "judge", "judge_node", "Point", "causes_named", "judge_diagnosis",

@@ -20,12 +20,13 @@ from pathlib import Path
 
 from minitrain.analysis.tree import ITEMS, SECTIONS, Node
 from minitrain.core.errors import UserError
+from minitrain.core.provenance import utc_now
 from minitrain.lab import blind
 from minitrain.lab.learner.labs import Lab, blind_folder, expected_runs, fault_of, lab_faults
 from minitrain.lab.learner.meaning import CREDIT, NO, REVIEW, Point, judge_diagnosis, judge_remediation
 from minitrain.lab.learner.parse import Diagnosis, node_key, parse_diagnoses
 from minitrain.lab.learner.references import Reference, accepted_nodes, in_tree, read_reference, section_of
-from minitrain.lab.learner.seal import history_flags, read_seal, sha256_text, utc_now
+from minitrain.lab.learner.seal import history_flags, read_seal, sha256_text
 from minitrain.lab.learner.workspace import existing_learner, lab_flag
 from minitrain.run import files
 

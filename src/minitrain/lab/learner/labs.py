@@ -1,13 +1,12 @@
 """The three labs a learner diagnoses, and which of a lab's runs carries which fault."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from minitrain.core.course import INJECTION_PREFIX, LAB_LETTERS, parse_lab_run_name
 from minitrain.lab import blind
 from minitrain.run import reader
-from minitrain.run.reader import LAB_LETTERS
 
 PHASE = "phase-19"
 REPO_ROOT = Path(__file__).resolve().parents[4]  # src/minitrain/lab/learner/labs.py -> the checkout (editable install)
@@ -46,15 +45,15 @@ def fault_of(lab: Lab, run_id: str, experiments: Path, mapping: dict | None = No
         inj = reader.injection_of(reader.manifest_of(Path(experiments) / run_id))
         if inj and inj != "none":
             return inj
-        m = re.match(r"^19-injection-([ABC])(?:$|-)", run_id)
-        return {v: k for k, v in LAB_LETTERS.items()}[m.group(1)] if m else None
+        parsed = parse_lab_run_name(run_id)
+        return parsed[0] if parsed and parsed[0] != "none" else None
     short = run_id.split("/")[-1]
     return (mapping or {}).get(short, {}).get("fault")
 
 
 def spike_run_id(fault: str, experiments: Path) -> str:
     """The lab's run folder of an injection: 19-injection-A, or the one 19-injection-A-* if only that exists."""
-    name = f"19-injection-{LAB_LETTERS[fault]}"
+    name = f"{INJECTION_PREFIX}{LAB_LETTERS[fault]}"
     if (Path(experiments) / name).is_dir():
         return name
     others = sorted(p.name for p in Path(experiments).glob(f"{name}-*")

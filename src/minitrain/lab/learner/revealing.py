@@ -3,6 +3,7 @@ measured on the learner's own runs (and the stability walker's verdict on each).
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 from minitrain.analysis import readings, signature, stability
@@ -135,8 +136,8 @@ def open_lab(name: str, lab: Lab, experiments: Path, mapping: dict | None) -> li
         try:
             signature.report(experiments)
             shown.append(str(Path(experiments) / "lab-report.md"))
-        except UserError:  # e.g. no baseline yet: the reveal goes on without the report
-            pass
+        except UserError as e:  # e.g. no baseline yet: the reveal goes on without the report, and says so
+            print(f"minitrain: no lab report: {e}", file=sys.stderr)
     else:
         blind.reveal_mapping(blind_folder(lab, experiments), by=name)
     spoilers.refresh(experiments, runs)

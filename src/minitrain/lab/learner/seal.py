@@ -14,22 +14,18 @@ well leaves no trace minitrain can see. Only a copy kept elsewhere (an instructo
 """
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 from pathlib import Path
 
 from minitrain.core.errors import UserError
+from minitrain.core.provenance import utc_now
 from minitrain.lab import spoilers
 from minitrain.lab.learner.labs import Lab
 from minitrain.run import files, reader
 
 SEAL_KEYS = ("lab", "file", "sha256", "sealed_at", "text")
 HISTORY_NAME = "reveal-history.jsonl"
-
-
-def utc_now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def sha256_text(text: str) -> str:
