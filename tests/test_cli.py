@@ -53,11 +53,13 @@ def test_the_help_names_every_preset_injection_and_default_truly():
                                                    "seed": 42, "injection_step": 500, "no_report": False}),
     (["train", "--out", "r", "--injection-step", "7", "--set", "a=1", "--set", "b=2"],
      {"func": cli.runs.cmd_train, "out": "r", "injection_step": "7", "set": ["a=1", "b=2"], "resume": None}),
-    (["learner", "init", "ana"], {"func": cli.learner.cmd_learner, "action": "init", "name": "ana", "learners": "learners"}),
+    (["learner", "init", "ana"], {"func": cli.learner.cmd_learner, "action": "init", "name": "ana",
+                                  "learners": "learners"}),
     (["check", "ana", "--lab", "blind"], {"func": cli.learner.cmd_check, "lab": "blind", "solutions": None,
                                           "experiments": "experiments"}),
     (["report"], {"func": cli.reports.cmd_report, "experiments": "experiments"}),
-    (["blind-runs", "spike", "--run", "02"], {"func": cli.learner.cmd_blind_runs, "lab": "spike", "run": "02", "random": "0"}),
+    (["blind-runs", "spike", "--run", "02"], {"func": cli.learner.cmd_blind_runs, "lab": "spike", "run": "02",
+                                              "random": "0"}),
     (["stability-md", "--check"], {"func": cli.reports.cmd_stability_md, "root": ".", "check": True}),
 ])
 def test_the_table_parses_into_what_each_handler_reads(argv, expected):

@@ -17,8 +17,8 @@ def say_if_live(run: Path) -> None:
         print(f"minitrain: {note}", file=sys.stderr)
 
 
-def write_run_page(run: Path, baseline: Path | None = None, find_baseline: bool = True, compare: tuple[Path, ...] = (),
-                   out: Path | None = None) -> str:
+def write_run_page(run: Path, baseline: Path | None = None, find_baseline: bool = True,
+                   compare: tuple[Path, ...] = (), out: Path | None = None) -> str:
     """Write RUN's dashboard (at `out`, else RUN/dashboard.html, then the index that links it); returns the line
     that says what was written. Without `baseline`, the clean run beside RUN is overlaid unless not
     `find_baseline`."""
@@ -27,12 +27,14 @@ def write_run_page(run: Path, baseline: Path | None = None, find_baseline: bool 
     run = Path(run)
     say_if_live(run)
     if baseline is not None and not (baseline / reader.METRICS).exists():
-        raise UserError(f"--baseline {baseline} holds no metrics.jsonl; give a run folder such as experiments/18-baseline")
+        raise UserError(f"--baseline {baseline} holds no metrics.jsonl; give a run folder such as "
+                        "experiments/18-baseline")
     if baseline is None and find_baseline:
         baseline = reader.find_baseline(run)
     for c in compare:
         if not (c / reader.METRICS).exists():
-            raise UserError(f"--compare {c} holds no metrics.jsonl; give a run folder such as experiments/19-injection-B")
+            raise UserError(f"--compare {c} holds no metrics.jsonl; give a run folder such as "
+                            "experiments/19-injection-B")
     page = write_dashboard(run, baseline=baseline, out=out, auto_baseline=False, compare=list(compare),
                            sealed=spoilers.is_sealed(run))
     if out is None:  # the index links the page (and says whether it is sealed)

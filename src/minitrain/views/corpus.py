@@ -10,7 +10,8 @@ from pathlib import Path
 def corpus_lines(sets: list[str], sentences: list[str] | None = None, rare: bool = False,
                  out: Path | None = None) -> Iterator[str]:
     """The report's lines, as they are made, for the corpus the config (with `sets`) generates; with `out`,
-    also write train.jsonl, val.jsonl and data_manifest.json there. `sentences`: default the config's injection_sentence."""
+    also write train.jsonl, val.jsonl and data_manifest.json there. `sentences`: default the config's
+    injection_sentence."""
     from minitrain.core.config import build_config
     from minitrain.core.data import prepare, token_report
 
