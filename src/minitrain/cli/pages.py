@@ -29,11 +29,9 @@ def cmd_serve(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from minitrain.lab import spoilers
-    from minitrain.views.tensorboard import export_tensorboard
+    from minitrain.lab.spoilable import export
 
-    spoilers.gate(Path(args.run), "export", args.spoil)
-    res = export_tensorboard(Path(args.run), Path(args.tensorboard), force=args.force)
+    res = export(Path(args.run), Path(args.tensorboard), force=args.force, spoil=args.spoil)
     print(f"wrote {res['dir']}: {res['steps']} steps, {res['scalar_tags']} scalar tags, {res['texts']} text events; "
           f"view it with: tensorboard --logdir {args.tensorboard}")
     return 0

@@ -9,24 +9,18 @@ from minitrain.core.errors import UserError
 
 
 def cmd_signature(args) -> int:
-    from minitrain.analysis import signature
+    from minitrain.lab.spoilable import signature
     from minitrain.run.files import strict_json
 
-    from minitrain.lab import spoilers
-
-    spoilers.gate(Path(args.run), "signature", args.spoil)
-    sig = signature.write(Path(args.run), Path(args.baseline) if args.baseline else None)
+    sig = signature(Path(args.run), Path(args.baseline) if args.baseline else None, spoil=args.spoil)
     print(strict_json(sig, indent=2))
     return 0
 
 
 def cmd_report(args) -> int:
-    from minitrain.analysis import signature
-    from minitrain.lab import spoilers
+    from minitrain.lab.spoilable import lab_report
 
-    for run in sorted(Path(args.experiments).glob("19-injection-*")):
-        spoilers.gate(run, "report", args.spoil)
-    print(signature.report(Path(args.experiments)))
+    print(lab_report(Path(args.experiments), spoil=args.spoil))
     print(f"written to {Path(args.experiments) / 'lab-report.md'}", file=sys.stderr)
     return 0
 
@@ -34,16 +28,11 @@ def cmd_report(args) -> int:
 def cmd_diagnose(args) -> int:
     """Walk the stability check over RUN's metrics; print the path, the leaf and its evidence."""
     from minitrain.analysis import stability
-    from minitrain.lab import spoilers
-    from minitrain.lab.pages import say_if_live
+    from minitrain.lab.spoilable import diagnose
     from minitrain.run.files import strict_json
 
     run = Path(args.run)
-    spoilers.gate(run, "diagnose", args.spoil)
-    say_if_live(run)
-    result = stability.diagnose_run(run, Path(args.baseline) if args.baseline else None)
-    if args.write:
-        stability.write_diagnosis(run, result)
+    result = diagnose(run, Path(args.baseline) if args.baseline else None, write=args.write, spoil=args.spoil)
     if args.json:
         print(strict_json(result, indent=2, ensure_ascii=False))
     else:
