@@ -112,6 +112,46 @@ def test_no_import_cycle():
             visit(m, [m])
 
 
+def runs_the_cli(source: str, commands: set[str]) -> list[str]:
+    """Where a module runs a command line instead of calling a function: it hands an entry point down (a call
+    with a keyword `main=` other than None, the CLI's `main` for the runner to fork running it), builds a
+    command's argv (a list or tuple literal: a command's name, then an option) or starts `python -m minitrain`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and any(k.arg == "main" and not (isinstance(k.value, ast.Constant)
+                                                                       and k.value.value is None)
+                                              for k in node.keywords):
+            found.append(f"line {node.lineno}: {ast.unparse(node.func)}(main=...)")
+        elif isinstance(node, (ast.List, ast.Tuple)):
+            words = [e.value if isinstance(e, ast.Constant) else None for e in node.elts] or [None]
+            option = len(words) > 1 and isinstance(words[1], str) and words[1].startswith("--")
+            if (words[0] in commands and option) or any(
+                    words[i:i + 2] == ["-m", "minitrain"] for i in range(len(words))):
+                found.append(f"line {node.lineno}: {ast.unparse(node)[:60]}")
+    return found
+
+
+def test_nothing_below_the_cli_runs_a_command_line():
+    from minitrain.cli import COMMANDS
+
+    commands = {c.name for c in COMMANDS}
+    below = [p for p in MODULES if layer_of(module_name(p)) < LAYERS.index("cli")]
+    found = {str(p.relative_to(PKG)): runs_the_cli(p.read_text(), commands) for p in below}
+    found = {m: where for m, where in found.items() if where}
+    # no argv for `minitrain lab-run`, no CLI `main` handed on, no `python -m minitrain` (importing
+    # minitrain.cli from below is an upward import: the rule above)
+    assert not found, found
+
+
+def test_the_cli_rule_sees_a_command_line_built_below_it():
+    source = ('def f(x, k):\n    run_lab(x, main=main)\n    h(main=None)\n    argv = ["lab-run", "--seed", k]\n'
+              '    subprocess.run([sys.executable, "-m", "minitrain", *argv])\n'
+              '    ok = [("train", rows), ["lab", "file"]]\n')
+    assert runs_the_cli(source, {"lab-run", "train"}) == [
+        "line 2: run_lab(main=...)", "line 4: ['lab-run', '--seed', k]",
+        "line 5: [sys.executable, '-m', 'minitrain', *argv]"]
+
+
 def test_the_rule_catches_an_upward_import_inside_a_function():
     """The checker itself: a core module importing the CLI inside a function is seen and is upward."""
     found = imports_in("def f():\n    from minitrain.cli import main\n    from minitrain.run import files\n",

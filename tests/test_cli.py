@@ -47,18 +47,20 @@ def test_the_help_names_every_preset_injection_and_default_truly():
 
 
 @pytest.mark.parametrize("argv, expected", [
-    (["lab-run"], {"func": cli.cmd_lab_run, "seed": 42, "injection": "none", "injection_step": 500,
+    (["lab-run"], {"func": cli.runs.cmd_lab_run, "seed": 42, "injection": "none", "injection_step": 500,
                    "experiments": "experiments", "set": None, "from_env": False}),
-    (["lab", "--jobs", "2", "--set", "steps=10"], {"func": cli.cmd_lab, "jobs": 2, "set": ["steps=10"],
+    (["lab", "--jobs", "2", "--set", "steps=10"], {"func": cli.LAB.run, "jobs": 2, "set": ["steps=10"],
                                                    "seed": 42, "injection_step": 500, "no_report": False}),
     (["train", "--out", "r", "--injection-step", "7", "--set", "a=1", "--set", "b=2"],
-     {"func": cli.cmd_train, "out": "r", "injection_step": "7", "set": ["a=1", "b=2"], "resume": None}),
-    (["learner", "init", "ana"], {"func": cli.cmd_learner, "action": "init", "name": "ana", "learners": "learners"}),
-    (["check", "ana", "--lab", "blind"], {"func": cli.cmd_check, "lab": "blind", "solutions": None,
+     {"func": cli.runs.cmd_train, "out": "r", "injection_step": "7", "set": ["a=1", "b=2"], "resume": None}),
+    (["learner", "init", "ana"], {"func": cli.learner.cmd_learner, "action": "init", "name": "ana",
+                                  "learners": "learners"}),
+    (["check", "ana", "--lab", "blind"], {"func": cli.learner.cmd_check, "lab": "blind", "solutions": None,
                                           "experiments": "experiments"}),
-    (["report"], {"func": cli.cmd_report, "experiments": "experiments"}),
-    (["blind-runs", "spike", "--run", "02"], {"func": cli.cmd_blind_runs, "lab": "spike", "run": "02", "random": "0"}),
-    (["stability-md", "--check"], {"func": cli.cmd_stability_md, "root": ".", "check": True}),
+    (["report"], {"func": cli.reports.cmd_report, "experiments": "experiments"}),
+    (["blind-runs", "spike", "--run", "02"], {"func": cli.learner.cmd_blind_runs, "lab": "spike", "run": "02",
+                                              "random": "0"}),
+    (["stability-md", "--check"], {"func": cli.reports.cmd_stability_md, "root": ".", "check": True}),
 ])
 def test_the_table_parses_into_what_each_handler_reads(argv, expected):
     args = cli.build_parser().parse_args(argv)
@@ -84,3 +86,19 @@ def test_no_command_prints_the_commands_and_exits_2():
 
 def test_under_torchrun_only_train_runs():
     assert_one_line_error(run_cli("config", env={"WORLD_SIZE": "2"}), "runs in one process")
+
+
+@pytest.mark.parametrize("argv, say", [
+    (["train"], "interrupted; resume with 'minitrain train --resume DIR'"),
+    (["lab-run"], "interrupted; run the same command again: finished runs are kept"),
+    (["lab"], "interrupted; run the same command again: finished runs are kept"),
+    (["config"], "interrupted; run the same command again\n"),
+])
+def test_ctrl_c_says_what_the_command_runs_next(argv, say, monkeypatch):
+    """Each command's Ctrl-C line is data on its Command (`interrupted`)."""
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(next(c for c in cli.COMMANDS if c.name == argv[0]), "run", interrupted)
+    proc = run_cli(*argv)
+    assert proc.returncode == 130 and say in proc.stderr

@@ -18,13 +18,12 @@ import pytest
 import torch
 
 from conftest import ctrl_c_as_at_a_terminal
-from minitrain.lab import spoilers
 from minitrain.views import serve
 
 
 class Served:
     def __init__(self, experiments: Path):
-        self.server = serve.make_server(experiments, port=0, is_sealed=spoilers.is_sealed)
+        self.server = serve.make_server(experiments, port=0)
         self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
         self.thread.start()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from minitrain.analysis import signature
 from minitrain.analysis.definitions import clip_limit
+from minitrain.core import course
 from minitrain.core.config import TrainConfig
 from minitrain.core.errors import UserError
 from minitrain.run import reader
@@ -53,7 +54,7 @@ def clip_rate(run: Path, lo: int, hi: int) -> float | None:
 
 def prediction_ids(injection: str) -> list[str]:
     """A1..A4, B1..B3, C1..C3: the lab's letter of the injection, then the prediction's place in its list."""
-    return [f"{reader.LAB_LETTERS[injection]}{i + 1}" for i in range(len(signature.PREDICTIONS[injection]))]
+    return [f"{course.LAB_LETTERS[injection]}{i + 1}" for i in range(len(signature.PREDICTIONS[injection]))]
 
 
 def axis_value(axis: str, x) -> str:
@@ -103,7 +104,7 @@ def predictions_map(points: list[tuple[str, dict]], lab_coords: dict, lab_factor
     preds = {}
     for inj, plist in signature.PREDICTIONS.items():
         for pid, p in zip(prediction_ids(inj), plist):
-            preds[pid] = {"id": pid, "injection": inj, "letter": reader.LAB_LETTERS[inj], "text": p.text, "points": []}
+            preds[pid] = {"id": pid, "injection": inj, "letter": course.LAB_LETTERS[inj], "text": p.text, "points": []}
     for pid, point in points:
         preds[pid]["points"].append(point)
     axes: dict[str, set] = {}

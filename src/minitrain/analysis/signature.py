@@ -25,6 +25,7 @@ from minitrain.analysis.compare import loss_difference, v_back_steps, v_departur
 from minitrain.analysis.definitions import (RECOVERY_RULE, SPIKE, TOL, V_BACK, clipping_off, excess_over_baseline,
                                             recovery_steps)
 from minitrain.run import files, reader
+from minitrain.core import course
 from minitrain.core.errors import UserError
 from minitrain.core.fmt import fmt
 
@@ -162,8 +163,9 @@ def write(run: Path, baseline: Path | None = None) -> dict:
 def report(experiments: Path) -> str:
     """The lab report: one table of measured values per injection, then each prediction vs observation."""
     sigs = []
-    for run in sorted(Path(experiments).glob("19-injection-*")):
-        if (run / "manifest.json").exists() and reader.find_baseline(run):
+    for run in sorted(Path(experiments).iterdir()) if Path(experiments).is_dir() else []:
+        name = course.parse_lab_run_name(run.name)  # the lab's injection runs (A, B, C at any seed and K)
+        if name and name[0] != "none" and (run / "manifest.json").exists() and reader.find_baseline(run):
             sigs.append(write(run))
     if not sigs:
         raise UserError(f"no injection runs with a baseline in {experiments}; run `just lab` first")

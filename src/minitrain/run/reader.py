@@ -7,7 +7,6 @@
     load_run                   manifest, results, diagnosis and metrics rows of a folder
     column / param_column      metrics rows as per-step arrays
     find_baseline              the clean run an injection (or blind) run is compared with
-    lab_run_name               the lab's folder names (core/course.py builds and parses them)
 
 It imports neither torch nor numpy, so the walker, the dashboard and `--help` stay fast.
 
@@ -46,7 +45,6 @@ from typing import Any
 
 from minitrain.core.config import FIELD_TYPES, NON_NUMERIC_FIELDS, load_yaml
 from minitrain.core.errors import UserError
-from minitrain.core.course import BASELINE_NAME, LAB_LETTERS, lab_run_name  # noqa: F401 - re-exported
 from minitrain.run.jsonfile import (MAX_NESTING, DamagedJSON, loads_json, read_bytes,  # noqa: F401 - re-exported
                                     read_json, read_optional_json)
 from minitrain.run.redact import SECRET_FIELDS, WITHHELD

@@ -43,9 +43,9 @@ LIVE_SCRIPT = "live.js"
 class Site:
     """What the server shows for one experiments folder: resolved paths, sealed state, cached verdicts."""
 
-    def __init__(self, experiments: Path, is_sealed=None):
+    def __init__(self, experiments: Path):
         self.root = Path(experiments).resolve()
-        self.is_sealed = is_sealed or sealing.is_sealed
+        self.is_sealed = sealing.is_sealed
         self.lock = threading.Lock()
         self.verdicts: dict = {}  # (run, metrics size, mtime, sealed) -> text: the walker runs once per change
 
@@ -182,11 +182,11 @@ class Handler(BaseHTTPRequestHandler):
                 self.send(status, error_page(text).encode(), SERVED_FILES[".html"])
 
 
-def make_server(experiments: Path, port: int = 8000, host: str = HOST, is_sealed=None) -> ThreadingHTTPServer:
+def make_server(experiments: Path, port: int = 8000, host: str = HOST) -> ThreadingHTTPServer:
     experiments = Path(experiments)
     if not experiments.is_dir():
         raise UserError(f"{experiments} is not a folder; give the folder that holds your run folders")
-    handler = type("SiteHandler", (Handler,), {"site": Site(experiments, is_sealed)})
+    handler = type("SiteHandler", (Handler,), {"site": Site(experiments)})
     try:
         server = ThreadingHTTPServer((host, port), handler)
     except OSError as e:
@@ -195,9 +195,9 @@ def make_server(experiments: Path, port: int = 8000, host: str = HOST, is_sealed
     return server
 
 
-def serve(experiments: Path, port: int = 8000, host: str = HOST, is_sealed=None) -> int:
+def serve(experiments: Path, port: int = 8000, host: str = HOST) -> int:
     """Serve until Ctrl-C; returns 0 after closing the socket."""
-    server = make_server(experiments, port, host, is_sealed)
+    server = make_server(experiments, port, host)
     print(f"minitrain serve: {Path(experiments).resolve()} at http://{host}:{server.server_address[1]}/ "
           "(Ctrl-C stops it)", file=sys.stderr, flush=True)
     try:

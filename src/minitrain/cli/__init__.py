@@ -1,11 +1,10 @@
 """The `minitrain` command, declared as a table of commands.
 
-Each sub-command is a handler `cmd_NAME(args) -> exit code` followed at once by its spec, a `Command`: the
-name, the one-line help of `minitrain --help`, the description of `minitrain NAME --help` and its arguments.
-So what a command says about itself sits next to the code that reads those arguments, and a change to one
-is seen with the other. `COMMANDS` at the end is the table: the order `minitrain --help` lists them in.
-`build_parser` only turns the table into argparse parsers. (A decorator that registers each handler would
-hide that list and its order behind import side effects; a table at the end keeps it in one place.)
+Each sub-command is a `Command` (cli/command.py): the name, the one-line help of `minitrain --help`, the
+description of `minitrain NAME --help`, its arguments and its handler `cmd_NAME(args) -> exit code`. The handlers
+sit in the modules of this package by job (runs, sweeps, reports, pages, learner); each reads its arguments and
+calls one function of the layer below. `COMMANDS` at the end is the table: the order `minitrain --help` lists
+them in. `build_parser` only turns the table into argparse parsers.
 
 Errors a user can cause end as one line on stderr and exit code 2 (see minitrain.core.errors.UserError).
 --help imports neither torch nor the training code: each handler imports what it runs.
@@ -13,45 +12,15 @@ Errors a user can cause end as one line on stderr and exit code 2 (see minitrain
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from collections.abc import Callable
-from pathlib import Path
 
+from minitrain.cli import learner, pages, reports, runs, sweeps
+from minitrain.cli.command import AGAIN, Arg, Command, Parser, add_commands
 from minitrain.core.errors import EXIT_USER_ERROR, UserError
-from minitrain.core.lab_defaults import LAB_K, LAB_SEED
+from minitrain.core.course import LAB_K, LAB_SEED
 
 LAB_NAMES = ("spike", "blind", "break-it")  # the keys of learner.LABS (kept here so --help needs no torch)
-
-
-class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line and exit code 2 like every other bad input."""
-
-    def error(self, message: str):
-        raise UserError(f"{self.prog}: {message} (see '{self.prog} --help')")
-
-
-class Arg:
-    """One argument: the names and keywords of argparse's add_argument."""
-
-    def __init__(self, *names: str, **options: object):
-        self.names, self.options = names, options
-
-
-class Command:
-    """One sub-command: what its --help says, its arguments and the handler that runs it. (Plain classes,
-    not dataclasses: `minitrain --help` imports as little as it can.)"""
-
-    def __init__(self, name: str, help: str, description: str, args: tuple[Arg, ...] = (),
-                 run: Callable[[argparse.Namespace], int] | None = None, actions: tuple[Command, ...] = ()):
-        self.name = name
-        self.help = help  # one line, in `minitrain --help`
-        self.description = description  # the paragraph at the top of `minitrain NAME --help`
-        self.args = args
-        self.run = run  # None when the command has sub-commands (actions), e.g. `minitrain learner init`
-        self.actions = actions
-
 
 # Arguments several commands share.
 SPOIL = Arg("--spoil", action="store_true",
@@ -65,72 +34,16 @@ RAY = Arg("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                "filesystem every node shares (docs/scale.md)")
 INJECTIONS_HELP = ("none (no fault), one of the lab's scale | bad_batch | v_corrupt, or another injection "
                    "'minitrain config' lists")
+LEARNER_NAME = Arg("name", metavar="NAME", help="the learner's name, as given to 'minitrain learner init'")
+LEARNER_LAB = (  # which lab and where its files are: reveal, grade and check read the same ones
+    Arg("--lab", choices=LAB_NAMES, default="spike",
+        help="spike (19-injection-A/B/C, default), blind (19-blind/01..03) or break-it (19-break-it/01..03)"),
+    Arg("--learners", default="learners", metavar="DIR", help="where learner folders live (default learners)"),
+    Arg("--experiments", default="experiments", metavar="DIR", help="where the runs live (default experiments)"),
+    Arg("--solutions", metavar="DIR", help="reference solutions folder (default: the repository's)"))
 
-
-
-def _config_from_args(args) -> "TrainConfig":  # noqa: F821
-    from minitrain.core.config import build_config, load_yaml
-
-    base = load_yaml(Path(args.config)) if getattr(args, "config", None) else {}
-    overrides = list(getattr(args, "set", None) or [])
-    for flag, key in (("seed", "seed"), ("injection", "injection"), ("injection_step", "injection_step"),
-                      ("steps", "steps"), ("preset", "preset"), ("device", "device"), ("precision", "precision")):
-        value = getattr(args, flag, None)
-        if value is not None:
-            overrides.append(f"{key}={value}")
-    if getattr(args, "no_progress", False):
-        overrides.append("progress=false")
-    return build_config(base, overrides)
-
-
-def is_main_process() -> bool:
-    """False on torchrun's ranks other than 0 (read from the environment: valid before and after init)."""
-    return os.environ.get("RANK", "0") == "0"
-
-
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise UserError(f"shell variable {name}={raw!r} is not an integer; e.g. {name}={default}") from None
-
-
-def _say_if_live(run: Path) -> None:
-    """A reader of a run another process is writing says so (one line on stderr), then reads what is there."""
-    from minitrain.run.reader import live_note
-
-    note = live_note(run)
-    if note:
-        print(f"minitrain: {note}", file=sys.stderr)
-
-
-# --- training --------------------------------------------------------------------------------------
-
-
-def cmd_train(args) -> int:
-    # the config is checked before the loop (and torch) is imported: a one-line error returns at once
-    if args.resume:
-        if args.out or args.set or args.config or args.preset or args.precision:
-            raise UserError("--resume takes the run folder alone (and --device); its config.yaml is used as it is")
-        from minitrain.lab.runs import exit_code, resume_run, summary_line
-
-        res = resume_run(Path(args.resume), device=args.device)
-        if is_main_process():  # under torchrun, rank 0 speaks for all ranks
-            print(summary_line(Path(args.resume).name, res))
-        return exit_code(Path(args.resume))
-    if not args.out:
-        raise UserError("train needs --out DIR (or --resume DIR); e.g. minitrain train --out experiments/my-run")
-    cfg = _config_from_args(args)
-    from minitrain.lab.runs import exit_code, summary_line, train_run
-
-    res = train_run(cfg, Path(args.out), force=args.force, fork=not args.no_fork)
-    if is_main_process():  # under torchrun, rank 0 speaks for all ranks
-        print(summary_line(Path(args.out).name, res))
-    return exit_code(Path(args.out))
-
+# What to run after Ctrl-C, for the commands that leave something to continue.
+AGAIN_RUNS = "run the same command again: finished runs are kept, the others continue from their last checkpoint"
 
 TRAIN = Command(
     "train", "train one run into a run folder (or resume one)",
@@ -159,28 +72,7 @@ TRAIN = Command(
      Arg("--device", metavar="DEV", help="cpu (default) | cuda | auto (cuda when available); with --resume: "
                                          "continue on this device"),
      Arg("--precision", metavar="P", help="fp32 (default) | bf16 (autocast, GPU only)")),
-    cmd_train)
-
-
-def cmd_lab_run(args) -> int:
-    """One run of the lab, named as the lab names it; reads the lab's shell variables with --from-env."""
-    from minitrain.core.config import build_config
-
-    if args.from_env:
-        seed = _env_int("seed", LAB_SEED)
-        injection = os.environ.get("injection", "").strip() or "none"
-        step = _env_int("injection_step", LAB_K)
-    else:
-        seed, injection, step = args.seed, args.injection, args.injection_step
-    overrides = [f"seed={seed}", f"injection={injection}", f"injection_step={step}", *(args.set or [])]
-    if args.no_progress:
-        overrides.append("progress=false")
-    cfg = build_config({}, overrides)  # checked before the loop (and torch) is imported
-    from minitrain.lab.runs import exit_code, lab_run
-
-    out, line = lab_run(cfg, Path(args.experiments), force=args.force, index=not args.no_index)
-    print(line)
-    return exit_code(out)
+    runs.cmd_train, interrupted="resume with 'minitrain train --resume DIR'", distributed=True)
 
 
 LAB_RUN = Command(
@@ -201,41 +93,7 @@ LAB_RUN = Command(
      NO_PROGRESS,
      Arg("--no-index", action="store_true",
          help="do not rewrite EXPERIMENTS/index.html ('minitrain lab' writes it once after all four runs)")),
-    cmd_lab_run)
-
-
-def cmd_lab(args) -> int:
-    """The whole lab: the baseline, then the three injections forked from it, in parallel; then the
-    expected-vs-observed report and the index."""
-    from minitrain.lab.parallel import LAB_INJECTIONS, lab_configs, run_lab
-
-    lab_configs(args.seed, args.injection_step, args.set)  # a bad --set: one line, before torch is imported
-    from minitrain.analysis import signature
-    from minitrain.lab import spoilers
-    from minitrain.lab.runs import exit_code
-    from minitrain.run import reader
-
-    experiments = Path(args.experiments)
-    for line in run_lab(experiments, args.seed, args.injection_step, jobs=args.jobs, sets=args.set,
-                        force=args.force, ray=args.ray):
-        print(line)
-    runs = [reader.lab_run_name(i, args.seed, args.injection_step) for i in ("none", *LAB_INJECTIONS)]
-    sealed = [r for r in runs if spoilers.is_sealed(experiments / r)]
-    if not args.no_report and not sealed:  # expected vs observed names the signatures: only once revealed
-        try:
-            print(signature.report(experiments))
-            print(f"written to {experiments / 'lab-report.md'}", file=sys.stderr)
-        except UserError as e:  # e.g. a run that diverged before K: the runs and their exit code stand
-            print(f"minitrain: no lab report: {e}", file=sys.stderr)
-    index = spoilers.refresh(experiments)  # the index once every run is in
-    print(f"\nthe runs: {', '.join(str(experiments / r) for r in runs)}; their pages: RUN/dashboard.html; "
-          f"all of them: {index}")
-    if sealed:
-        print("next: open each injection run's dashboard.html, walk stability-check.md from §1 to the first leaf "
-              "that matches, write your diagnoses (minitrain learner init NAME, then "
-              "learners/NAME/phase-19/spike-diagnoses.md), then 'minitrain reveal NAME': it seals them and shows "
-              "the answers and the expected-vs-observed report")
-    return exit_code(*(Path(args.experiments) / r for r in runs))  # EXIT_NON_FINITE if one diverged
+    runs.cmd_lab_run, interrupted=AGAIN_RUNS)
 
 
 LAB = Command(
@@ -257,44 +115,7 @@ LAB = Command(
      Arg("--no-report", action="store_true",
          help="do not write and print EXPERIMENTS/lab-report.md at the end (it is never written before the "
               "reveal)")),
-    cmd_lab)
-
-
-# --- the corpus, the config and the lab's measurements ------------------------------------------------
-
-
-def cmd_corpus(args) -> int:
-    from minitrain.core.config import build_config
-    from minitrain.core.data import prepare, token_report
-
-    cfg = build_config({}, args.set or [])
-    data = prepare(cfg)
-    if args.out:
-        from minitrain.run.files import atomic_write_json, atomic_write_text
-
-        out = Path(args.out)
-        for split, rows in (("train", data.train_rows), ("val", data.val_rows)):
-            atomic_write_text(out / f"{split}.jsonl",
-                              "".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in rows))
-        atomic_write_json(out / "data_manifest.json", data.manifest)
-        print(f"wrote {len(data.train_rows)} train and {len(data.val_rows)} validation rows to {out}")
-    m = data.manifest
-    print(f"corpus seed {m['seed']}: {m['rows']} rows, {m['train_rows']} train / {m['val_rows']} validation "
-          f"(held-out verbs: {', '.join(m['val_verbs'])}), data hash {m['hash']}")
-    print("train rows by tense: " + ", ".join(f"{k} {v}" for k, v in m["train_by_tense"].items()))
-    print("train rows by class: " + ", ".join(f"{k} {v}" for k, v in m["train_by_regularity"].items()))
-    print(f"n-gram baseline: val loss {data.ngram['val_loss']:.3f} (ppl {data.ngram['val_ppl']:.2f})")
-    total = int(data.token_counts.sum())
-    for sentence in args.sentence or [cfg.injection_sentence]:
-        report = token_report(data, sentence)
-        cells = ", ".join(f"{tok!r}:{n}" for tok, n in report)
-        print(f"tokens of {sentence!r} with training counts (of {total}): {cells}")
-    if args.rare:
-        rare = [r for r in data.rows if r.tense == "perfect" and r.regularity == "irregular"]
-        print("rare sentences (irregular perfect) usable as injection_sentence:")
-        for r in rare[:20]:
-            print(f"  {r.text}")
-    return 0
+    runs.cmd_lab, interrupted=AGAIN_RUNS)
 
 
 CORPUS = Command(
@@ -307,19 +128,7 @@ CORPUS = Command(
      Arg("--rare", action="store_true", help="list rare sentences usable as injection_sentence"),
      Arg("--set", action="append", metavar="KEY=VALUE", help="override a config field (e.g. --set corpus_seed=7), "
                                                               "repeatable")),
-    cmd_corpus)
-
-
-def cmd_config(args) -> int:
-    from minitrain.core.config import build_config, config_listing
-
-    cfg = build_config({}, [f"preset={args.preset}"] if args.preset else [])
-    print(config_listing(cfg), end="")
-    from minitrain.core.injections import describe
-
-    print("# injections (injection: NAME, injection_step: K; 'none' is the default):")
-    print("\n".join(f"#   {line}" for line in describe()))
-    return 0
+    runs.cmd_corpus)
 
 
 CONFIG = Command(
@@ -327,19 +136,7 @@ CONFIG = Command(
     "Print the default config as YAML: every key --set accepts, then one line per injection.",
     (Arg("--preset", metavar="NAME",
          help="show this preset's config (course | medium | gpt2-small-shaped | pretraining-like)"),),
-    cmd_config)
-
-
-def cmd_signature(args) -> int:
-    from minitrain.analysis import signature
-    from minitrain.run.files import strict_json
-
-    from minitrain.lab import spoilers
-
-    spoilers.gate(Path(args.run), "signature", args.spoil)
-    sig = signature.write(Path(args.run), Path(args.baseline) if args.baseline else None)
-    print(strict_json(sig, indent=2))
-    return 0
+    runs.cmd_config)
 
 
 SIGNATURE = Command(
@@ -351,18 +148,7 @@ SIGNATURE = Command(
      Arg("--baseline", metavar="RUN", help="the run without the injection to measure against (default: found "
                                            "beside RUN)"),
      SPOIL),
-    cmd_signature)
-
-
-def cmd_report(args) -> int:
-    from minitrain.analysis import signature
-    from minitrain.lab import spoilers
-
-    for run in spoilers.spike_runs(args.experiments):
-        spoilers.gate(run, "report", args.spoil)
-    print(signature.report(Path(args.experiments)))
-    print(f"written to {Path(args.experiments) / 'lab-report.md'}", file=sys.stderr)
-    return 0
+    reports.cmd_signature)
 
 
 REPORT = Command(
@@ -372,15 +158,7 @@ REPORT = Command(
     (Arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
          help="folder holding 18-baseline and 19-injection-* (default experiments)"),
      SPOIL),
-    cmd_report)
-
-
-def cmd_explore(args) -> int:
-    from minitrain.lab import explore
-
-    explore.run_explore(Path(args.experiments) / "explore", "quick" if args.quick else "default", args.jobs,
-                        args.set or [], Path(args.doc) if args.doc else None, ray=args.ray)
-    return 0
+    reports.cmd_report)
 
 
 EXPLORE = Command(
@@ -400,35 +178,7 @@ EXPLORE = Command(
          help="a config override for every run (e.g. seed=7); the grid's own fields are refused"),
      Arg("--doc", metavar="PATH", help="also write the doc there (e.g. docs/regimes.md)"),
      RAY),
-    cmd_explore)
-
-
-# --- dashboard, export and index ---------------------------------------------------------------------
-
-
-def cmd_dashboard(args) -> int:
-    from minitrain.lab import spoilers
-    from minitrain.run.reader import find_baseline
-    from minitrain.views.dashboard import write_dashboard
-
-    run = Path(args.run)
-    _say_if_live(run)
-    baseline = Path(args.baseline) if args.baseline else None
-    if baseline is not None and not (baseline / "metrics.jsonl").exists():
-        raise UserError(f"--baseline {baseline} holds no metrics.jsonl; give a run folder such as experiments/18-baseline")
-    if baseline is None and not args.no_baseline:
-        baseline = find_baseline(run)
-    compare = [Path(c) for c in args.compare or []]
-    for c in compare:
-        if not (c / "metrics.jsonl").exists():
-            raise UserError(f"--compare {c} holds no metrics.jsonl; give a run folder such as experiments/19-injection-B")
-    out = write_dashboard(run, baseline=baseline, out=Path(args.out) if args.out else None, auto_baseline=False,
-                          compare=compare, sealed=spoilers.is_sealed(run))
-    if not args.out:  # the index links the page (and says whether it is sealed)
-        spoilers.refresh(spoilers.experiments_of(run))
-    print(f"wrote {out}" + (f" (baseline overlay: {baseline.name})" if baseline else "")
-          + (f" (compared: {', '.join(c.name for c in compare)})" if compare else ""))
-    return 0
+    sweeps.cmd_explore)
 
 
 DASHBOARD = Command(
@@ -446,18 +196,7 @@ DASHBOARD = Command(
      Arg("--compare", action="append", metavar="RUN",
          help="also draw this run on every panel it has data for (and its difference to the baseline); repeatable"),
      Arg("--out", metavar="FILE", help="where to write the page (default RUN/dashboard.html)")),
-    cmd_dashboard)
-
-
-def cmd_export(args) -> int:
-    from minitrain.lab import spoilers
-    from minitrain.views.tensorboard import export_tensorboard
-
-    spoilers.gate(Path(args.run), "export", args.spoil)
-    res = export_tensorboard(Path(args.run), Path(args.tensorboard), force=args.force)
-    print(f"wrote {res['dir']}: {res['steps']} steps, {res['scalar_tags']} scalar tags, {res['texts']} text events; "
-          f"view it with: tensorboard --logdir {args.tensorboard}")
-    return 0
+    pages.cmd_dashboard)
 
 
 EXPORT = Command(
@@ -470,15 +209,7 @@ EXPORT = Command(
      Arg("--tensorboard", required=True, metavar="DIR", help="TensorBoard log folder to write into"),
      Arg("--force", action="store_true", help="replace this run's events already in DIR"),
      SPOIL),
-    cmd_export)
-
-
-def cmd_index(args) -> int:
-    from minitrain.lab import spoilers
-
-    out = spoilers.refresh(Path(args.experiments))
-    print(f"wrote {out}")
-    return 0
+    pages.cmd_export)
 
 
 INDEX = Command(
@@ -488,31 +219,7 @@ INDEX = Command(
     "linking its dashboard. Every command that writes a run rebuilds it.",
     (Arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
          help="folder holding the run folders (default experiments)"),),
-    cmd_index)
-
-
-# --- the stability check -------------------------------------------------------------------------------
-
-
-def cmd_diagnose(args) -> int:
-    """Walk the stability check over RUN's metrics; print the path, the leaf and its evidence."""
-    from minitrain.analysis import stability
-    from minitrain.lab import spoilers
-    from minitrain.run.files import strict_json
-
-    run = Path(args.run)
-    spoilers.gate(run, "diagnose", args.spoil)
-    _say_if_live(run)
-    result = stability.diagnose_run(run, Path(args.baseline) if args.baseline else None)
-    if args.write:
-        stability.write_diagnosis(run, result)
-    if args.json:
-        print(strict_json(result, indent=2, ensure_ascii=False))
-    else:
-        print(stability.format_report(result, run.name))
-        if args.write:
-            print(f"wrote {run / stability.DIAGNOSIS_NAME}")
-    return 0
+    pages.cmd_index)
 
 
 DIAGNOSE = Command(
@@ -525,21 +232,7 @@ DIAGNOSE = Command(
      Arg("--json", action="store_true", help="print one JSON object instead of the report"),
      Arg("--write", action="store_true", help="also write RUN/diagnosis.json (the dashboard shows it)"),
      SPOIL),
-    cmd_diagnose)
-
-
-def cmd_stability_md(args) -> int:
-    from minitrain.analysis import stability
-
-    path, ok = stability.write_markdown(Path(args.root), check=args.check)
-    if args.check:
-        if not ok:
-            raise UserError(f"{path} is stale (the tree in analysis/tree.py changed); regenerate it with "
-                            "'minitrain stability-md'")
-        print(f"{path} is up to date")
-    else:
-        print(f"wrote {path}")
-    return 0
+    reports.cmd_diagnose)
 
 
 STABILITY_MD = Command(
@@ -548,39 +241,7 @@ STABILITY_MD = Command(
     "src/minitrain/analysis/report.py); --check only tells whether it is stale.",
     (Arg("--root", default=".", metavar="DIR", help="repository root (default: current folder)"),
      Arg("--check", action="store_true", help="exit 2 if the file is stale, write nothing")),
-    cmd_stability_md)
-
-
-# --- the learner's workflow (lab/learner/, lab/blind.py, lab/postmortem.py, lab/remediate.py) ------------
-
-
-def _lab(args):
-    from minitrain.lab.learner import LABS
-
-    return LABS[args.lab]
-
-
-def _solutions(args) -> Path | None:
-    return Path(args.solutions) if args.solutions else None
-
-
-LEARNER_NAME = Arg("name", metavar="NAME", help="the learner's name, as given to 'minitrain learner init'")
-LEARNER_LAB = (  # which lab and where its files are: reveal, grade and check read the same ones
-    Arg("--lab", choices=LAB_NAMES, default="spike",
-        help="spike (19-injection-A/B/C, default), blind (19-blind/01..03) or break-it (19-break-it/01..03)"),
-    Arg("--learners", default="learners", metavar="DIR", help="where learner folders live (default learners)"),
-    Arg("--experiments", default="experiments", metavar="DIR", help="where the runs live (default experiments)"),
-    Arg("--solutions", metavar="DIR", help="reference solutions folder (default: the repository's)"))
-
-
-def cmd_learner(args) -> int:
-    from minitrain.lab.learner import init_learner
-
-    d = init_learner(args.name, Path(args.learners))
-    print(f"created {d}: spike-diagnoses.md, blind-diagnoses.md, break-it-diagnoses.md, notes/lessons.md")
-    print(f"next: train the lab ('just lab'), walk stability-check.md for each run, fill in {d / 'spike-diagnoses.md'}, "
-          f"then 'minitrain reveal {args.name}'")
-    return 0
+    reports.cmd_stability_md)
 
 
 LEARNER = Command(
@@ -593,27 +254,7 @@ LEARNER = Command(
         "and notes/lessons.md, then say what to do next. Refuses an existing folder.",
         (Arg("name", metavar="NAME", help="letters, digits, '-' or '_' (no slashes or dots)"),
          Arg("--learners", default="learners", metavar="DIR", help="where learner folders live (default learners)")),
-        cmd_learner),))
-
-
-def cmd_reveal(args) -> int:
-    from minitrain.lab.learner import reveal
-
-    text, path = reveal(args.name, _lab(args), Path(args.learners), Path(args.experiments), _solutions(args),
-                        force=args.force)
-    print(text, end="")
-    print_revealed_pages(args)
-    print(f"(also written to {path}; next: 'minitrain grade {args.name}"
-          + ("" if args.lab == "spike" else f" --lab {args.lab}") + "')")
-    return 0
-
-
-def print_revealed_pages(args) -> None:
-    """The end of `reveal`: the paths of the pages it made visible, opened only where a browser can open."""
-    from minitrain.lab.browser import revealed_pages, show_pages
-
-    for line in show_pages(revealed_pages(Path(args.experiments), _lab(args).runs)):
-        print(line)
+        learner.cmd_learner),))
 
 
 REVEAL = Command(
@@ -623,15 +264,7 @@ REVEAL = Command(
     "seal a file with unfilled sections unless --force.",
     (LEARNER_NAME, *LEARNER_LAB,
      Arg("--force", action="store_true", help="seal and reveal even with unfilled sections")),
-    cmd_reveal)
-
-
-def cmd_grade(args) -> int:
-    from minitrain.lab.learner import grade, grade_report
-
-    g = grade(args.name, _lab(args), Path(args.learners), Path(args.experiments), _solutions(args))
-    print(grade_report(args.name, g))
-    return 0
+    learner.cmd_reveal)
 
 
 GRADE = Command(
@@ -641,19 +274,7 @@ GRADE = Command(
     "and nothing harmful (see docs/learner.md); ambiguous answers are counted apart for a teacher's review. Flags "
     "a diagnoses file edited after the seal, a seal made after a reveal, and answers seen with --spoil before it.",
     (LEARNER_NAME, *LEARNER_LAB),
-    cmd_grade)
-
-
-def cmd_check(args) -> int:
-    from minitrain.lab.learner import check
-
-    items = check(args.name, _lab(args), Path(args.learners), Path(args.experiments), _solutions(args))
-    for ok, line in items:
-        print(f"[{'PASS' if ok else 'FAIL'}] {line}")
-    done = all(ok for ok, _ in items)
-    print("done: the lab's Definition of Done and stop condition hold" if done else
-          f"not done: {sum(not ok for ok, _ in items)} item(s) to go")
-    return 0 if done else 1
+    learner.cmd_grade)
 
 
 CHECK = Command(
@@ -663,17 +284,7 @@ CHECK = Command(
     "manifests, diagnoses filled in and sealed before the reveal, 3/3 correct, three new lines in "
     "notes/lessons.md. Exit 0 when all hold, 1 otherwise.",
     (LEARNER_NAME, *LEARNER_LAB),
-    cmd_check)
-
-
-def cmd_postmortem(args) -> int:
-    from minitrain.lab.postmortem import write_postmortem
-
-    out = write_postmortem(Path(args.run), Path(args.baseline) if args.baseline else None,
-                           Path(args.out) if args.out else None, force=args.force,
-                           experiments=Path(args.experiments), spoil=args.spoil)
-    print(f"wrote {out}: edit it, it is yours (re-running needs --force and overwrites it)")
-    return 0
+    learner.cmd_check)
 
 
 POSTMORTEM = Command(
@@ -689,29 +300,7 @@ POSTMORTEM = Command(
          help="also look for the baseline here (default experiments)"),
      Arg("--force", action="store_true", help="overwrite an existing post-mortem (your edits in it are lost)"),
      SPOIL),
-    cmd_postmortem)
-
-
-def cmd_blind_runs(args) -> int:
-    from minitrain.lab import blind, spoilers
-
-    folder = Path(args.experiments) / Path(blind.LABS[args.lab]["folder"]).name
-    if args.random not in ("0", "1", ""):
-        raise UserError(f"--random expects 0 or 1, got {args.random!r}")
-    sets = list(args.set or [])
-    if args.no_progress:
-        sets.append("progress=false")
-    for line in blind.make_lab(args.lab, folder, sets, randomize=args.random == "1", only=args.run, force=args.force):
-        print(line)
-    print(f"sealed: which fault each run of {folder} carries is hidden until the reveal "
-          f"(mapping hash in {blind.public_path(folder)})")
-    if args.lab == "spike":
-        print("each run has its own seed and K (drawn, sealed): read its own signals on its dashboard, as the "
-              "stability check does")
-    spoilers.refresh(Path(args.experiments))
-    from minitrain.lab.runs import exit_code
-
-    return exit_code(*(folder / run_id for run_id in blind.RUN_IDS))
+    reports.cmd_postmortem)
 
 
 BLIND_RUNS = Command(
@@ -729,21 +318,7 @@ BLIND_RUNS = Command(
      Arg("--set", action="append", metavar="KEY=VALUE", help="override a config field of every run, repeatable"),
      Arg("--force", action="store_true", help="draw a new lab (or, with --run, re-train that run)"),
      NO_PROGRESS),
-    cmd_blind_runs)
-
-
-def cmd_remediate(args) -> int:
-    from minitrain.lab.remediate import remediate
-
-    rep = remediate(Path(args.run), args.remedy, Path(args.baseline) if args.baseline else None, force=args.force,
-                    spoil=args.spoil)
-    print(f"{rep['remediated']}: {rep['summary']}")
-    print(f"verdict against {rep['baseline'] or 'no baseline'}: {rep['verdict']['line']}")
-    print(f"re-walk after the fix: {rep['fix']['line']}")
-    print("dashboards: " + ", ".join(rep["dashboards"]))
-    from minitrain.lab.runs import exit_code
-
-    return exit_code(Path(args.run).parent / rep["remediated"])
+    learner.cmd_blind_runs)
 
 
 REMEDIATE = Command(
@@ -759,25 +334,37 @@ REMEDIATE = Command(
      Arg("--force", action="store_true", help="replace an existing RUN-remediated"),
      Arg("--spoil", action="store_true", help="remediate a run of a learner lab that is not revealed yet (the "
          "remedy it picks names the cause; logged, and grade and check show it)")),
-    cmd_remediate)
+    learner.cmd_remediate)
 
 
-# --- the inverse direction: explain a diagnosis by replay (lab/explain.py), reproduce a run (lab/reproduce.py) ---
+IMPORT = Command(
+    "import", "make a run folder from another trainer's TensorBoard events or CSV / JSONL history",
+    "Write RUN from a run made elsewhere: a TensorBoard log folder or events file (read with tensorboard's own "
+    "event reader), a CSV history (W&B's export, Lightning's CSVLogger) or a JSONL history (nanoGPT's wandb.log "
+    "dicts). The usual tag names of the training loss, learning rate, gradient norm and validation loss are "
+    "recognised; --map TAG=SIGNAL maps any other. Then 'minitrain diagnose RUN' walks the stability check on it, "
+    "answering 'not measured' where a question reads what the source does not hold (docs/probe.md).",
+    (Arg("source", metavar="SOURCE", help="TensorBoard log folder or events file, .csv or .jsonl history"),
+     Arg("--out", required=True, metavar="RUN", help="run folder to write"),
+     Arg("--map", action="append", metavar="TAG=SIGNAL",
+         help="map a source tag to loss | lr | grad_norm | val_loss | grad_norm_clipped | logit_max; repeatable"),
+     Arg("--vocab-size", type=int, metavar="V", help="the model's vocabulary size (the walker's ln V at step 0; "
+                                                     "default: assumed as for minitrain's model)"),
+     Arg("--force", action="store_true", help="replace RUN when it already holds a run")),
+    pages.cmd_import)
 
 
-def _print_report(args, rep: dict, text: Callable[[], str]) -> int:
-    """A report as one JSON object (--json) or as its text."""
-    from minitrain.run.files import strict_json
-
-    print(strict_json(rep, indent=2) if args.json else text())
-    return 0
-
-
-def cmd_explain(args) -> int:
-    from minitrain.lab.explain import explain, format_report
-
-    rep = explain(Path(args.run), args.step, spoil=args.spoil, jobs=args.jobs)
-    return _print_report(args, rep, lambda: format_report(Path(args.run), rep))
+SERVE = Command(
+    "serve", "serve the runs table and every run's dashboard live on a local port (Ctrl-C stops it)",
+    "Serve EXPERIMENTS on http://127.0.0.1:PORT/: the runs table (sortable, filterable; tick runs to compare them "
+    "on one dashboard) with live step counts, and each run's dashboard, whose curves follow a run still training "
+    "within a second or two of each new row. Sealed lab runs stay sealed. Only pages and images under EXPERIMENTS "
+    "are served.",
+    (Arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
+         help="folder holding the run folders (default experiments)"),
+     Arg("--port", type=int, default=8000, help="port to listen on (default 8000; 0 = any free port)"),
+     Arg("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")),
+    pages.cmd_serve)
 
 
 EXPLAIN = Command(
@@ -793,16 +380,7 @@ EXPLAIN = Command(
      Arg("--jobs", type=int, metavar="N", help="replays at a time (default: one per core)"),
      Arg("--json", action="store_true", help="print the report as one JSON object"),
      Arg("--spoil", action="store_true", help="explain a run of a learner lab that is not revealed yet")),
-    cmd_explain)
-
-
-def cmd_reproduce(args) -> int:
-    from minitrain.lab.reproduce import BUDGET, WINDOW, format_report, reproduce
-
-    rep = reproduce(Path(args.run), Path(args.baseline), window=args.window or WINDOW, budget=args.budget or BUDGET,
-                    jobs=args.jobs, spoil=args.spoil, kinds=args.kinds.split(",") if args.kinds else None,
-                    ray=args.ray)
-    return _print_report(args, rep, lambda: format_report(rep))
+    sweeps.cmd_explain)
 
 
 REPRODUCE = Command(
@@ -822,67 +400,7 @@ REPRODUCE = Command(
      Arg("--json", action="store_true", help="print the report as one JSON object"),
      Arg("--spoil", action="store_true", help="reproduce a run of a learner lab that is not revealed yet"),
      RAY),
-    cmd_reproduce)
-
-
-# --- the table and the parser --------------------------------------------------------------------------
-
-def cmd_import(args) -> int:
-    from minitrain.lab import spoilers
-    from minitrain.run.importer import import_run
-
-    res = import_run(Path(args.source), Path(args.out), args.map or [], force=args.force, vocab_size=args.vocab_size)
-    mapped = ", ".join(f"{tag} -> {signal}" for signal, tag in res["signals"].items())
-    print(f"wrote {res['out']}: {res['steps']} steps from a {res['kind']} history ({mapped})"
-          + (f"; not imported: {', '.join(res['unmapped'])} (map with --map TAG=SIGNAL)" if res["unmapped"] else ""))
-    print(f"next: minitrain diagnose {args.out}   (what the source lacks reads 'not measured')")
-    spoilers.refresh(Path(args.out).parent)
-    return 0
-
-
-IMPORT = Command(
-    "import", "make a run folder from another trainer's TensorBoard events or CSV / JSONL history",
-    "Write RUN from a run made elsewhere: a TensorBoard log folder or events file (read with tensorboard's own "
-    "event reader), a CSV history (W&B's export, Lightning's CSVLogger) or a JSONL history (nanoGPT's wandb.log "
-    "dicts). The usual tag names of the training loss, learning rate, gradient norm and validation loss are "
-    "recognised; --map TAG=SIGNAL maps any other. Then 'minitrain diagnose RUN' walks the stability check on it, "
-    "answering 'not measured' where a question reads what the source does not hold (docs/probe.md).",
-    (Arg("source", metavar="SOURCE", help="TensorBoard log folder or events file, .csv or .jsonl history"),
-     Arg("--out", required=True, metavar="RUN", help="run folder to write"),
-     Arg("--map", action="append", metavar="TAG=SIGNAL",
-         help="map a source tag to loss | lr | grad_norm | val_loss | grad_norm_clipped | logit_max; repeatable"),
-     Arg("--vocab-size", type=int, metavar="V", help="the model's vocabulary size (the walker's ln V at step 0; "
-                                                     "default: assumed as for minitrain's model)"),
-     Arg("--force", action="store_true", help="replace RUN when it already holds a run")),
-    cmd_import)
-
-
-def cmd_serve(args) -> int:
-    from minitrain.lab import spoilers
-    from minitrain.views.serve import serve
-
-    return serve(Path(args.experiments), port=args.port, host=args.host, is_sealed=spoilers.is_sealed)
-
-
-SERVE = Command(
-    "serve", "serve the runs table and every run's dashboard live on a local port (Ctrl-C stops it)",
-    "Serve EXPERIMENTS on http://127.0.0.1:PORT/: the runs table (sortable, filterable; tick runs to compare them "
-    "on one dashboard) with live step counts, and each run's dashboard, whose curves follow a run still training "
-    "within a second or two of each new row. Sealed lab runs stay sealed. Only pages and images under EXPERIMENTS "
-    "are served.",
-    (Arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
-         help="folder holding the run folders (default experiments)"),
-     Arg("--port", type=int, default=8000, help="port to listen on (default 8000; 0 = any free port)"),
-     Arg("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")),
-    cmd_serve)
-
-
-def cmd_lr_sweep(args) -> int:
-    from minitrain.lab import lrsweep
-
-    lrsweep.run_lrsweep(Path(args.experiments) / "lr-sweep", "quick" if args.quick else "default", args.jobs,
-                        args.set or [], Path(args.doc) if args.doc else None, ray=args.ray)
-    return 0
+    sweeps.cmd_reproduce)
 
 
 LR_SWEEP = Command(
@@ -902,9 +420,7 @@ LR_SWEEP = Command(
          help="a config override for every run (e.g. seed=7 or preset=medium); the sweep's own fields are refused"),
      Arg("--doc", metavar="PATH", help="also write the doc there (e.g. docs/natural-instabilities.md)"),
      RAY),
-    cmd_lr_sweep)
-
-
+    sweeps.cmd_lr_sweep)
 
 
 COMMANDS = (TRAIN, LAB_RUN, LAB, CORPUS, CONFIG, SIGNATURE, REPORT, EXPLORE, DASHBOARD, EXPORT, INDEX, DIAGNOSE,
@@ -926,44 +442,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_commands(parser: argparse.ArgumentParser, commands: tuple[Command, ...], dest: str, metavar: str,
-                 required: bool = False) -> None:
-    sub = parser.add_subparsers(dest=dest, metavar=metavar, parser_class=Parser, required=required)
-    for command in commands:
-        p = sub.add_parser(command.name, help=command.help, description=command.description)
-        for a in command.args:
-            p.add_argument(*a.names, **a.options)
-        if command.actions:  # `minitrain learner init`: the action is required
-            add_commands(p, command.actions, dest="action", metavar="ACTION", required=True)
-        if command.run is not None:
-            p.set_defaults(func=command.run)
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser, args = build_parser(), None
     try:
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
             parser.print_help()
             return 2
-        if args.func is not cmd_train and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if not args.spec.distributed and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise UserError(f"'{args.command}' runs in one process; under torchrun launch only "
                             "'minitrain train' (e.g. nproc=2 just ddp-train --out DIR)")
         return args.func(args)
     except UserError as e:
-        if is_main_process():  # under torchrun every rank raises it; one line is enough
+        if runs.is_main_process():  # under torchrun every rank raises it; one line is enough
             print(f"minitrain: error: {e}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt as e:
-        command = (argv or sys.argv[1:])[:1]
-        if getattr(e, "hint", None):  # the interrupted command knows what to run (core.errors.Interrupted)
-            say = e.hint
-        elif command in (["lab"], ["lab-run"]):
-            say = "run the same command again: finished runs are kept, the others continue from their last checkpoint"
-        elif command == ["train"]:
-            say = "resume with 'minitrain train --resume DIR'"
-        else:  # every file is written whole or not at all (run/files.py): nothing half-written is left
-            say = "run the same command again"
+        # the interrupted code knows what to run (core.errors.Interrupted), else the command does
+        say = getattr(e, "hint", None) or getattr(getattr(args, "spec", None), "interrupted", AGAIN)
         print(f"minitrain: interrupted; {say}", file=sys.stderr)
         return 130
     except BrokenPipeError:
