@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from minitrain import SCHEMA_VERSION
 from minitrain.core.errors import UserError
-from minitrain.run.files import atomic  # atomic.write_synced: one place writes a file's bytes to disk
+import minitrain.run.files.atomic as atomic  # atomic.write_synced: one place writes a file's bytes to disk
 from minitrain.run.reader import loads_json
 
 if TYPE_CHECKING:
