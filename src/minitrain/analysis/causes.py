@@ -70,7 +70,8 @@ GRAD = words("gradient|grad|grads|gradient norm|grad norm|pre clip norm|preclip 
 SQUARED = words("squared gradient|square gradient|gradient squared|squared grad|g2|g^2|g²",
                 "gradiente al cuadrado|gradientes al cuadrado|cuadrado del gradiente|cuadrados de los gradientes")
 # Adam's second moment, by name or by its role in the update (the per-weight normaliser under the square root)
-V = words("v|v_hat|vhat|exp_avg_sq|second moment|second raw moment|adam's v|adam v|variance estimate|" + SQUARED,
+V = words("v|v_hat|vhat|exp_avg_sq|second moment|2nd moment|second raw moment|adam's v|adam v|variance estimate",
+          "opt state|optim state|sq grad|sq grads|" + SQUARED,
           "running average of squared gradient|moving average of squared gradient|ema of squared gradient",
           "average of squared gradient|average of the squared gradient|squared gradient average",
           "normaliser|normalizer|normalisation term|denominator|divisor|square root|sqrt|preconditioner",
@@ -81,10 +82,11 @@ OPTIMIZER = "adam|adamw|optimizer|optimiser|optimizador"
 LOG_V = "ln v|log v|ln of v"  # the vocabulary size, not Adam's v
 TIMES = words(r"~[x×]\d+(?:\.\d+)?|~\d+(?:\.\d+)?[x×]|~\d+-?fold|times|fold|factor|hundredfold|fiftyfold|fifty",
               r"hundred|by ~\d+|by a factor|veces|cincuenta|cien|centenar|por ~\d+")
-EXPLODED = "explode|exploding|explosion|blow up|blew up|blown up|explotar|explosión|estallar"
-SCALED_UP = words("scale|scaled up|multiply|multiplied|blow up|blew up|blown up|blew|explode|explosion|amplify",
-                  "magnify|boost|crank|cranked up|turn up|turned up|volume|knob|inflate|pump|pumped up|balloon",
-                  "escalar|escalado|multiplicar|explotar|explosión|amplificar|disparar|inflar|dispararon", TIMES)
+EXPLODED = words("explode|exploding|explosion|blow up|blew up|blown up|skyrocket|shot up|soar|through the roof",
+                 "explotar|explosión|estallar|por las nubes")
+SCALING = words("scale|scaled up|multiply|multiplied|amplify|magnify|boost|crank|cranked up|turn up|turned up",
+                "inflate|pump|pumped up|escalar|multiplicar|amplificar|inflar")
+SCALED_UP = words(EXPLODED, SCALING, "blew|volume|knob|balloon|escalado|disparar|dispararon", TIMES)
 INFLATED = words("corrupt|corrupted|inflate|inflated|multiply|scale|scaled|blow up|blew up|blew|blown|explode",
                  "jump|jumped|grow|grew|bigger|larger|too big|too large|too high|huge|bloat|swell|balloon|pump",
                  "pumped up|overwrite|overwritten|tamper|poison|garbage|wrong value|spike",
@@ -96,9 +98,10 @@ STALL = words("stall|stalled|froze|frozen|freeze|barely moved|barely move|stoppe
               "estancar|estancado|congelado|frenado|frenar|apenas se movió|dejó de moverse|dejar de moverse",
               "dejó de aprender|detenido|paralizado|ancla|lastre")
 TENSOR = words("tensor|parameter|param|bias|lm_head.bias|weight|layer|parámetro|sesgo|peso|capa")
-CLIP = words("clip|clipping|clipper|zclip|limiter|norm cap|cap|recorte|recortar|limitador|tope|clip_grad_norm")
+CLIP = words("clip|clipping|clipper|zclip|limiter|norm cap|cap|max_grad_norm|grad_clip|clip_grad_norm",
+             "recorte|recortar|limitador|tope")
 LR = words("lr|learning rate|tasa de aprendizaje|tasa|ritmo de aprendizaje")
-RAISE = words("raise|increase|higher|bigger|larger|boost|double|up the|crank up|turn up|subir|aumentar",
+RAISE = words("raise|increase|higher|bigger|larger|boost|double|up the|crank up|turn up|bump|subir|aumentar",
               "incrementar|más alta|más alto|duplicar|elevar")
 LOWER = words("lower|reduce|decrease|smaller|cut|drop|bajar|reducir|disminuir")
 OFF = words("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch off|turn off|shut off|lift",
@@ -107,13 +110,15 @@ BATCH = words("batch|minibatch|mini batch|lote|minilote|mini lote|data|datos|sam
 ROWS = words("row|sentence|line|sequence|sample|example|document|text|fila|frase|oración|línea|secuencia",
              "muestra|ejemplo|documento|texto")
 DUPLICATED = words("duplicate|duplicated|repeat|repeated|copy|copies|rare|uncommon|unusual|outlier|corrupt",
-                   "corrupted|stuffed|long tail|duplicado|repetido|repetir|copia|copiado|raro|rara|poco común",
-                   "inusual|atípico|atípica|cola larga")
+                   "corrupted|stuffed|long tail|appeared|occurred|duplicado|repetido|repetir|copia|copiado|raro",
+                   "rara|poco común|inusual|atípico|atípica|cola larga|aparecía|aparecer")
 BAD = words("bad|corrupt|corrupted|poisoned|garbage|weird|odd|broken|outlier|anomalous|dirty|faulty|malformed",
+            "contaminated|polluted|tainted|contaminado",
             "malo|mala|mal|corrupto|raro|anómalo|atípico|envenenado|sucio|basura|defectuoso")
 RESTORE = words("reload|restore|load|go back|roll back|rollback|rewind|revert|resume|recover|bring back",
                 "recargar|restaurar|volver|retroceder|cargar|reanudar|recuperar")
-CHECKPOINT = words("checkpoint|snapshot|punto de control|copia de seguridad", V)
+CHECKPOINT = words("checkpoint|snapshot|punto de control|copia de seguridad|before step|before the spike",
+                   r"before the jump|before k|step ~\d+|antes del paso|paso ~\d+", V)
 RESET = words("reset|reinitialise|reinitialize|reinit|re init|re initialise|re initialize|initialise|initialize",
               "zero|clear|recompute|rebuild|reiniciar|reinicializar|inicializar|poner a cero|borrar|recalcular")
 MASK = words("mask|masking|máscara|enmascaramiento")
@@ -139,6 +144,10 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("loosening the clip threshold", (RAISE + "|loosen|relax|relajar|aflojar", CLIP,
                                              "threshold|limit|max|norm|umbral|límite|máximo"), reach=3, ordered=True,
             pattern=r"grad_clip\s*=\s*(?:[2-9]\d|\d{3,})"),
+    Concept("turning gradient clipping off", (CLIP, "~0|~0.0|zero|none|infinity|inf|cero|ninguno"), reach=2,
+            ordered=True),
+    Concept("loosening the clip threshold", (RAISE + "|loosen|relax", "max_grad_norm|grad_clip|clip threshold"
+                                             "|clipping threshold|umbral de recorte"), reach=3, ordered=True),
     Concept("raising the learning rate", (RAISE, LR), reach=3, ordered=True),
 )
 
@@ -154,7 +163,7 @@ _ALL = (
           (Concept("an exploding gradient", (GRAD, EXPLODED), reach=3, unless=SQUARED,
                    pattern=r"gradient_explosion"),
            Concept("the gradients multiplied at one step", (GRAD, SCALED_UP), ordered=True, unless=SQUARED),
-           Concept("the gradients multiplied at one step", (SCALED_UP, GRAD), reach=2, ordered=True, unless=SQUARED)),
+           Concept("the gradients multiplied at one step", (SCALING, GRAD), reach=2, ordered=True, unless=SQUARED)),
           "Keep global-norm clipping on and log the pre-clip norm every step; add an adaptive detector (z-score of "
           "the norm against its EMA, as ZClip) that flags or down-weights outliers.", remedy="zclip",
           signs=(Concept("a gradient-norm spike", (GRAD, "spike|jump|huge|large|peak|pico|salto|saltar|enorme"),
@@ -165,6 +174,7 @@ _ALL = (
                          reach=3, ordered=True, pattern=r"zclip|clip_grad_norm|tighter clip"),
                  Concept("keeping (adaptive) gradient clipping", (LOWER + "|tighten|ajustar", CLIP), reach=3,
                          ordered=True),
+                 Concept("keeping (adaptive) gradient clipping", (CLIP, GRAD), reach=2, ordered=True),
                  Concept("keeping (adaptive) gradient clipping", ("not|never|nunca|no|don't", OFF + "|turn|switch", CLIP),
                          reach=3, ordered=True),
                  Concept("finding what scaled the gradients", (FIND, CULPRIT)),
@@ -182,6 +192,8 @@ _ALL = (
           signs=(Concept("the data", ("batch|minibatch|lote|minilote|data|datos",)),),
           fixes=(Concept("skipping or filtering the batch",
                          (SKIP, BATCH + "|" + ROWS + "|it|step|update|duplicate|duplicado|paso|copies|copias"), reach=4),
+                 Concept("skipping or filtering the batch", ("not|never|don't|no|nunca", "train|use|feed|entrenar|usar",
+                                                             BATCH + "|it"), reach=3, ordered=True),
                  Concept("deduplicating the data", pattern=r"de-?dup|deduplic|sin duplicad")),
           harmful=(Concept("training on the bad batch again", ("train|repeat|entrenar|repetir",
                                                                "again|more|más|otra vez|times|veces"), reach=5,
@@ -194,15 +206,18 @@ _ALL = (
            Concept("a corrupted optimizer state", ("corrupt|tamper|overwrite|poison|corromper|dañar|estropear",
                                                    OPTIMIZER), reach=3,
                    pattern=r"state corruption|v_corrupt|optimizer_state_corruption"),
-           Concept("one tensor's updates held back by Adam's second moment", (V + "|" + OPTIMIZER, STALL), reach=10)),
+           Concept("one tensor's updates held back by Adam's second moment", (V, STALL), reach=10)),
           "Checkpoint the optimizer moments with the weights and monitor RMS(g^2/v) and v per tensor; on a jump, "
           "reload the last pre-spike checkpoint's moments.", remedy="restore_moments",
           signs=(Concept("Adam's second moment", (V,)),
+                 Concept("one tensor stalled", (OPTIMIZER, STALL), reach=6),
                  Concept("one tensor stalled", (TENSOR + "|update|step|actualización|paso", STALL), reach=6),
                  Concept("one tensor's updates fell", ("update|update rms|actualización", "fell|fall|drop|dropped"
                                                        "|small|smaller|cayó|bajó|pequeña"), reach=4)),
           fixes=(Concept("reloading a checkpoint or the optimizer's moments", (RESTORE, CHECKPOINT)),
-                 Concept("resetting the tensor's moments", (RESET, V), reach=5))),
+                 Concept("resetting the tensor's moments", (RESET, V), reach=5),
+                 Concept("resetting the tensor's moments", ("set|put|bring|poner|devolver", V, "back|anterior"),
+                         reach=4, ordered=True))),
     Cause("optimizer_setting",
           (Concept("Adam's setting changed", ("beta2|β2|eps|epsilon|adam's setting|optimizer setting|hyperparameter"
                                               "|ajuste del optimizador|hiperparámetro",
@@ -240,24 +255,37 @@ _ALL = (
                                                   "|reinstate|restaurar|añadir|agregar|volver|poner|usar|activar"
                                                   "|reactivar", WARMUP), reach=5,
                          pattern=r"warmup_steps\s*=\s*[1-9]"),),
-          harmful=(Concept("removing the warmup", ("remove|drop|skip|quit|disable|eliminar|quitar|desactivar|suprimir",
-                                                   WARMUP), reach=3, ordered=True),)),
+          harmful=(Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=3,
+                           ordered=True),)),
     Cause("broken_mask",
           (Concept("a broken causal mask", (MASK, "broken|all ones|ones|not causal|non causal|noncausal|wrong|missing"
                                             "|removed|replaced|disabled|off|gone|full|bidirectional|roto|rota|mal"
-                                            "|eliminada|desactivada|quitada|todo unos|todos unos|unos|no causal"),
+                                            "|eliminada|desactivada|quitada|todo unos|todos unos|unos|no causal"
+                                            "|not applied|never applied|no se aplicó|no se aplicaba|ignored|ignorada"
+                                            "|skipped|omitida"),
                    pattern=r"\bbroken_mask\b"),
            Concept("positions see the future tokens", ("see|peek|look|attend|ver|vea|veía|mirar|espiar",
                                                        "future|next token|next tokens|answer|target|later token"
                                                        "|must predict|has to predict|is to predict|debe predecir"
+                                                       "|later position|future position|posiciones futuras"
+                                                       "|all positions|every position|every other token|whole sequence"
+                                                       "|entire sequence|todas las posiciones|toda la secuencia"
                                                        "|futuro|futuros|respuesta|siguiente|objetivo"), reach=4),
-           Concept("positions see the future tokens", (MASK, "see|peek|look ahead|ver|vea|veía|mirar"), reach=5,
-                   ordered=True),
-           Concept("positions see the future tokens", ("attention|atención", "bidirectional|bidireccional"), reach=3)),
+           Concept("positions see the future tokens", (MASK, "see|peek|look ahead|attend|ver|vea|veía|mirar"),
+                   reach=5, ordered=True),
+           Concept("positions see the future tokens", ("copy|copies|copying|copiar|copia", "next token|following token"
+                                                       "|siguiente token|token siguiente|future"), reach=3),
+           Concept("positions see the future tokens", ("attention|atención", "bidirectional|bidireccional"), reach=3),
+           Concept("a broken causal mask", ("no|without|sin", MASK), reach=2, ordered=True),
+           Concept("a broken causal mask", (r"~\w*n't|not", "masked"), reach=0, ordered=True),
+           Concept("a broken causal mask", ("unmasked|sin enmascarar",))),
           "Test the attention mask (no position sees a later one) and watch the gap between training and "
           "validation loss; validation always uses the causal mask.", config_fix="causal_mask=true",
           signs=(Concept("the mask", (MASK,)),),
-          fixes=(Concept("restoring the causal mask", ("restore|fix|use|put|bring|enable|re enable|turn|switch on"
+          fixes=(Concept("restoring the causal mask", (MASK, "causal|triangular|lower triangular|tril"), reach=3,
+                         ordered=True),
+                 Concept("restoring the causal mask", ("restore|fix|use|put|bring|enable|re enable|turn|switch on"
+                                                       "|retrain|train|rerun|re run|entrenar|reentrenar"
                                                        "|reinstate|reapply|restaurar|arreglar|usar|poner|volver"
                                                        "|activar|reactivar", "causal|triangular|tril|mask|máscara"),
                          reach=4, pattern=r"causal_mask\s*=\s*true"),),

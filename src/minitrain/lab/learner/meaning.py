@@ -43,8 +43,9 @@ NEGATORS = re.compile(r"(?<![\w'])(?:not|n't|no|never|nor|neither|ni|nunca|rathe
 AFTER_NEGATORS = re.compile(r"^\W*(?:\w+\W+){0,3}?(?:(?:is|was) (?:not it|ruled out|excluded)|ruled out|excluded|descartad[oa]s?)\b")
 CLAUSE_BREAK = re.compile(r"[.;:!?\n,()]|(?<!\w)(?:but|however|although|though|whereas|yet|because|since|pero|sino"
                           r"|aunque|porque|ya que|mientras)(?!\w)")
-HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|not sure|i think|i guess|quiz[aá]s?"
-                    r"|tal vez|puede que|probablemente|creo que|no estoy segur[oa])(?!\w)|\?")
+HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|could be|not sure|unsure|not certain"
+                    r"|i think|i guess|quiz[aá]s?|tal vez|puede que|a lo mejor|es posible que|probablemente"
+                    r"|creo que|no estoy segur[oa])(?!\w)|\?")
 ALTERNATIVES = re.compile(r"(?<!\w)(?:or|either|o|u)(?!\w)")
 # words a sentence has and a list of keywords does not
 FUNCTION_WORDS = frozenset(
