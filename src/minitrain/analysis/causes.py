@@ -109,9 +109,9 @@ OFF = words("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch 
 BATCH = words("batch|minibatch|mini batch|lote|minilote|mini lote|data|datos|sample|muestra|example|ejemplo")
 ROWS = words("row|sentence|line|sequence|sample|example|document|text|fila|frase|oración|línea|secuencia",
              "muestra|ejemplo|documento|texto")
-DUPLICATED = words("duplicate|duplicated|repeat|repeated|copy|copies|rare|uncommon|unusual|outlier|corrupt",
+DUPLICATED = words("duplicate|duplicated|repeat|repeated|copy|copies|rare|uncommon|outlier|corrupt",
                    "corrupted|stuffed|long tail|appeared|occurred|duplicado|repetido|repetir|copia|copiado|raro",
-                   "rara|poco común|inusual|atípico|atípica|cola larga|aparecía|aparecer")
+                   "rara|poco común|atípico|atípica|cola larga|aparecía|aparecer")
 BAD = words("bad|corrupt|corrupted|poisoned|garbage|weird|odd|broken|outlier|anomalous|dirty|faulty|malformed",
             "contaminated|polluted|tainted|contaminado",
             "malo|mala|mal|corrupto|raro|anómalo|atípico|envenenado|sucio|basura|defectuoso")
@@ -123,10 +123,15 @@ RESET = words("reset|reinitialise|reinitialize|reinit|re init|re initialise|re i
               "zero|clear|recompute|rebuild|reiniciar|reinicializar|inicializar|poner a cero|borrar|recalcular")
 MASK = words("mask|masking|máscara|enmascaramiento")
 WARMUP = words("warmup|warm up|ramp|ramp up|calentamiento|rampa")
-INIT = words("init|initialisation|initialization|initialise|initialize|initial|weight|weights",
-             "inicialización|inicializar|inicial|peso|pesos")
+INIT = words("init|initialisation|initialization|initialise|initialize|init scale|initial scale",
+             "inicialización|inicializar|escala inicial")
+WEIGHTS = words("weight|weights|parameter|parameters|peso|pesos|parámetro|parámetros")
+# when: a weight too large from the start, not one that grew during training
+AT_START = words("init|initial|initially|initialised|initialized|start|started|begin|began|born|step 0|untrained",
+                 "from the start|inicial|inicialmente|inicializar|arrancar|empezar|comenzar|desde el principio",
+                 "paso 0|nacer")
 BIG = words("too large|too big|huge|large|big|scaled|enormous|oversized|far too|enorme|grande|demasiado grande",
-            "born|started", TIMES)
+            TIMES)
 KEEP = words("keep|leave|use|add|turn on|switch on|enable|apply|rely on|retain|in place|mantener|usar|activar",
              "dejar|aplicar|conservar|poner|puesto")
 FIND = words("find|look for|track down|hunt down|hunt|search|locate|fix|debug|trace|buscar|encontrar",
@@ -148,6 +153,10 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
             ordered=True),
     Concept("loosening the clip threshold", (RAISE + "|loosen|relax", "max_grad_norm|grad_clip|clip threshold"
                                              "|clipping threshold|umbral de recorte"), reach=3, ordered=True),
+    Concept("loosening the clip threshold", ("threshold|max_grad_norm|grad_clip|clip|clipping|umbral|recorte",
+                                             r"to ~[1-9]\d+(?:\.\d+)?|at ~[1-9]\d+(?:\.\d+)?|of ~[1-9]\d+(?:\.\d+)?"
+                                             r"|a ~[1-9]\d+(?:\.\d+)?|en ~[1-9]\d+(?:\.\d+)?"), reach=3,
+            ordered=True),
     Concept("raising the learning rate", (RAISE, LR), reach=3, ordered=True),
 )
 
@@ -214,6 +223,8 @@ _ALL = (
                  Concept("one tensor stalled", (TENSOR + "|update|step|actualización|paso", STALL), reach=6),
                  Concept("one tensor's updates fell", ("update|update rms|actualización", "fell|fall|drop|dropped"
                                                        "|small|smaller|cayó|bajó|pequeña"), reach=4)),
+          harmful=(Concept("raising beta2 (v decays slower, the stall lasts longer)", (RAISE, "beta2|β2"), reach=3,
+                           ordered=True),),
           fixes=(Concept("reloading a checkpoint or the optimizer's moments", (RESTORE, CHECKPOINT)),
                  Concept("resetting the tensor's moments", (RESET, V), reach=5),
                  Concept("resetting the tensor's moments", ("set|put|bring|poner|devolver", V, "back|anterior"),
@@ -230,7 +241,8 @@ _ALL = (
                          reach=4),)),
     Cause("bad_init",
           (Concept("weights initialised too large", (INIT, BIG), reach=4,
-                   pattern=r"bad init|bad_init|mala inicializ|init_scale|inicializaci[oó]n (?:mala|err[oó]nea)"),),
+                   pattern=r"bad init|bad_init|mala inicializ|init_scale|inicializaci[oó]n (?:mala|err[oó]nea)"),
+           Concept("weights initialised too large", (WEIGHTS, BIG, AT_START), reach=5)),
           "Assert the step-0 loss is within ln V +- 0.5 and the step-1 gradient norm within [0.1, 10] before a long "
           "run; keep init std at 0.02 scale.", config_fix="init_scale=1",
           signs=(Concept("huge logits at step 0", ("logit|activation|activación", "huge|large|enormous|enorme|grande"),
