@@ -102,3 +102,20 @@ def test_words_are_compared_by_their_stems_in_both_languages():
     assert not any(x == y for x, y in zip(stems("normal"), stems("normaliser")))  # the normaliser is not "normal"
     (x50,), = [p for p in synonyms("~x\\d+") if len(p) == 1]
     assert same_word(x50, "x50") and not same_word(x50, "xx")
+
+
+@pytest.mark.parametrize("part,text,verdict", [  # docs/learner.md's examples (a cause the lab has no run of)
+    ("diagnosis", "the LR was far too high", "credit"),
+    ("diagnosis", "la tasa de aprendizaje era demasiado alta", "credit"),
+    ("diagnosis", "an excessive learning rate", "credit"),
+    ("diagnosis", "the learning rate was too low", "no"),
+    ("diagnosis", "the learning rate was not too high", "no"),
+    ("diagnosis", "no era la tasa de aprendizaje sino el cargador atascado", "no"),
+    ("remediation", "lower the learning rate", "credit"),
+    ("remediation", "bajar la tasa de aprendizaje", "credit"),
+    ("remediation", "raise the learning rate", "no"),
+    ("remediation", "lower the learning rate and never raise the learning rate", "credit"),
+])
+def test_the_examples_docs_learner_md_gives(part, text, verdict):
+    judge = learner.judge_diagnosis if part == "diagnosis" else learner.judge_remediation
+    assert judge(text, "lr_too_high").verdict == verdict
