@@ -88,7 +88,8 @@ SCALING = words("scale|scaled up|multiply|multiplied|amplify|magnify|boost|crank
                 "inflate|pump|pumped up|escalar|multiplicar|amplificar|inflar")
 SCALED_UP = words(EXPLODED, SCALING, "blew|volume|knob|balloon|escalado|disparar|dispararon", TIMES)
 INFLATED = words("corrupt|corrupted|inflate|inflated|multiply|scale|scaled|blow up|blew up|blew|blown|explode",
-                 "jump|jumped|grow|grew|bigger|larger|too big|too large|too high|huge|bloat|swell|balloon|pump",
+                 "jump|jumped|grow|grew|went up|rose|rise|increase|bigger|larger|too big|too large|too high|huge",
+                 "bloat|swell|balloon|pump|subir|subió",
                  "pumped up|overwrite|overwritten|tamper|poison|garbage|wrong value|spike",
                  "corromper|corrompido|corrupto|inflar|inflado|aumentar|multiplicar|disparar|crecer|creció",
                  "enorme|hinchar|escalar|dañar|estropear|alterar|sobrescribir", TIMES)
@@ -172,7 +173,10 @@ _ALL = (
           (Concept("an exploding gradient", (GRAD, EXPLODED), reach=3, unless=SQUARED,
                    pattern=r"gradient_explosion"),
            Concept("the gradients multiplied at one step", (GRAD, SCALED_UP), ordered=True, unless=SQUARED),
-           Concept("the gradients multiplied at one step", (SCALING, GRAD), reach=2, ordered=True, unless=SQUARED)),
+           Concept("the gradients multiplied at one step", (SCALING, GRAD), reach=2, ordered=True, unless=SQUARED),
+           Concept("every tensor's gradient jumped together", ("every|all|each|todos|todas|cada", GRAD,
+                                                               "jump|spike|rise|rose|went up|salto|saltar|subir|subió"),
+                   reach=3, ordered=True, unless=SQUARED)),
           "Keep global-norm clipping on and log the pre-clip norm every step; add an adaptive detector (z-score of "
           "the norm against its EMA, as ZClip) that flags or down-weights outliers.", remedy="zclip",
           signs=(Concept("a gradient-norm spike", (GRAD, "spike|jump|huge|large|peak|pico|salto|saltar|enorme"),
@@ -218,7 +222,7 @@ _ALL = (
            Concept("one tensor's updates held back by Adam's second moment", (V, STALL), reach=10)),
           "Checkpoint the optimizer moments with the weights and monitor RMS(g^2/v) and v per tensor; on a jump, "
           "reload the last pre-spike checkpoint's moments.", remedy="restore_moments",
-          signs=(Concept("Adam's second moment", (V,)),
+          signs=(Concept("Adam's second moment", (V,), unless=LOG_V),
                  Concept("one tensor stalled", (OPTIMIZER, STALL), reach=6),
                  Concept("one tensor stalled", (TENSOR + "|update|step|actualización|paso", STALL), reach=6),
                  Concept("one tensor's updates fell", ("update|update rms|actualización", "fell|fall|drop|dropped"
@@ -364,7 +368,7 @@ _ALL = (
     Cause("second_moment_underestimate",
           (Concept("Adam's second moment under-estimating the squared gradient",
                    (V, "underestimate|under estimate|underestimated|too small|too low|lag|lagged|behind|subestimar"
-                       "|subestimado|demasiado pequeño|atrasado|retrasado"), reach=6,
+                       "|subestimado|demasiado pequeño|atrasado|retrasado"), reach=6, unless=LOG_V,
                    pattern=r"stableadamw|\bsecond_moment_underestimate\b"),
            Concept("Adam's second moment under-estimating the squared gradient",
                    ("update rms|rms of the update|rms de la actualización", "above|exceed|over|grew|rose|spike|jump"
@@ -372,7 +376,7 @@ _ALL = (
                    reach=4)),
           "Log the per-tensor update RMS sqrt(mean(g^2/v_hat)) and clip updates where it exceeds 1 (StableAdamW); "
           "a lower beta2 lets v follow a growing gradient sooner.", config_fix="update_clip=true",
-          signs=(Concept("Adam's second moment", (V,)),),
+          signs=(Concept("Adam's second moment", (V,), unless=LOG_V),),
           fixes=(Concept("update clipping (StableAdamW)", (CLIP, "update|updates|actualización"), reach=3,
                          pattern=r"update[-_ ]?clip|stableadamw"),)),
     Cause("unknown", (), "Find the cause first: the tree did not name one."),

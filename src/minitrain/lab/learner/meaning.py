@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import product
 
@@ -155,16 +155,26 @@ class Words:
     spans: tuple[tuple[int, int], ...]
     sentences: tuple[int, ...]
     clauses: tuple[int, ...]
+    by_stem: dict[tuple[int, str], list[int]]  # where each stem is (a phrase is looked for where its first word is)
+    found: dict = field(default_factory=dict, compare=False)  # occurrences already looked for
+
+    def starts(self, matcher: tuple[str, object]) -> list[int]:
+        if matcher[0] != "stem":
+            return list(range(len(self.words)))
+        return sorted({i for k in STEMS_OF[self.lang] for i in self.by_stem.get((k, matcher[1][k]), ())})
 
     def occurrences(self, part: str, hidden: frozenset[int] = frozenset()) -> list[tuple[int, int]]:
         """(first, last) word of every place the part is said, skipping hidden words."""
-        out = []
-        for phrase in synonyms(part):
-            for i in range(len(self.words) - len(phrase) + 1):
-                at = range(i, i + len(phrase))
-                if not hidden.intersection(at) and all(same_word(m, self.words[j], self.lang) for m, j in zip(phrase, at)):
-                    out.append((i, i + len(phrase) - 1))
-        return out
+        if (part, hidden) not in self.found:
+            out = []
+            for phrase in synonyms(part):
+                for i in self.starts(phrase[0]):
+                    at = range(i, i + len(phrase))
+                    if at[-1] < len(self.words) and not hidden.intersection(at) and all(
+                            same_word(m, self.words[j], self.lang) for m, j in zip(phrase, at)):
+                        out.append((i, i + len(phrase) - 1))
+            self.found[part, hidden] = out
+        return self.found[part, hidden]
 
     def negated(self, found: list[tuple[int, int]]) -> bool:
         """Whether a concept found at these places is ruled out: a negator before its first word (in the clause,
@@ -189,9 +199,13 @@ def words_of(text: str) -> Words:
     ends = [m.end() for m in SENTENCE_END.finditer(text)]
     breaks = [m.end() for m in CLAUSE_BREAK.finditer(text)]
     words = tuple(m.group() for m in matches)
+    by_stem: dict[tuple[int, str], list[int]] = {}
+    for i, word in enumerate(words):
+        for k, stem in enumerate(stems(word)):
+            by_stem.setdefault((k, stem), []).append(i)
     return Words(text, language(words), words, tuple(m.span() for m in matches),
                  tuple(sum(e <= m.start() for e in ends) for m in matches),
-                 tuple(sum(e <= m.start() for e in breaks) for m in matches))
+                 tuple(sum(e <= m.start() for e in breaks) for m in matches), by_stem)
 
 
 def said_where(w: Words, concept: Concept) -> tuple[bool, bool]:
@@ -203,9 +217,15 @@ def said_where(w: Words, concept: Concept) -> tuple[bool, bool]:
     if concept.parts:
         hidden = frozenset(j for a, b in w.occurrences(concept.unless) for j in range(a, b + 1)) \
             if concept.unless else frozenset()
-        for found in product(*(w.occurrences(part, hidden) for part in concept.parts)):
-            if close_together(w, list(found), concept):
-                places.append(not w.negated(list(found)))
+        each = [w.occurrences(part, hidden) for part in concept.parts]
+        shared = set.intersection(*({w.sentences[a] for a, _ in places_of} for places_of in each))
+        for sentence in sorted(shared):  # the parts of one concept are said in one sentence
+            in_it = [[o for o in places_of if w.sentences[o[0]] == sentence] for places_of in each]
+            for found in product(*in_it):
+                if close_together(w, list(found), concept):
+                    places.append(not w.negated(list(found)))
+                    if places[-1]:
+                        return True, False
     return any(places), bool(places) and not any(places)
 
 
