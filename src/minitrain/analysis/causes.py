@@ -158,7 +158,18 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
                                              r"to ~[1-9]\d+(?:\.\d+)?|at ~[1-9]\d+(?:\.\d+)?|of ~[1-9]\d+(?:\.\d+)?"
                                              r"|a ~[1-9]\d+(?:\.\d+)?|en ~[1-9]\d+(?:\.\d+)?"), reach=3,
             ordered=True),
+    Concept("turning gradient clipping off", ("no", CLIP), reach=0, ordered=True),
+    Concept("loosening the clip threshold", (CLIP, r"to ~[1-9](?:\.\d+)?e\+?[1-9]\d*|at ~[1-9](?:\.\d+)?e\+?[1-9]\d*"),
+            reach=3, ordered=True),
     Concept("raising the learning rate", (RAISE, LR), reach=3, ordered=True),
+    # harmful for any run: every run needs its warmup and its causal mask
+    Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=3, ordered=True,
+            pattern=r"warmup_steps\s*=\s*0\b"),
+    Concept("removing the mask", (OFF + "|delete|borrar", MASK), reach=3, ordered=True,
+            pattern=r"causal_mask\s*=\s*false"),
+    Concept("removing the mask", (MASK, "off|disabled|desactivada|apagada"), reach=2, ordered=True),
+    Concept("removing the mask", ("use|keep|make|leave|usar|mantener|dejar", "all ones|bidirectional|full attention"
+                                  "|non causal|noncausal|todo unos|bidireccional"), reach=4, ordered=True),
 )
 
 
@@ -210,7 +221,9 @@ _ALL = (
                  Concept("deduplicating the data", pattern=r"de-?dup|deduplic|sin duplicad")),
           harmful=(Concept("training on the bad batch again", ("train|repeat|entrenar|repetir",
                                                                "again|more|más|otra vez|times|veces"), reach=5,
-                           ordered=True, pattern=r"oversampl|more copies|m[aá]s copias"),)),
+                           ordered=True, pattern=r"oversampl|more copies|m[aá]s copias|up-?weight"),
+                   Concept("training on the bad batch again", ("more weight|extra weight|más peso", BATCH + "|it|them"),
+                           reach=4))),
     Cause("optimizer_state_corruption",
           (Concept("Adam's second moment (v) corrupted or inflated", (V, INFLATED), reach=8, ordered=True,
                    unless=LOG_V),
@@ -251,6 +264,8 @@ _ALL = (
           "run; keep init std at 0.02 scale.", config_fix="init_scale=1",
           signs=(Concept("huge logits at step 0", ("logit|activation|activación", "huge|large|enormous|enorme|grande"),
                          reach=3),),
+          harmful=(Concept("raising the init scale", (RAISE + "|scale up", INIT + "|std|scale|escala"), reach=3,
+                           ordered=True),),
           fixes=(Concept("initialising at the standard scale", (RESET + "|init", "0.02|std|standard|small|smaller"
                                                                 "|correct|default|proper|properly|desviación|estándar"
                                                                 "|pequeño|pequeña|correcta|normal"), reach=6,
@@ -270,9 +285,7 @@ _ALL = (
           fixes=(Concept("restoring the warmup", ("restore|add|put|bring|reintroduce|use|keep|enable|turn on"
                                                   "|reinstate|restaurar|añadir|agregar|volver|poner|usar|activar"
                                                   "|reactivar", WARMUP), reach=5,
-                         pattern=r"warmup_steps\s*=\s*[1-9]"),),
-          harmful=(Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=3,
-                           ordered=True),)),
+                         pattern=r"warmup_steps\s*=\s*[1-9]"),)),
     Cause("broken_mask",
           (Concept("a broken causal mask", (MASK, "broken|all ones|ones|not causal|non causal|noncausal|wrong|missing"
                                             "|removed|replaced|disabled|off|gone|full|bidirectional|roto|rota|mal"
@@ -304,9 +317,7 @@ _ALL = (
                                                        "|retrain|train|rerun|re run|entrenar|reentrenar"
                                                        "|reinstate|reapply|restaurar|arreglar|usar|poner|volver"
                                                        "|activar|reactivar", "causal|triangular|tril|mask|máscara"),
-                         reach=4, pattern=r"causal_mask\s*=\s*true"),),
-          harmful=(Concept("removing the mask", (OFF + "|delete|borrar", MASK), reach=3, ordered=True),
-                   Concept("removing the mask", (MASK, "off|disabled|desactivada|apagada"), reach=2, ordered=True))),
+                         reach=4, pattern=r"causal_mask\s*=\s*true"),)),
     Cause("target_leak",
           (Concept("targets leaked into the inputs", ("target|label|objetivo|etiqueta", "leak|leaked|fuga|filtrar"),
                    reach=3, pattern=r"(?:no|missing|forgot\w*) (?:the )?(?:one[- ]token )?shift|\btarget_leak\b"),
