@@ -31,9 +31,9 @@ class Concept:
     `pattern` (a regular expression over the lower-cased text, for identifiers and settings) matches.
 
     A part is synonyms separated by "|"; each synonym is one or more words, each matched by its stem in English
-    or Spanish ("multiplied" is "multiply"), or by a prefix when written "word*", or by a regular expression over
-    the whole word when written "~regex" ("~x\\d+" is x50). Words of `unless` are invisible to the parts (the
-    "gradients" of "squared gradients" is Adam's second moment, not the gradient)."""
+    or Spanish ("multiplied" is "multiply"), or by a regular expression over the whole word when written
+    "~regex" ("~x\\d+" is x50). Words of `unless` are invisible to the parts (the "gradients" of "squared
+    gradients" is Adam's second moment, not the gradient)."""
     label: str
     parts: tuple[str, ...] = ()
     pattern: str = ""

@@ -109,15 +109,13 @@ def stems(word: str) -> tuple[str, str, str, str]:
 
 @lru_cache(maxsize=None)
 def synonyms(part: str) -> tuple[tuple[tuple[str, object], ...], ...]:
-    """A part's synonyms, each a phrase of word matchers: ("re", pattern), ("prefix", start) or ("stem", stems)."""
+    """A part's synonyms, each a phrase of word matchers: ("re", pattern) or ("stem", stems)."""
     out = []
     for synonym in part.split("|"):
         phrase = []
         for word in synonym.split():
             if word.startswith("~"):
                 phrase.append(("re", re.compile(word[1:])))
-            elif word.endswith("*"):
-                phrase.append(("prefix", word[:-1]))
             else:
                 phrase += [("stem", stems(w)) for w in TOKEN.findall(word)]
         if phrase:
@@ -126,7 +124,7 @@ def synonyms(part: str) -> tuple[tuple[tuple[str, object], ...], ...]:
 
 
 # which stems to compare: English, Spanish, or both when a text has too few little words to tell
-ENGLISH_WORDS = frozenset("the a an of to and is was were in on for with by that it its so at".split())
+ENGLISH_WORDS = frozenset("the an of to and is was were in on for with by that it its so at".split())
 SPANISH_WORDS = frozenset("el la los las de del que y en un una se por con para es fue su al lo".split())
 STEMS_OF = {"en": (0,), "es": (1, 2, 3), "": (0, 1, 2, 3)}
 
@@ -140,8 +138,6 @@ def same_word(matcher: tuple[str, object], word: str, lang: str = "") -> bool:
     kind, what = matcher
     if kind == "re":
         return bool(what.fullmatch(word))
-    if kind == "prefix":
-        return word.startswith(what)
     mine = stems(word)
     return any(mine[k] == what[k] for k in STEMS_OF[lang])
 
