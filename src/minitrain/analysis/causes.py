@@ -124,7 +124,7 @@ RESET = words("reset|reinitialise|reinitialize|reinit|re init|re initialise|re i
               "zero|clear|recompute|rebuild|reiniciar|reinicializar|inicializar|poner a cero|borrar|recalcular")
 MASK = words("mask|masking|máscara|enmascaramiento")
 WARMUP = words("warmup|warm up|ramp|ramp up|calentamiento|rampa")
-INIT = words("init|initialisation|initialization|initialise|initialize|init scale|initial scale",
+INIT = words("init|initialisation|initialization|initialise|initialize|init scale|init_scale|initial scale",
              "inicialización|inicializar|escala inicial")
 WEIGHTS = words("weight|weights|parameter|parameters|peso|pesos|parámetro|parámetros")
 # when: a weight too large from the start, not one that grew during training
@@ -187,7 +187,12 @@ _ALL = (
            Concept("the gradients multiplied at one step", (SCALING, GRAD), reach=2, ordered=True, unless=SQUARED),
            Concept("every tensor's gradient jumped together", ("every|all|each|todos|todas|cada", GRAD,
                                                                "jump|spike|rise|rose|went up|salto|saltar|subir|subió"),
-                   reach=3, ordered=True, unless=SQUARED)),
+                   reach=3, ordered=True, unless=SQUARED),
+           Concept("every tensor's gradient jumped together", (GRAD, "every|all|each|todos|todas|cada",
+                                                               "tensor|tensors|layer|layers|parameter|capa|capas",
+                                                               "alike|together|at once|same factor|uniformly|same time"
+                                                               "|simultaneously|a la vez|por igual|mismo factor"),
+                   unless=SQUARED)),
           "Keep global-norm clipping on and log the pre-clip norm every step; add an adaptive detector (z-score of "
           "the norm against its EMA, as ZClip) that flags or down-weights outliers.", remedy="zclip",
           signs=(Concept("a gradient-norm spike", (GRAD, "spike|jump|huge|large|peak|pico|salto|saltar|enorme"),
@@ -269,7 +274,9 @@ _ALL = (
           fixes=(Concept("initialising at the standard scale", (RESET + "|init", "0.02|std|standard|small|smaller"
                                                                 "|correct|default|proper|properly|desviación|estándar"
                                                                 "|pequeño|pequeña|correcta|normal"), reach=6,
-                         pattern=r"init_scale\s*=\s*1\b"),)),
+                         pattern=r"init_scale\s*=\s*1\b"),
+                 Concept("initialising at the standard scale", ("init_scale|init scale|escala de inicialización",
+                                                                "~1|~1.0"), reach=3, ordered=True))),
     Cause("no_warmup",
           (Concept("no warmup", ("no|without|missing|skip|skipped|lack|lacking|zero|forgot|removed|sin|falta|faltó"
                                  "|ningún|ninguna|omitido", WARMUP), reach=2, ordered=True,
