@@ -78,6 +78,9 @@ def test_the_grader_agrees_with_the_teacher(split):
     ("remediation", "Re-initialise that tensor's normaliser.", "bad_init", "no", "a fix for another cause"),
     ("remediation", "Turn the causal (lower-triangular) mask back on for training and retrain from scratch.",
      "broken_mask", "credit", "restoring the causal mask"),
+    # what is not Adam's v: its first moment, the vocabulary's ln V
+    ("diagnosis", "Adam's first moment was multiplied by 100.", "optimizer_state_corruption", "no", "no failure mode"),
+    ("diagnosis", "The step-0 loss is far above ln V.", "optimizer_state_corruption", "no", "no failure mode"),
     # a negation before a later part rules the concept out; a negated harmful fix is no harm
     ("diagnosis", "The gradients were not scaled; the learning rate spiked.", "gradient_explosion", "no", "lr_spike"),
     ("diagnosis", "The second moment was not corrupted.", "optimizer_state_corruption", "no", "rules out"),

@@ -79,7 +79,9 @@ V = words("v|v_hat|vhat|exp_avg_sq|second moment|2nd moment|second raw moment|ad
           "segundo momento|momentos|v de adam|estado del optimizador|estado de adam|denominador|divisor",
           "normalizador|raíz cuadrada|raiz cuadrada|media móvil de los gradientes al cuadrado")
 OPTIMIZER = "adam|adamw|optimizer|optimiser|optimizador"
-LOG_V = "ln v|log v|ln of v"  # the vocabulary size, not Adam's v
+# not Adam's v: the vocabulary size (ln V), and Adam's first moment (m)
+NOT_V = ("ln v|log v|ln of v|first moment|first moments|1st moment|momentum|adam's m|adam m|exp_avg|primer momento"
+         "|primeros momentos|momento de primer orden")
 TIMES = words(r"~[x×]\d+(?:\.\d+)?|~\d+(?:\.\d+)?[x×]|~\d+-?fold|times|fold|factor|hundredfold|fiftyfold|fifty",
               r"hundred|by ~\d+|by a factor|veces|cincuenta|cien|centenar|por ~\d+")
 EXPLODED = words("explode|exploding|explosion|blow up|blew up|blown up|skyrocket|shot up|soar|through the roof",
@@ -231,16 +233,16 @@ _ALL = (
                            reach=4))),
     Cause("optimizer_state_corruption",
           (Concept("Adam's second moment (v) corrupted or inflated", (V, INFLATED), reach=8, ordered=True,
-                   unless=LOG_V),
+                   unless=NOT_V),
            Concept("Adam's second moment (v) corrupted or inflated", (INFLATED, V), reach=3, ordered=True,
-                   unless=LOG_V),
+                   unless=NOT_V),
            Concept("a corrupted optimizer state", ("corrupt|tamper|overwrite|poison|corromper|dañar|estropear",
                                                    OPTIMIZER), reach=3,
                    pattern=r"state corruption|v_corrupt|optimizer_state_corruption"),
            Concept("one tensor's updates held back by Adam's second moment", (V, STALL), reach=10)),
           "Checkpoint the optimizer moments with the weights and monitor RMS(g^2/v) and v per tensor; on a jump, "
           "reload the last pre-spike checkpoint's moments.", remedy="restore_moments",
-          signs=(Concept("Adam's second moment", (V,), unless=LOG_V),
+          signs=(Concept("Adam's second moment", (V,), unless=NOT_V),
                  Concept("one tensor stalled", (OPTIMIZER, STALL), reach=6),
                  Concept("one tensor stalled", (TENSOR + "|update|step|actualización|paso", STALL), reach=6),
                  Concept("one tensor's updates fell", ("update|update rms|actualización", "fell|fall|drop|dropped"
@@ -354,7 +356,7 @@ _ALL = (
           "(a resumed or rebuilt scheduler is the usual culprit)."),
     Cause("lr_too_high",
           (Concept("a learning rate too high", (LR, "too high|too large|too big|demasiado alta|demasiado grande"
-                                                "|excessive|excesiva|excesivo"), reach=3,
+                                                "|excessive|excesiva|excesivo"), reach=5,
                    pattern=r"\blr_too_high\b|(?:high|large|big|excessive) (?:lr|learning[- ]rate)"),),
           "Start from the course's LR (3e-4 here) and watch the update-to-weight ratio (about 1e-3 is healthy); "
           "raise the LR only while validation still improves.", config_fix="lr_max=0.0003",
@@ -386,7 +388,7 @@ _ALL = (
     Cause("second_moment_underestimate",
           (Concept("Adam's second moment under-estimating the squared gradient",
                    (V, "underestimate|under estimate|underestimated|too small|too low|lag|lagged|behind|subestimar"
-                       "|subestimado|demasiado pequeño|atrasado|retrasado"), reach=6, unless=LOG_V,
+                       "|subestimado|demasiado pequeño|atrasado|retrasado"), reach=6, unless=NOT_V,
                    pattern=r"stableadamw|\bsecond_moment_underestimate\b"),
            Concept("Adam's second moment under-estimating the squared gradient",
                    ("update rms|rms of the update|rms de la actualización", "above|exceed|over|grew|rose|spike|jump"
@@ -394,7 +396,7 @@ _ALL = (
                    reach=4)),
           "Log the per-tensor update RMS sqrt(mean(g^2/v_hat)) and clip updates where it exceeds 1 (StableAdamW); "
           "a lower beta2 lets v follow a growing gradient sooner.", config_fix="update_clip=true",
-          signs=(Concept("Adam's second moment", (V,), unless=LOG_V),),
+          signs=(Concept("Adam's second moment", (V,), unless=NOT_V),),
           fixes=(Concept("update clipping (StableAdamW)", (CLIP, "update|updates|actualización"), reach=3,
                          pattern=r"update[-_ ]?clip|stableadamw"),)),
     Cause("unknown", (), "Find the cause first: the tree did not name one."),
