@@ -85,6 +85,12 @@ def test_the_grader_agrees_with_the_teacher(split):
     ("diagnosis", "The gradients were not scaled; the learning rate spiked.", "gradient_explosion", "no", "lr_spike"),
     ("diagnosis", "The second moment was not corrupted.", "optimizer_state_corruption", "no", "rules out"),
     ("remediation", "No quitar nunca el recorte de gradiente.", "gradient_explosion", "credit", "keeping"),
+    # a fix is an action on its object, in that order: words of a fix that are not that fix are no fix
+    ("remediation", "Drop the batch that clipping flagged.", "gradient_explosion", "no", "a fix for another cause"),
+    ("remediation", "Skip the batch at step 500 and resume.", "optimizer_state_corruption", "no", "another cause"),
+    ("remediation", "The warmup is missing; use a lower LR.", "no_warmup", "no", "a fix for another cause"),
+    ("remediation", "Train the model again from the checkpoint, skipping that batch.", "bad_batch", "credit",
+     "skipping or filtering the batch"),
     # the harmful fixes in other words
     ("remediation", "Increase max_grad_norm to 100.", "gradient_explosion", "no", "loosening the clip threshold"),
     ("remediation", "Sube la tasa de aprendizaje.", "optimizer_state_corruption", "no", "raising the learning rate"),

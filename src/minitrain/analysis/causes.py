@@ -102,9 +102,11 @@ STALL = words("stall|stalled|froze|frozen|freeze|barely moved|barely move|stoppe
               "dejó de aprender|detenido|paralizado|ancla|lastre")
 TENSOR = words("tensor|parameter|param|bias|lm_head.bias|weight|layer|parámetro|sesgo|peso|capa")
 CLIP = words("clip|clipping|clipper|zclip|limiter|norm cap|cap|max_grad_norm|grad_clip|clip_grad_norm",
-             "recorte|recortar|limitador|tope")
+             "gradient clipping|grad clipping|norm clipping|global norm clipping|gradient norm clipping",
+             "global clipping|adaptive clipping",
+             "recorte|recortar|limitador|tope|recorte de gradiente|recorte del gradiente|recorte de gradientes")
 LR = words("lr|learning rate|tasa de aprendizaje|tasa|ritmo de aprendizaje")
-RAISE = words("raise|increase|higher|bigger|larger|boost|double|up the|crank up|turn up|bump|subir|aumentar",
+RAISE = words("raise|increase|higher|bigger|larger|boost|double the|crank up|turn up|bump|subir|aumentar",
               "incrementar|más alta|más alto|duplicar|elevar")
 LOWER = words("lower|reduce|decrease|smaller|cut|drop|bajar|reducir|disminuir")
 OFF = words("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch off|turn off|shut off|lift",
@@ -137,15 +139,16 @@ BIG = words("too large|too big|huge|large|big|scaled|enormous|oversized|far too|
             TIMES)
 KEEP = words("keep|leave|use|add|turn on|switch on|enable|apply|rely on|retain|in place|mantener|usar|activar",
              "dejar|aplicar|conservar|poner|puesto")
-FIND = words("find|look for|track down|hunt down|hunt|search|locate|fix|debug|trace|buscar|encontrar",
+FIND = words("find|look for|track down|hunt down|hunt|search|locate|fix|debug|trace|audit|inspect|buscar|encontrar",
              "localizar|arreglar|corregir|rastrear|depurar")
-CULPRIT = words("scaling|scale|multiply|multiplier|reduction|loss scale|bug|source|cause|origin|culprit|knob",
-                "whoever|who|escalar|multiplicar|amplificar|reducción|causa|error|fallo|origen|culpable")
+SCALER = words("scaling|scale|scaled|multiply|multiplier|reduction|loss scale|loss scaling|knob|amplify",
+               "escalar|escaló|multiplicar|amplificar|reducción")
+CULPRIT = words("bug|source|cause|origin|culprit|whoever|who|causa|error|fallo|origen|culpable|qué|que")
 SKIP = words("skip|drop|remove|filter|exclude|discard|omit|throw away|ignore|dedupe|deduplicate",
              "saltar|descartar|eliminar|filtrar|quitar|omitir|ignorar|sacar|deduplicar")
 
 HARMFUL_ALWAYS: tuple[Concept, ...] = (
-    Concept("turning gradient clipping off", (OFF, CLIP), reach=3, ordered=True,
+    Concept("turning gradient clipping off", (OFF, CLIP), reach=2, ordered=True,
             pattern=r"grad_clip\s*=\s*0\b"),
     Concept("turning gradient clipping off", ("turn|switch|shut|poner", CLIP, "off"), reach=3, ordered=True),
     Concept("turning gradient clipping off", (CLIP, "off|disabled|desactivado|apagado|fuera"), reach=2, ordered=True),
@@ -165,9 +168,9 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
             reach=3, ordered=True),
     Concept("raising the learning rate", (RAISE, LR), reach=3, ordered=True),
     # harmful for any run: every run needs its warmup and its causal mask
-    Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=3, ordered=True,
+    Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=2, ordered=True,
             pattern=r"warmup_steps\s*=\s*0\b"),
-    Concept("removing the mask", (OFF + "|delete|borrar", MASK), reach=3, ordered=True,
+    Concept("removing the mask", (OFF + "|delete|borrar", MASK), reach=2, ordered=True,
             pattern=r"causal_mask\s*=\s*false"),
     Concept("removing the mask", (MASK, "off|disabled|desactivada|apagada"), reach=2, ordered=True),
     Concept("removing the mask", ("use|keep|make|leave|usar|mantener|dejar", "all ones|bidirectional|full attention"
@@ -199,16 +202,18 @@ _ALL = (
           "the norm against its EMA, as ZClip) that flags or down-weights outliers.", remedy="zclip",
           signs=(Concept("a gradient-norm spike", (GRAD, "spike|jump|huge|large|peak|pico|salto|saltar|enorme"),
                          reach=3, unless=SQUARED),),
-          fixes=(Concept("keeping (adaptive) gradient clipping", (KEEP, CLIP), reach=3),
+          fixes=(Concept("keeping (adaptive) gradient clipping", (KEEP, CLIP), reach=3, ordered=True),
                  Concept("keeping (adaptive) gradient clipping", (CLIP, KEEP + "|on|active|activado|enabled|adaptive"
-                                                                  "|adaptativo|at 1|handle|contain|catch|caught|absorb"),
+                                                                  "|adaptativo|at 1|stay|stays|remain"),
                          reach=3, ordered=True, pattern=r"zclip|clip_grad_norm|tighter clip"),
-                 Concept("keeping (adaptive) gradient clipping", (LOWER + "|tighten|ajustar", CLIP), reach=3,
-                         ordered=True),
+                 Concept("keeping (adaptive) gradient clipping", ("lower|reduce|decrease|tighten|smaller|bajar|reducir"
+                                                                  "|disminuir|ajustar", CLIP), reach=2, ordered=True),
                  Concept("keeping (adaptive) gradient clipping", (CLIP, GRAD), reach=2, ordered=True),
                  Concept("keeping (adaptive) gradient clipping", ("not|never|nunca|no|don't", OFF + "|turn|switch", CLIP),
                          reach=3, ordered=True),
-                 Concept("finding what scaled the gradients", (FIND, CULPRIT)),
+                 Concept("finding what scaled the gradients", (FIND, SCALER), ordered=True),
+                 Concept("finding what scaled the gradients", (FIND, CULPRIT, GRAD + "|" + SCALER), ordered=True,
+                         unless=SQUARED),
                  Concept("down-weighting the outlier step (ZClip)", pattern=r"down-?weight"))),
     Cause("bad_batch",
           (Concept("a bad batch", (BAD, BATCH), reach=2, pattern=r"bad[-_ ]batch"),
@@ -222,12 +227,17 @@ _ALL = (
           remedy="skip_batch",
           signs=(Concept("the data", ("batch|minibatch|lote|minilote|data|datos",)),),
           fixes=(Concept("skipping or filtering the batch",
-                         (SKIP, BATCH + "|" + ROWS + "|it|step|update|duplicate|duplicado|paso|copies|copias"), reach=4),
+                         (SKIP, BATCH + "|" + ROWS + "|it|step|update|duplicate|duplicado|paso|copies|copias"), reach=4,
+                         ordered=True),
+                 Concept("skipping or filtering the batch", (BATCH + "|" + ROWS, "skipped|dropped|removed|filtered"
+                                                             "|discarded|excluded|descartado|saltado|eliminado"
+                                                             "|filtrado"), reach=3, ordered=True),
                  Concept("skipping or filtering the batch", ("not|never|don't|no|nunca", "train|use|feed|entrenar|usar",
                                                              BATCH + "|it"), reach=3, ordered=True),
                  Concept("deduplicating the data", pattern=r"de-?dup|deduplic|sin duplicad")),
-          harmful=(Concept("training on the bad batch again", ("train|repeat|entrenar|repetir",
-                                                               "again|more|más|otra vez|times|veces"), reach=5,
+          harmful=(Concept("training on the bad batch again", ("train|repeat|feed|entrenar|repetir",
+                                                               BATCH + "|it|them",
+                                                               "again|more|más|otra vez|times|twice|veces"), reach=4,
                            ordered=True, pattern=r"oversampl|more copies|m[aá]s copias|up-?weight"),
                    Concept("training on the bad batch again", ("more weight|extra weight|más peso", BATCH + "|it|them"),
                            reach=4))),
@@ -249,8 +259,8 @@ _ALL = (
                                                        "|small|smaller|cayó|bajó|pequeña"), reach=4)),
           harmful=(Concept("raising beta2 (v decays slower, the stall lasts longer)", (RAISE, "beta2|β2"), reach=3,
                            ordered=True),),
-          fixes=(Concept("reloading a checkpoint or the optimizer's moments", (RESTORE, CHECKPOINT)),
-                 Concept("resetting the tensor's moments", (RESET, V), reach=5),
+          fixes=(Concept("reloading a checkpoint or the optimizer's moments", (RESTORE, CHECKPOINT), ordered=True),
+                 Concept("resetting the tensor's moments", (RESET, V), reach=5, ordered=True, unless=NOT_V),
                  Concept("resetting the tensor's moments", ("set|put|bring|poner|devolver", V, "back|anterior"),
                          reach=4, ordered=True))),
     Cause("optimizer_setting",
@@ -262,7 +272,7 @@ _ALL = (
           "walker fits beta2 from the logged second moment, so log it.", config_fix="beta2=0.95",
           signs=(Concept("Adam's beta2 or eps", ("beta2|β2|eps|epsilon",)),),
           fixes=(Concept("restoring the setting", ("restore|set|pin|restaurar|fijar", "beta2|β2|0.95|setting|eps"),
-                         reach=4),)),
+                         reach=4, ordered=True),)),
     Cause("bad_init",
           (Concept("weights initialised too large", (INIT, BIG), reach=4,
                    pattern=r"bad init|bad_init|mala inicializ|init_scale|inicializaci[oó]n (?:mala|err[oó]nea)"),
@@ -276,7 +286,10 @@ _ALL = (
           fixes=(Concept("initialising at the standard scale", (RESET + "|init", "0.02|std|standard|small|smaller"
                                                                 "|correct|default|proper|properly|desviación|estándar"
                                                                 "|pequeño|pequeña|correcta|normal"), reach=6,
-                         pattern=r"init_scale\s*=\s*1\b"),
+                         ordered=True, pattern=r"init_scale\s*=\s*1\b"),
+                 Concept("initialising at the standard scale", ("standard|default|proper|correct|small|usual|estándar"
+                                                                "|correcta|habitual", INIT + "|scale|escala"), reach=2,
+                         ordered=True),
                  Concept("initialising at the standard scale", ("init_scale|init scale|escala de inicialización",
                                                                 "~1|~1.0"), reach=3, ordered=True))),
     Cause("no_warmup",
@@ -291,9 +304,9 @@ _ALL = (
           "Keep a linear warmup (100 steps here) and plot the LR from step 0; a flat LR at its maximum from the "
           "first step is the tell.", config_fix="warmup_steps=100",
           signs=(Concept("the warmup", (WARMUP,)),),
-          fixes=(Concept("restoring the warmup", ("restore|add|put|bring|reintroduce|use|keep|enable|turn on"
+          fixes=(Concept("restoring the warmup", ("restore|add|put|bring|reintroduce|use|keep|enable|turn on|set up|set"
                                                   "|reinstate|restaurar|añadir|agregar|volver|poner|usar|activar"
-                                                  "|reactivar", WARMUP), reach=5,
+                                                  "|reactivar", WARMUP), reach=5, ordered=True,
                          pattern=r"warmup_steps\s*=\s*[1-9]"),)),
     Cause("broken_mask",
           (Concept("a broken causal mask", (MASK, "broken|all ones|ones|not causal|non causal|noncausal|wrong|missing"
@@ -320,13 +333,13 @@ _ALL = (
           "Test the attention mask (no position sees a later one) and watch the gap between training and "
           "validation loss; validation always uses the causal mask.", config_fix="causal_mask=true",
           signs=(Concept("the mask", (MASK,)),),
-          fixes=(Concept("restoring the causal mask", (MASK, "causal|triangular|lower triangular|tril"), reach=3,
-                         ordered=True),
+          fixes=(Concept("restoring the causal mask", ("make|set|keep|hacer|dejar", MASK, "causal|triangular|tril"),
+                         reach=3, ordered=True),
                  Concept("restoring the causal mask", ("restore|fix|use|put|bring|enable|re enable|turn|switch on"
                                                        "|retrain|train|rerun|re run|entrenar|reentrenar"
-                                                       "|reinstate|reapply|restaurar|arreglar|usar|poner|volver"
+                                                       "|reinstate|reapply|re apply|apply|restaurar|arreglar|usar|poner|volver|aplicar"
                                                        "|activar|reactivar", "causal|triangular|tril|mask|máscara"),
-                         reach=4, pattern=r"causal_mask\s*=\s*true"),)),
+                         reach=4, ordered=True, pattern=r"causal_mask\s*=\s*true"),)),
     Cause("target_leak",
           (Concept("targets leaked into the inputs", ("target|label|objetivo|etiqueta", "leak|leaked|fuga|filtrar"),
                    reach=3, pattern=r"(?:no|missing|forgot\w*) (?:the )?(?:one[- ]token )?shift|\btarget_leak\b"),
@@ -373,7 +386,7 @@ _ALL = (
           "logit per layer on detail steps; raise the LR only while it stays bounded.", config_fix="qk_norm=true",
           signs=(Concept("the attention", ("attention|atención",)),),
           fixes=(Concept("qk-layernorm", ("normalise|normalize|layernorm|layer norm|norm|normalizar",
-                                          "query|queries|key|keys|q|k|consulta|clave"), reach=4,
+                                          "query|queries|key|keys|q|k|consulta|clave"), reach=4, ordered=True,
                          pattern=r"qk[-_ ]?(?:layer)?[-_ ]?norm"),
                  Concept("lowering the learning rate", (LOWER, LR), reach=3, ordered=True))),
     Cause("output_logit_divergence",
