@@ -298,8 +298,9 @@ _ALL = (
                    pattern=r"warmup_steps\s*=\s*0\b|\bno_warmup\b"),
            Concept("no warmup", (WARMUP, "missing|removed|absent|disabled|off|zero|gone|skipped|eliminado|ausente"
                                  "|quitado|desactivado"), reach=3, ordered=True),
-           Concept("the LR at its peak from the first step", ("start|begin|jump straight|from step 0|first step"
-                                                              "|empezar|comenzar|arrancar|arrancó|desde el paso 0",
+           Concept("the LR at its peak from the first step", (LR, "start|begin|jump straight|from step 0|first step"
+                                                                  "|step one|empezar|comenzar|arrancar|arrancó"
+                                                                  "|desde el paso 0",
                                                               "peak|max|maximum|full|top|máximo|pico|tope"), reach=4)),
           "Keep a linear warmup (100 steps here) and plot the LR from step 0; a flat LR at its maximum from the "
           "first step is the tell.", config_fix="warmup_steps=100",
@@ -309,11 +310,13 @@ _ALL = (
                                                   "|reactivar", WARMUP), reach=5, ordered=True,
                          pattern=r"warmup_steps\s*=\s*[1-9]"),)),
     Cause("broken_mask",
-          (Concept("a broken causal mask", (MASK, "broken|all ones|ones|not causal|non causal|noncausal|wrong|missing"
+          (Concept("a broken causal mask", ("broken|all ones|wrong|non causal|noncausal|bidirectional|full|no causal",
+                                            MASK), reach=2, ordered=True),
+           Concept("a broken causal mask", (MASK, "broken|all ones|ones|not causal|non causal|noncausal|wrong|missing"
                                             "|removed|replaced|disabled|off|gone|full|bidirectional|roto|rota|mal"
                                             "|eliminada|desactivada|quitada|todo unos|todos unos|unos|no causal"
                                             "|not applied|never applied|no se aplicó|no se aplicaba|ignored|ignorada"
-                                            "|skipped|omitida"),
+                                            "|skipped|omitida"), reach=3,
                    pattern=r"\bbroken_mask\b"),
            Concept("positions see the future tokens", ("see|peek|look|attend|ver|vea|veía|mirar|espiar",
                                                        "future|next token|next tokens|answer|target|later token"
@@ -350,8 +353,11 @@ _ALL = (
     Cause("stuck_loader",
           (Concept("a stuck data loader", ("loader|dataloader|cargador", "stuck|frozen|hang|atascado|congelado"),
                    reach=3, pattern=r"\bstuck_loader\b|repeated batch(?:es)?|mismo lote repetido"),
-           Concept("a stuck data loader", ("same batch|mismo lote", "again|every step|over and over|served|otra vez"
-                                           "|cada paso"), reach=4)),
+           Concept("a stuck data loader", ("same batch|identical batch|mismo lote", "again|every step|over and over"
+                                           "|served|repeat|repeated|twice|otra vez|cada paso|repetido"), reach=4),
+           Concept("a stuck data loader", (BATCH, "repeat|repeated|served|again|repetido|servido",
+                                           "steps|consecutive|in a row|pasos|consecutivos|seguidos"), reach=4,
+                   ordered=True)),
           "Log a fingerprint of every batch (rows, token statistics) and alarm when one repeats; the data order "
           "is a pure function of (seed, step) here, so a repeat is a bug."),
     Cause("non_finite", (Concept("NaN or Inf values", pattern=r"\bnan\b|non[- ]finite|\binf\b|infinit|no finito"),),
