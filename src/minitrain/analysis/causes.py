@@ -42,7 +42,7 @@ class Concept:
     unless: str = ""
 
 
-def words(*groups: str) -> str:
+def any_of(*groups: str) -> str:
     """Synonym groups joined into one part."""
     return "|".join(groups)
 
@@ -65,87 +65,87 @@ class Cause:
 
 
 # The things causes are made of, as synonyms (English | Spanish). A word is matched by its stem.
-GRAD = words("gradient|grad|grads|gradient norm|grad norm|pre clip norm|preclip norm|global norm",
-             "gradiente|norma del gradiente|norma de los gradientes")
-SQUARED = words("squared gradient|square gradient|gradient squared|squared grad|g2|g^2|g²",
-                "gradiente al cuadrado|gradientes al cuadrado|cuadrado del gradiente|cuadrados de los gradientes")
+GRAD = any_of("gradient|grad|grads|gradient norm|grad norm|pre clip norm|preclip norm|global norm",
+              "gradiente|norma del gradiente|norma de los gradientes")
+SQUARED = any_of("squared gradient|square gradient|gradient squared|squared grad|g2|g^2|g²",
+                 "gradiente al cuadrado|gradientes al cuadrado|cuadrado del gradiente|cuadrados de los gradientes")
 # Adam's second moment, by name or by its role in the update (the per-weight normaliser under the square root)
-V = words("v|v_hat|vhat|exp_avg_sq|second moment|2nd moment|second raw moment|adam's v|adam v|variance estimate",
-          "opt state|optim state|sq grad|sq grads|" + SQUARED,
-          "running average of squared gradient|moving average of squared gradient|ema of squared gradient",
-          "average of squared gradient|average of the squared gradient|squared gradient average",
-          "normaliser|normalizer|normalisation term|denominator|divisor|square root|sqrt|preconditioner",
-          "optimizer state|optimiser state|adam state|adam's state|optimizer moments|adam moments|moments",
-          "segundo momento|momentos|v de adam|estado del optimizador|estado de adam|denominador|divisor",
-          "normalizador|raíz cuadrada|raiz cuadrada|media móvil de los gradientes al cuadrado")
+V = any_of("v|v_hat|vhat|exp_avg_sq|second moment|2nd moment|second raw moment|adam's v|adam v|variance estimate",
+           "opt state|optim state|sq grad|sq grads|" + SQUARED,
+           "running average of squared gradient|moving average of squared gradient|ema of squared gradient",
+           "average of squared gradient|average of the squared gradient|squared gradient average",
+           "normaliser|normalizer|normalisation term|denominator|divisor|square root|sqrt|preconditioner",
+           "optimizer state|optimiser state|adam state|adam's state|optimizer moments|adam moments|moments",
+           "segundo momento|momentos|v de adam|estado del optimizador|estado de adam|denominador|divisor",
+           "normalizador|raíz cuadrada|raiz cuadrada|media móvil de los gradientes al cuadrado")
 OPTIMIZER = "adam|adamw|optimizer|optimiser|optimizador"
 # not Adam's v: the vocabulary size (ln V), and Adam's first moment (m)
 NOT_V = ("ln v|log v|ln of v|first moment|first moments|1st moment|momentum|adam's m|adam m|exp_avg|primer momento"
          "|primeros momentos|momento de primer orden")
-TIMES = words(r"~[x×]\d+(?:\.\d+)?|~\d+(?:\.\d+)?[x×]|~\d+-?fold|times|fold|factor|hundredfold|fiftyfold|fifty",
-              r"hundred|by ~\d+|by a factor|veces|cincuenta|cien|centenar|por ~\d+")
-EXPLODED = words("explode|exploding|explosion|blow up|blew up|blown up|skyrocket|shot up|soar|through the roof",
-                 "explotar|explosión|estallar|por las nubes")
-SCALING = words("scale|scaled up|multiply|multiplied|amplify|magnify|boost|crank|cranked up|turn up|turned up",
-                "inflate|pump|pumped up|escalar|multiplicar|amplificar|inflar")
-SCALED_UP = words(EXPLODED, SCALING, "blew|volume|knob|balloon|escalado|disparar|dispararon", TIMES)
-INFLATED = words("corrupt|corrupted|inflate|inflated|multiply|scale|scaled|blow up|blew up|blew|blown|explode",
-                 "jump|jumped|grow|grew|went up|rose|rise|increase|bigger|larger|too big|too large|too high|huge",
-                 "bloat|swell|balloon|pump|subir|subió",
-                 "pumped up|overwrite|overwritten|tamper|poison|garbage|wrong value|spike",
-                 "corromper|corrompido|corrupto|inflar|inflado|aumentar|multiplicar|disparar|crecer|creció",
-                 "enorme|hinchar|escalar|dañar|estropear|alterar|sobrescribir", TIMES)
-STALL = words("stall|stalled|froze|frozen|freeze|barely moved|barely move|stopped moving|stop moving|stuck",
-              "shrank|shrink|shrunk|tiny|strapped|anchor|brake|ballast|weighed down|dead weight|paralysed",
-              "paralyzed|stopped learning|stop learning|no longer learned",
-              "estancar|estancado|congelado|frenado|frenar|apenas se movió|dejó de moverse|dejar de moverse",
-              "dejó de aprender|detenido|paralizado|ancla|lastre")
-TENSOR = words("tensor|parameter|param|bias|lm_head.bias|weight|layer|parámetro|sesgo|peso|capa")
-CLIP = words("clip|clipping|clipper|zclip|limiter|norm cap|cap|max_grad_norm|grad_clip|clip_grad_norm",
-             "gradient clipping|grad clipping|norm clipping|global norm clipping|gradient norm clipping",
-             "global clipping|adaptive clipping",
-             "recorte|recortar|limitador|tope|recorte de gradiente|recorte del gradiente|recorte de gradientes")
-LR = words("lr|learning rate|tasa de aprendizaje|tasa|ritmo de aprendizaje")
-RAISE = words("raise|increase|higher|bigger|larger|boost|double the|crank up|turn up|bump|subir|aumentar",
-              "incrementar|más alta|más alto|duplicar|elevar")
-LOWER = words("lower|reduce|decrease|smaller|cut|drop|bajar|reducir|disminuir")
-OFF = words("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch off|turn off|shut off|lift",
-            "desactivar|eliminar|quitar|apagar|sin|suprimir|retirar")
-BATCH = words("batch|minibatch|mini batch|lote|minilote|mini lote|data|datos|sample|muestra|example|ejemplo")
-ROWS = words("row|sentence|line|sequence|sample|example|document|text|fila|frase|oración|línea|secuencia",
-             "muestra|ejemplo|documento|texto")
-DUPLICATED = words("duplicate|duplicated|repeat|repeated|copy|copies|rare|uncommon|outlier|corrupt",
-                   "corrupted|stuffed|long tail|appeared|occurred|duplicado|repetido|repetir|copia|copiado|raro",
-                   "rara|poco común|atípico|atípica|cola larga|aparecía|aparecer")
-BAD = words("bad|corrupt|corrupted|poisoned|garbage|weird|odd|broken|outlier|anomalous|dirty|faulty|malformed",
-            "contaminated|polluted|tainted|contaminado",
-            "malo|mala|mal|corrupto|raro|anómalo|atípico|envenenado|sucio|basura|defectuoso")
-RESTORE = words("reload|restore|load|go back|roll back|rollback|rewind|revert|resume|recover|bring back",
-                "recargar|restaurar|volver|retroceder|cargar|reanudar|recuperar")
-CHECKPOINT = words("checkpoint|snapshot|punto de control|copia de seguridad|before step|before the spike",
-                   r"before the jump|before k|step ~\d+|antes del paso|paso ~\d+", V)
-RESET = words("reset|reinitialise|reinitialize|reinit|re init|re initialise|re initialize|initialise|initialize",
-              "zero|clear|recompute|rebuild|reiniciar|reinicializar|inicializar|poner a cero|borrar|recalcular")
-MASK = words("mask|masking|máscara|enmascaramiento")
-WARMUP = words("warmup|warm up|ramp|ramp up|calentamiento|rampa")
-INIT = words("init|initialisation|initialization|initialise|initialize|init scale|init_scale|initial scale",
-             "inicialización|inicializar|escala inicial")
-WEIGHTS = words("weight|weights|parameter|parameters|peso|pesos|parámetro|parámetros")
+TIMES = any_of(r"~[x×]\d+(?:\.\d+)?|~\d+(?:\.\d+)?[x×]|~\d+-?fold|times|fold|factor|hundredfold|fiftyfold|fifty",
+               r"hundred|by ~\d+|by a factor|veces|cincuenta|cien|centenar|por ~\d+")
+EXPLODED = any_of("explode|exploding|explosion|blow up|blew up|blown up|skyrocket|shot up|soar|through the roof",
+                  "explotar|explosión|estallar|por las nubes")
+SCALING = any_of("scale|scaled up|multiply|multiplied|amplify|magnify|boost|crank|cranked up|turn up|turned up",
+                 "inflate|pump|pumped up|escalar|multiplicar|amplificar|inflar")
+SCALED_UP = any_of(EXPLODED, SCALING, "blew|volume|knob|balloon|escalado|disparar|dispararon", TIMES)
+INFLATED = any_of("corrupt|corrupted|inflate|inflated|multiply|scale|scaled|blow up|blew up|blew|blown|explode",
+                  "jump|jumped|grow|grew|went up|rose|rise|increase|bigger|larger|too big|too large|too high|huge",
+                  "bloat|swell|balloon|pump|subir|subió",
+                  "pumped up|overwrite|overwritten|tamper|poison|garbage|wrong value|spike",
+                  "corromper|corrompido|corrupto|inflar|inflado|aumentar|multiplicar|disparar|crecer|creció",
+                  "enorme|hinchar|escalar|dañar|estropear|alterar|sobrescribir", TIMES)
+STALL = any_of("stall|stalled|froze|frozen|freeze|barely moved|barely move|stopped moving|stop moving|stuck",
+               "shrank|shrink|shrunk|tiny|strapped|anchor|brake|ballast|weighed down|dead weight|paralysed",
+               "paralyzed|stopped learning|stop learning|no longer learned",
+               "estancar|estancado|congelado|frenado|frenar|apenas se movió|dejó de moverse|dejar de moverse",
+               "dejó de aprender|detenido|paralizado|ancla|lastre")
+TENSOR = any_of("tensor|parameter|param|bias|lm_head.bias|weight|layer|parámetro|sesgo|peso|capa")
+CLIP = any_of("clip|clipping|clipper|zclip|limiter|norm cap|cap|max_grad_norm|grad_clip|clip_grad_norm",
+              "gradient clipping|grad clipping|norm clipping|global norm clipping|gradient norm clipping",
+              "global clipping|adaptive clipping",
+              "recorte|recortar|limitador|tope|recorte de gradiente|recorte del gradiente|recorte de gradientes")
+LR = any_of("lr|learning rate|tasa de aprendizaje|tasa|ritmo de aprendizaje")
+RAISE = any_of("raise|increase|higher|bigger|larger|boost|double the|crank up|turn up|bump|subir|aumentar",
+               "incrementar|más alta|más alto|duplicar|elevar")
+LOWER = any_of("lower|reduce|decrease|smaller|cut|drop|bajar|reducir|disminuir")
+OFF = any_of("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch off|turn off|shut off|lift",
+             "desactivar|eliminar|quitar|apagar|sin|suprimir|retirar")
+BATCH = any_of("batch|minibatch|mini batch|lote|minilote|mini lote|data|datos|sample|muestra|example|ejemplo")
+ROWS = any_of("row|sentence|line|sequence|sample|example|document|text|fila|frase|oración|línea|secuencia",
+              "muestra|ejemplo|documento|texto")
+DUPLICATED = any_of("duplicate|duplicated|repeat|repeated|copy|copies|rare|uncommon|outlier|corrupt",
+                    "corrupted|stuffed|long tail|appeared|occurred|duplicado|repetido|repetir|copia|copiado|raro",
+                    "rara|poco común|atípico|atípica|cola larga|aparecía|aparecer")
+BAD = any_of("bad|corrupt|corrupted|poisoned|garbage|weird|odd|broken|outlier|anomalous|dirty|faulty|malformed",
+             "contaminated|polluted|tainted|contaminado",
+             "malo|mala|mal|corrupto|raro|anómalo|atípico|envenenado|sucio|basura|defectuoso")
+RESTORE = any_of("reload|restore|load|go back|roll back|rollback|rewind|revert|resume|recover|bring back",
+                 "recargar|restaurar|volver|retroceder|cargar|reanudar|recuperar")
+CHECKPOINT = any_of("checkpoint|snapshot|punto de control|copia de seguridad|before step|before the spike",
+                    r"before the jump|before k|step ~\d+|antes del paso|paso ~\d+", V)
+RESET = any_of("reset|reinitialise|reinitialize|reinit|re init|re initialise|re initialize|initialise|initialize",
+               "zero|clear|recompute|rebuild|reiniciar|reinicializar|inicializar|poner a cero|borrar|recalcular")
+MASK = any_of("mask|masking|máscara|enmascaramiento")
+WARMUP = any_of("warmup|warm up|ramp|ramp up|calentamiento|rampa")
+INIT = any_of("init|initialisation|initialization|initialise|initialize|init scale|init_scale|initial scale",
+              "inicialización|inicializar|escala inicial")
+WEIGHTS = any_of("weight|weights|parameter|parameters|peso|pesos|parámetro|parámetros")
 # when: a weight too large from the start, not one that grew during training
-AT_START = words("init|initial|initially|initialised|initialized|start|started|begin|began|born|step 0|untrained",
-                 "from the start|inicial|inicialmente|inicializar|arrancar|empezar|comenzar|desde el principio",
-                 "paso 0|nacer")
-BIG = words("too large|too big|huge|large|big|scaled|enormous|oversized|far too|enorme|grande|demasiado grande",
-            TIMES)
-KEEP = words("keep|leave|use|add|turn on|switch on|enable|apply|rely on|retain|in place|mantener|usar|activar",
-             "dejar|aplicar|conservar|poner|puesto")
-FIND = words("find|look for|track down|hunt down|hunt|search|locate|fix|debug|trace|audit|inspect|buscar|encontrar",
-             "localizar|arreglar|corregir|rastrear|depurar")
-SCALER = words("scaling|scale|scaled|multiply|multiplier|reduction|loss scale|loss scaling|knob|amplify",
-               "escalar|escaló|multiplicar|amplificar|reducción")
-CULPRIT = words("bug|source|cause|origin|culprit|whoever|who|causa|error|fallo|origen|culpable|qué|que")
-SKIP = words("skip|drop|remove|filter|exclude|discard|omit|throw away|ignore|dedupe|deduplicate",
-             "saltar|descartar|eliminar|filtrar|quitar|omitir|ignorar|sacar|deduplicar")
+AT_START = any_of("init|initial|initially|initialised|initialized|start|started|begin|began|born|step 0|untrained",
+                  "from the start|inicial|inicialmente|inicializar|arrancar|empezar|comenzar|desde el principio",
+                  "paso 0|nacer")
+BIG = any_of("too large|too big|huge|large|big|scaled|enormous|oversized|far too|enorme|grande|demasiado grande",
+             TIMES)
+KEEP = any_of("keep|leave|use|add|turn on|switch on|enable|apply|rely on|retain|in place|mantener|usar|activar",
+              "dejar|aplicar|conservar|poner|puesto")
+FIND = any_of("find|look for|track down|hunt down|hunt|search|locate|fix|debug|trace|audit|inspect|buscar|encontrar",
+              "localizar|arreglar|corregir|rastrear|depurar")
+SCALER = any_of("scaling|scale|scaled|multiply|multiplier|reduction|loss scale|loss scaling|knob|amplify",
+                "escalar|escaló|multiplicar|amplificar|reducción")
+CULPRIT = any_of("bug|source|cause|origin|culprit|whoever|who|causa|error|fallo|origen|culpable|qué|que")
+SKIP = any_of("skip|drop|remove|filter|exclude|discard|omit|throw away|ignore|dedupe|deduplicate",
+              "saltar|descartar|eliminar|filtrar|quitar|omitir|ignorar|sacar|deduplicar")
 
 HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("turning gradient clipping off", (OFF, CLIP), reach=2, ordered=True,
