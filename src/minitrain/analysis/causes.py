@@ -101,7 +101,7 @@ STALL = any_of("stall|stalled|froze|frozen|freeze|barely moved|barely move|stopp
                "estancar|estancado|congelado|frenado|frenar|apenas se movió|dejó de moverse|dejar de moverse",
                "dejó de aprender|detenido|paralizado|ancla|lastre")
 TENSOR = any_of("tensor|parameter|param|bias|lm_head.bias|weight|layer|parámetro|sesgo|peso|capa")
-CLIP = any_of("clip|clipping|clipper|zclip|limiter|norm cap|cap|max_grad_norm|grad_clip|clip_grad_norm",
+CLIP = any_of("clip|clipping|clipper|zclip|limiter|norm cap|max_grad_norm|grad_clip|clip_grad_norm",
               "gradient clipping|grad clipping|norm clipping|global norm clipping|gradient norm clipping",
               "global clipping|adaptive clipping",
               "recorte|recortar|limitador|tope|recorte de gradiente|recorte del gradiente|recorte de gradientes")
