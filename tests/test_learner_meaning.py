@@ -66,6 +66,8 @@ def test_the_grader_agrees_with_the_teacher(split):
      "the gradients multiplied"),
     ("diagnosis", "the denominator under Adam's square root ballooned for one tensor", "optimizer_state_corruption",
      "credit", "Adam's second moment (v) corrupted or inflated"),
+    ("diagnosis", "someone strapped weights to the output bias's optimizer: that tensor barely moved",
+     "optimizer_state_corruption", "credit", "held back by Adam's second moment"),
     ("diagnosis", "el segundo momento del sesgo se infló cien veces", "optimizer_state_corruption", "credit",
      "corrupted or inflated"),
     ("diagnosis", "v was inflated 100x for the bias, so its update RMS fell to ~0.06", "optimizer_state_corruption",

@@ -121,11 +121,12 @@ BAD = any_of("bad|corrupt|corrupted|poisoned|garbage|weird|odd|broken|outlier|an
              "contaminated|polluted|tainted|contaminado",
              "malo|mala|mal|corrupto|raro|anómalo|atípico|envenenado|sucio|basura|defectuoso")
 RESTORE = any_of("reload|restore|load|go back|roll back|rollback|rewind|revert|resume|recover|bring back",
-                 "recargar|restaurar|volver|retroceder|cargar|reanudar|recuperar")
+                 "recargar|restaurar|volver|retroceder|cargar|reanudar|recuperar|restablecer|reponer")
 CHECKPOINT = any_of("checkpoint|snapshot|punto de control|copia de seguridad|before step|before the spike",
                     r"before the jump|before k|step ~\d+|antes del paso|paso ~\d+", V)
 RESET = any_of("reset|reinitialise|reinitialize|reinit|re init|re initialise|re initialize|initialise|initialize",
-               "zero|clear|recompute|rebuild|reiniciar|reinicializar|inicializar|poner a cero|borrar|recalcular")
+               "zero|clear|recompute|rebuild|reiniciar|reinicializar|inicializar|poner a cero|borrar|recalcular",
+               "resetear|restablecer")
 MASK = any_of("mask|masking|máscara|enmascaramiento")
 WARMUP = any_of("warmup|warm up|ramp|ramp up|calentamiento|rampa")
 INIT = any_of("init|initialisation|initialization|initialise|initialize|init scale|init_scale|initial scale",
@@ -249,7 +250,8 @@ _ALL = (
            Concept("a corrupted optimizer state", ("corrupt|tamper|overwrite|poison|corromper|dañar|estropear",
                                                    OPTIMIZER), reach=3,
                    pattern=r"state corruption|v_corrupt|optimizer_state_corruption"),
-           Concept("one tensor's updates held back by Adam's second moment", (V, STALL), reach=10)),
+           Concept("one tensor's updates held back by Adam's second moment", (V, STALL), reach=10),
+           Concept("one tensor's updates held back by Adam's second moment", (OPTIMIZER, STALL, TENSOR), reach=8)),
           "Checkpoint the optimizer moments with the weights and monitor RMS(g^2/v) and v per tensor; on a jump, "
           "reload the last pre-spike checkpoint's moments.", remedy="restore_moments",
           signs=(Concept("Adam's second moment", (V,), unless=NOT_V),
