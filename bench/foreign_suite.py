@@ -99,7 +99,7 @@ def diagnose(case, run, work):
     got = minitrain("import", str(src), "--out", str(dest), *flags(case, run))
     if got.returncode != 0:
         last = (got.stderr.strip().splitlines() or ["(no message)"])[-1]
-        return {"refused": last}
+        return {"refused": f"{case.source}: " + last.replace(str(run) + "/", "")}
     got = minitrain("diagnose", str(dest), "--json")
     if got.returncode != 0:
         last = (got.stderr.strip().splitlines() or ["(no message)"])[-1]
