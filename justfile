@@ -95,6 +95,12 @@ stability-md:
 eval-diagnosis *args:
     python bench/eval_diagnosis.py $([ "${quick:-0}" = 1 ] && echo --quick) $([ "${grown:-0}" = 1 ] && echo --grown) "$@"
 
+# score import + diagnose on runs from three trainers that are not minitrain (docs/foreign-runs.md):
+#   just foreign-suite --part dev|held-out|all   (trains each run once into build/foreign-suite/; exit 1 on a
+#   wrong name or a false alarm)
+foreign-suite *args:
+    python bench/foreign_suite.py "$@"
+
 # run the whole test suite (installs the test tools and a headless Chromium if missing)
 test *args:
     ./dev --setup-only --test-tools
