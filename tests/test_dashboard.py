@@ -193,9 +193,37 @@ def test_a_blind_page_withholds_and_seals(lab):
     assert data["blind"] and data["sealed"] and data["diagnosis"] is None
     assert data["injection"]["withheld"] and data["injection"]["step"] is None
     assert "She has written" not in page and "injection" not in data["manifest"]["config"]
-    assert data["checks"] is None and "§4.A" not in page  # the verdict and the answers only after the lab's reveal
+    assert set(data["checks"]) == {"signals"} and "§4.A" not in page  # the verdict and answers after the reveal
     assert [m for m in data["markers"] if m["kind"] == "k"] == []
     assert {h["label"]: h for h in data["health"]}["stability check"]["value"] == "sealed"
+
+
+def sealed_pages(lab: Path, tmp_path: Path) -> dict[str, Path]:
+    """A sealed page of each lab: spike (C, sealed by hand), blind, and break-it (a copy of the blind run in a
+    break-it lab's folder)."""
+    spike = dashboard.write_dashboard(lab / "19-injection-C", out=tmp_path / "C.html", sealed=True)
+    broke = tmp_path / "19-break-it"
+    copy_run(lab / "19-blind" / "01", broke / "01")
+    (broke / "SEALED.json").write_text('{"lab": "break-it"}')
+    return {"spike": spike, "blind": lab / "19-blind" / "01" / "dashboard.html",
+            "break-it": dashboard.write_dashboard(broke / "01")}
+
+
+def test_a_sealed_page_shows_every_panel_the_check_cites_and_names_no_answer(lab, tmp_path):
+    from minitrain.analysis import stability
+    leaves = [it for s in stability.TREE for it in s.items if not isinstance(it, stability.Node)]
+    status_words = {"unknown", "non_finite", "healthy"}  # also a run's status (a badge's class): not the tree's
+    for lab_name, path in sealed_pages(lab, tmp_path).items():
+        page = path.read_text()
+        data = embedded(page)
+        assert data["sealed"], lab_name
+        assert set(data["checks"]) == {"signals"}, lab_name  # measurements, no verdict, no question's answer
+        assert any(x for x in data["checks"]["signals"]["v_factor"]), lab_name  # panel 15 has data
+        assert any(x for x in data["checks"]["signals"]["g_all_up"] if x), lab_name  # panel 16 has data
+        for leaf in leaves:  # nowhere in the page, its source included
+            assert leaf.id not in page, (lab_name, leaf.id)
+            assert leaf.cause in status_words or leaf.cause not in page, (lab_name, leaf.cause)
+        assert "may not hold" in {h["label"]: h for h in data["health"]}["stability check"]["detail"]
 
 
 def test_embed_json_leaves_nothing_that_closes_a_script():
@@ -560,6 +588,19 @@ def test_blind_badge_and_sealed_stability_check(lab, browser):
     assert clean.page.locator("#injection-badge").inner_text() == "no injection"
     assert clean.page.locator("#stability table").is_visible()  # not sealed: shown at once
     clean.check_clean()
+
+
+def test_sealed_pages_draw_the_panels_the_check_cites(lab, browser, tmp_path):
+    for lab_name, path in sealed_pages(lab, tmp_path).items():
+        view = Opened(browser, path)
+        titles = view.page.locator(".panel h2").all_text_contents()
+        for key in ("v-factor", "g-all"):  # stability-check.md §6.1-6.3 and §7.1-7.2 ask the learner to read them
+            p = panels.BY_KEY[key]
+            assert f"{p.number}. {p.title}" in titles, (lab_name, titles)
+            drawn = view.plot(key)["data"]
+            assert any(v is not None for col in drawn[1:] for v in col), (lab_name, key)
+        assert view.page.locator("#stability").count() == 0, lab_name  # no question's answer, no verdict
+        view.check_clean()
 
 
 def test_difference_panel_does_not_magnify_float_rounding(lab, browser):

@@ -49,7 +49,9 @@ def tree_answer(ev: Evidence, ids: tuple[str, ...]) -> tuple[str | None, str]:
 
 def _verdict(ev: Evidence | None, verdict: dict | None, sealed: bool) -> dict:
     if sealed:
-        return _item("stability check", "sealed", "info", "the tree's verdict is shown after your diagnosis (reveal)")
+        return _item("stability check", "sealed", "info", "the tree's verdict is shown after your diagnosis (reveal); "
+                     "every panel it reads is here. The handout's expected values were measured on the course's "
+                     "model and data: on another model they may not hold, so read the panels against this run")
     if ev is None or verdict is None:
         return _item("stability check", "the walker cannot read this run", "warn", "minitrain diagnose RUN says why")
     at = f" at step {verdict['anomaly_step']}" if verdict.get("anomaly_step") is not None else ""

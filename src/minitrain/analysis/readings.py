@@ -117,8 +117,8 @@ def read(run: Path) -> dict | None:
 @dataclass
 class Assessment:
     """Everything judged that a run's page shows, handed to the views to lay out (they decide nothing):
-    checks      the walker's verdict, every question of the tree and the tree's signals (read()); None when
-                sealed or when the walker cannot read the run
+    checks      the walker's verdict, every question of the tree and the tree's signals (read()); when sealed,
+                the signals alone (measurements, no answer); None when the walker cannot read the run
     health      the health line (health.py): label, value, mark (`verdict`: ok | warn | bad | info), detail
     spikes      the course's spike flags (definitions.rolling_zscore_spikes), as steps
     markers     the judged step markers: the first non-finite step (run/nonfinite.py), the diagnosis's anomaly
@@ -159,12 +159,15 @@ def _rules(cfg: dict) -> dict:
 
 def assess(r: dict, sealed: bool, base: dict | None = None) -> Assessment:
     """The assessment of one run loaded by reader.load_run (`base`: its baseline, loaded the same way, or None).
-    `sealed`: the verdict, the tree's answers and the diagnosis's marker are not in it at all."""
+    `sealed`: the verdict, the tree's answers and the diagnosis's marker are not in it at all (the tree's
+    per-step signals are: they are measurements)."""
     run = Path(r["dir"])
     ev, checks = _evidence_and_checks(run)
     verdict = checks["verdict"] if checks else None
-    if sealed:  # the verdict and the tree's answers name the cause: not in the page at all before the reveal
-        checks = verdict = None
+    if sealed:  # the verdict and the tree's answers name the cause: not in the page at all before the reveal;
+        # the tree's per-step measurements (panels 15 and 16, which the check asks the learner to read) stay
+        checks = None if checks is None else {"signals": checks["signals"]}
+        verdict = None
     spikes = [] if ev is None else rolling_zscore_spikes(ev.steps.tolist(), ev.loss.tolist())
     cfg, results = reader.config_of(r["manifest"]), r["results"] or {}
     with np.errstate(all="ignore"), warnings.catch_warnings():

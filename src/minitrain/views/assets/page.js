@@ -197,9 +197,9 @@
     main.appendChild(sec);
   }
 
-  function stabilitySection(main) {  // analysis leaves `checks` out of a sealed page
+  function stabilitySection(main) {  // a sealed page's `checks` hold the signals alone (analysis leaves the answers out)
     var ck = D.checks;
-    if (!ck || !ck.questions.length) return;
+    if (!ck || !ck.questions || !ck.questions.length) return;
     var sec = el('section', 'info'); sec.id = 'stability';
     sec.appendChild(el('h2', '', 'Stability check: every question of stability-check.md, measured on this run'));
     var body = el('div', 'stab'), v = ck.verdict;
