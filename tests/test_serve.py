@@ -146,7 +146,12 @@ def test_in_chromium_the_curves_and_the_table_follow_a_run_while_it_trains(tmp_p
         page.wait_for_function(f"() => ({steps})() === 12")
         assert page.evaluate("() => window.__dashboard.state.full") == [0, 11]
         assert "step 11 (training)" in page.text_content("#live-status")
-        probe.close()
+        # every section that depends on the data is drawn again, not only the curves
+        assert page.text_content("#zoom-range") == "steps 0\u201311" and page.text_content("#status-badge") == "running"
+        assert "partial: steps 0-11" in page.text_content("#health")
+        probe.close()  # the run ends: the badge and the verdict say so without a reload
+        page.wait_for_function("() => document.getElementById('status-badge').textContent !== 'running'")
+        page.wait_for_function("() => !document.getElementById('health').textContent.includes('partial')")
         page.goto(site.base + "/")
         page.wait_for_function("() => window.__indexReady === true")
         page.wait_for_function("() => document.querySelector('tr[data-run=\"live-run\"] td[data-col=\"steps\"]').textContent === '12'")

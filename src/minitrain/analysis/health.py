@@ -47,7 +47,16 @@ def tree_answer(ev: Evidence, ids: tuple[str, ...]) -> tuple[str | None, str]:
     return None, f"the tree's {ids[0]}-{ids[-1]} answer no" if len(ids) > 1 else f"the tree's {ids[0]} answers no"
 
 
-def _verdict(ev: Evidence | None, verdict: dict | None, sealed: bool) -> dict:
+def partial_note(ev: Evidence | None, cfg: dict, results: dict) -> str:
+    """"" for a run that ended (results.json); else what the verdict has read of it so far."""
+    if results or ev is None or not len(ev.steps):
+        return ""
+    planned = cfg.get("steps")
+    return (f"partial: steps {int(ev.steps[0])}-{int(ev.steps[-1])}" + (f" of {planned}" if planned else "")
+            + ", the run has not finished")
+
+
+def _verdict(ev: Evidence | None, verdict: dict | None, sealed: bool, partial: str = "") -> dict:
     if sealed:
         return _item("stability check", "sealed", "info", "the tree's verdict is shown after your diagnosis (reveal); "
                      "every panel it reads is here. The handout's expected values were measured on the course's "
@@ -55,9 +64,10 @@ def _verdict(ev: Evidence | None, verdict: dict | None, sealed: bool) -> dict:
     if ev is None or verdict is None:
         return _item("stability check", "the walker cannot read this run", "warn", "minitrain diagnose RUN says why")
     at = f" at step {verdict['anomaly_step']}" if verdict.get("anomaly_step") is not None else ""
-    return _item("stability check", f"{verdict['leaf']} {verdict['title']}{at}",
-                 "ok" if verdict["cause"] == "healthy" else "bad",
-                 "the walker's verdict (stability-check.md, first matching leaf)")
+    return _item("stability check", f"{verdict['leaf']} {verdict['title']}{at}" + (f" ({partial})" if partial else ""),
+                 "info" if partial else "ok" if verdict["cause"] == "healthy" else "bad",
+                 "the walker's verdict (stability-check.md, first matching leaf)"
+                 + ("; it may change as the run goes on" if partial else ""))
 
 
 def _start(ev: Evidence) -> list[dict]:
@@ -158,7 +168,7 @@ def summary(ev: Evidence | None, cfg: dict, results: dict, verdict: dict | None,
     """The health line of one run: `ev` its evidence (None when the walker cannot read it), `cfg` and `results`
     its config and results, `verdict` the walker's, `sealed` whether the verdict is withheld, `spikes` the
     course's spike flags (definitions.rolling_zscore_spikes)."""
-    out = [_verdict(ev, verdict, sealed)]
+    out = [_verdict(ev, verdict, sealed, partial_note(ev, cfg, results))]
     if ev is None:
         return out
     def tree(items: list[dict]) -> list[dict]:  # their marks and details are the tree's answers (§1, §2, §3.1)

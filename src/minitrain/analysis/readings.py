@@ -170,6 +170,9 @@ def assess(r: dict, sealed: bool, base: dict | None = None) -> Assessment:
         verdict = None
     spikes = [] if ev is None else rolling_zscore_spikes(ev.steps.tolist(), ev.loss.tolist())
     cfg, results = reader.config_of(r["manifest"]), r["results"] or {}
+    partial = health.partial_note(ev, cfg, results)
+    if checks and "verdict" in checks and partial:  # a copy: once() keeps the walk as read, not the page's words
+        checks = {**checks, "verdict": {**checks["verdict"], "partial": partial}}
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         line = health.summary(ev, cfg, results, verdict, sealed, spikes)
