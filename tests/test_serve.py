@@ -109,6 +109,27 @@ def test_ctrl_c_stops_the_server(tmp_path):
     assert proc.wait() == 0 and "stopped" in proc.stderr.read()
 
 
+def test_a_run_folder_serves_its_parent_and_never_lists_checkpoints_as_runs(small_lab, tmp_path):
+    run = small_lab / "18-baseline"
+    assert any((run / "checkpoints").iterdir())
+    root, start, note = serve.site_root(run)
+    assert root == small_lab.resolve() and start == "/view?run=18-baseline" and "run folder: serving its parent" in note
+    s = Served(root)
+    try:
+        code, rows = s.json("/api/runs")
+        names = [r["run"] for r in rows]
+        assert code == 200 and "18-baseline" in names and not any("checkpoints" in n for n in names)
+    finally:
+        s.close()
+    proc = subprocess.Popen([sys.executable, "-m", "minitrain", "serve", str(run), "--port", "0"],
+                            stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_as_at_a_terminal)
+    lines = [proc.stderr.readline() for _ in range(3)]
+    proc.send_signal(signal.SIGINT)
+    proc.wait()
+    assert "/view?run=18-baseline" in lines[0] and "is a run folder: serving its parent" in lines[1]
+    assert "outside it (--out elsewhere) is not among them" in lines[2]  # why a run trained elsewhere is missing
+
+
 def test_in_chromium_the_curves_and_the_table_follow_a_run_while_it_trains(tmp_path, browser):
     from minitrain.probe import attach
 

@@ -361,7 +361,8 @@ SERVE = Command(
     "within a second or two of each new row. Sealed lab runs stay sealed. Only pages and images under EXPERIMENTS "
     "are served.",
     (Arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
-         help="folder holding the run folders (default experiments)"),
+         help="folder holding the run folders (default experiments); a run folder serves its parent, opening "
+              "that run's page"),
      Arg("--port", type=int, default=8000, help="port to listen on (default 8000; 0 = any free port)"),
      Arg("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")),
     pages.cmd_serve)
