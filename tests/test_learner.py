@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from conftest import assert_one_line_error, read_only, run_cli, small_args, small_config
+from minitrain.analysis.definitions import RECOVERY_RULE
 from minitrain import loop
 from minitrain.lab import blind
 from minitrain.run import redact
@@ -412,6 +413,16 @@ def test_blind_lab_is_graded_through_the_sealed_mapping(blind_lab, workdir):
         seed, k = entry["overrides"]["seed"], entry["overrides"]["injection_step"]
         assert f"`19-blind/{run_id}` (sealed mapping: {run_id} carried {entry['fault']})**" in proc.stdout
         assert f"(seed {seed}, K = {k})" in proc.stdout
+    # no baseline of a blind run's seed: the v jump, its tensor and the recovery against the run's own median
+    sections = {s.split("`", 1)[0]: s for s in proc.stdout.split("## Injection ")}
+    measured = {fault: {line.split(": ", 1)[0].strip("- "): line.split(": ", 1)[1]
+                        for line in next(s for s in sections.values() if f"carried {fault})" in s).splitlines()
+                        if line.startswith("  - ") and ": " in line} for fault in ("bad_batch", "v_corrupt")}
+    assert "against its own median" in proc.stdout
+    v = measured["v_corrupt"]
+    assert v["tensor with the v jump"] == "lm_head.bias" and float(v["Adam v jump at K (run / baseline)"]) > 10, v
+    assert v["steps until its v is within 10% of the baseline"] != "n/a", v
+    assert measured["bad_batch"][f"recovery steps (until {RECOVERY_RULE})"] != "n/a", measured["bad_batch"]
     proc = run_cli("grade", "cy", "--lab", "blind", "--experiments", str(exp), cwd=workdir)
     assert "3/3 correct" in proc.stdout, proc.stdout + proc.stderr
 

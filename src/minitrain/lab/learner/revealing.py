@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from minitrain.analysis import readings, signature, stability
-from minitrain.analysis.compare import RECOVERY_RULE, measure
+from minitrain.analysis.compare import RECOVERY_RULE, measure, measure_own
 from minitrain.core.errors import UserError
 from minitrain.core.fmt import fmt
 from minitrain.lab import blind, spoilers
@@ -57,7 +57,8 @@ MEASURE_LINES = {
 def measured_lines(fault: str, m: dict) -> list[str]:
     out = []
     for label, key, other in MEASURE_LINES.get(fault, ()):
-        value = fmt(m.get(key))
+        never = key in ("recovery_steps", "v_steps_to_within_10pct") and key in m and m[key] is None
+        value = "not within the run" if never else fmt(m.get(key))
         if other:
             sep = "step" if other == "max_loss_diff_step" else ("difference" if other.endswith("_diff") else "baseline")
             value += f" ({sep} {fmt(m.get(other))})"
@@ -93,7 +94,12 @@ def measured_block(fault: str, run_id: str | None, lab: Lab, experiments: Path, 
     baseline = reader.find_baseline(run, experiments)
     seed, k = run_seed_k(run, fault, mapping)
     m = measure(run, baseline, k)
-    lines = [f"**Measured on your run {where}** against `{m['baseline'] or 'no baseline found'}` (seed {seed}"
+    against = f"`{m['baseline']}`"
+    if m["baseline"] is None and k is not None:  # a blind run has no baseline: as its page, against its own median
+        own = measure_own(run, k)
+        m.update({key: v for key, v in own.items() if key != "against"})
+        against = f"{own.get('against', 'no baseline found')} (no baseline)"
+    lines = [f"**Measured on your run {where}** against {against} (seed {seed}"
              + (f", K = {k}" if k is not None else "") + "):"]
     lines += measured_lines(fault, m)
     checks = readings.read(run)  # the walk the run's page made (readings.once), not a second one
