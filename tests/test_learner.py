@@ -480,7 +480,8 @@ def test_remediate_reruns_from_before_the_anomaly(lab, fault, remedy):
     assert v["verdict"] in ("better", "no better", "worse") and v["measure"] == "final validation loss"
     assert v["by"] == pytest.approx(abs(v["after"]) - abs(v["before"])) and v["line"].startswith(v["verdict"])
     item = next(h for h in page["health"] if h["label"].startswith(f"remedy {remedy}"))
-    assert item["detail"] == v["line"]
+    assert item["detail"] == rep["conclusion"]["line"] and v["line"] in item["detail"]  # one verdict, the loss in it
+    assert item["value"] == rep["conclusion"]["outcome"]
     assert _index_row(lab, out.name).startswith("§")  # the index was rebuilt: the remediation has its row
     assert rows[K + 2]["loss"] != orig[K + 2]["loss"]  # the remedy changed what follows K
     # both runs are measured against the baseline (whether the remedy helps is measured, not assumed:

@@ -56,6 +56,13 @@ def partial_note(ev: Evidence | None, cfg: dict, results: dict) -> str:
             + ", the run has not finished")
 
 
+def whole_rerun(item: dict) -> dict:
+    """The walker's verdict item on a remediated run: the whole re-run keeps the original's rows up to the fix
+    point, so its walk finds the original fault; the remedy is judged after the fix point (remedy_items)."""
+    return {**item, "verdict": "info", "detail": "the walk over the whole re-run, which keeps the original's rows "
+            "up to the fix point (the fault there is the original's); the remedy's verdict is judged after it"}
+
+
 def _verdict(ev: Evidence | None, verdict: dict | None, sealed: bool, partial: str = "") -> dict:
     if sealed:
         return _item("stability check", "sealed", "info", "the tree's verdict is shown after your diagnosis (reveal); "
@@ -180,11 +187,16 @@ def summary(ev: Evidence | None, cfg: dict, results: dict, verdict: dict | None,
 
 
 def remedy_items(rep: dict | None) -> list[dict]:
-    """A remediated run's verdict against the baseline (remediation.json, written by `minitrain remediate`)
-    and the re-walk after the fix: ok when better / fixed, bad when worse / not fixed."""
+    """A remediated run's verdict (remediation.json, written by `minitrain remediate`): its one conclusion
+    (fixcheck.conclusion), or, in an older file, the verdict against the baseline and the re-walk after the fix:
+    ok when better / fixed, bad when worse / not fixed."""
     v = (rep or {}).get("verdict")
     if not isinstance(v, dict) or "line" not in v:
         return []
+    one = rep.get("conclusion")
+    if isinstance(one, dict) and "line" in one:  # remediate's one verdict: the fault after the fix and the loss
+        return [_item(f"remedy {rep.get('remedy')} vs {rep.get('baseline')}", str(one.get("outcome")),
+                      str(one.get("mark", "info")), str(one["line"]))]
     mark = {"better": "ok", "no better": "info", "worse": "bad"}.get(v.get("verdict"), "info")
     items = [_item(f"remedy {rep.get('remedy')} vs {rep.get('baseline')}", str(v["line"]).split(":")[0], mark,
                    str(v["line"]))]

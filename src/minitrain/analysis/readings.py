@@ -177,6 +177,8 @@ def assess(r: dict, sealed: bool, base: dict | None = None) -> Assessment:
         warnings.simplefilter("ignore", RuntimeWarning)
         line = health.summary(ev, cfg, results, verdict, sealed, spikes)
     remediation, _ = reader.read_optional_json(run / "remediation.json")
+    if health.remedy_items(remediation):  # a remediated run: its whole walk is not the remedy's verdict
+        line[0] = health.whole_rerun(line[0])
     line += health.remedy_items(remediation) + health.explain_items(r["diagnosis"], sealed)
     notes = [] if base is None else compare.baseline_notes(r["manifest"], base["manifest"], base["name"])
     return Assessment(checks=checks, health=line, spikes=spikes, markers=_markers(r, sealed), notes=notes,
