@@ -751,3 +751,9 @@ def test_the_health_line_is_never_cut(lab, browser):
     lr = next(h for h in blind if h["label"] == "learning rate")
     assert "?" not in lr["value"] and "warmup withheld (blind run: panel 2 'Learning rate'" in lr["value"]
     assert "warmup 100 steps" in next(h for h in data_of(lab, "18-baseline")["health"] if h["label"] == "learning rate")["value"]
+
+
+def test_a_perplexity_past_a_float_says_overflow():
+    from minitrain.analysis import health
+
+    assert health.perplexity_text(3.18) == "24.05" and health.perplexity_text(750.0) == "overflow"

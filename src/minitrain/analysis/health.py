@@ -124,6 +124,14 @@ def _nonfinite(ev: Evidence) -> dict:
                  "bad" if f.matched else "ok", f"{NONFINITE}: {f.shown}")
 
 
+def perplexity_text(loss: float) -> str:
+    """exp(loss), or "overflow" past what a float holds (a diverged run's loss of hundreds of nats)."""
+    try:
+        return f"{math.exp(loss):.4g}"
+    except OverflowError:
+        return "overflow"
+
+
 def _validation(ev: Evidence, results: dict) -> list[dict]:
     ngram, val, where = ev.ngram_val_loss, results.get("final_val_loss"), "final"
     if val is None:
@@ -132,8 +140,8 @@ def _validation(ev: Evidence, results: dict) -> list[dict]:
             val, where = float(ev.val_loss[idx[-1]]), f"last (step {ev.step_at(int(idx[-1]))})"
     if val is not None and ngram is not None:
         margin = ngram - val
-        return [_item(f"{where} val loss", f"{val:.3f} (ppl {math.exp(min(val, 700)):.4g}) vs n-gram {ngram:.3f} "
-                      f"(ppl {math.exp(ngram):.4g})", "ok" if margin > 0 else "bad",
+        return [_item(f"{where} val loss", f"{val:.3f} (ppl {perplexity_text(val)}) vs n-gram {ngram:.3f} "
+                      f"(ppl {perplexity_text(ngram)})", "ok" if margin > 0 else "bad",
                       f"{margin:.3f} below the n-gram baseline" if margin > 0
                       else f"{-margin:.3f} above the n-gram baseline")]
     if ngram is not None:

@@ -104,7 +104,11 @@ def measured_block(fault: str, run_id: str | None, lab: Lab, experiments: Path, 
     lines += measured_lines(fault, m)
     checks = readings.read(run)  # the walk the run's page made (readings.once), not a second one
     verdict = checks["verdict"] if checks else None
-    if verdict:
+    if verdict and k is None:  # a break lasts the whole run: wrong from step 0, whatever step its evidence is read at
+        at = verdict.get("anomaly_step")
+        lines.append(f"  - the stability walker on this run: {verdict.get('leaf')} ({verdict.get('cause')}); the "
+                     "break is there from step 0" + (f" (the walker reads its evidence at step {at})" if at else ""))
+    elif verdict:
         lines.append(f"  - the stability walker on this run: {verdict.get('leaf')} ({verdict.get('cause')}), "
                      f"anomaly at step {verdict.get('anomaly_step')}")
     return "\n".join(lines)
@@ -127,7 +131,7 @@ def complete_reference(ref_text: str, refs: dict[str, Reference], lab: Lab, expe
             section = section.replace(f"<!-- measured:{fault} -->", measured_block(fault, run_id, lab, experiments,
                                                                                    mapping))
         out.append(section)
-    text = "".join(out)
+    text = "".join(out).replace("{diagnoses}", lab.file)
     missing = [f for f in lab_faults(lab) if f"<!-- measured:{f} -->" not in ref_text]
     return text + "".join("\n" + measured_block(f, runs.get(f), lab, experiments, mapping) + "\n" for f in missing)
 
