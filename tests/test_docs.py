@@ -10,7 +10,8 @@ import pytest
 from conftest import ROOT, cli_commands, run_cli
 
 SRC = ROOT / "src" / "minitrain"
-DOCS = [ROOT / "README.md", ROOT / "justfile", ROOT / "stability-check.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "justfile", ROOT / "stability-check.md", *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "solutions").glob("*.md"))]
 
 # A file path as the docs write it: `src/minitrain/analysis/tree.py`, `tests/test_loop.py`, `docs/regimes.md`,
 # `analysis/tree.py` (inside src/minitrain), `minitrain/cli.py` (inside src), or a bare `tree.py`.

@@ -419,6 +419,7 @@ def test_blind_lab_is_graded_through_the_sealed_mapping(blind_lab, workdir):
                         for line in next(s for s in sections.values() if f"carried {fault})" in s).splitlines()
                         if line.startswith("  - ") and ": " in line} for fault in ("bad_batch", "v_corrupt")}
     assert "against its own median" in proc.stdout
+    assert "seals your `blind-diagnoses.md`" in proc.stdout and "spike-diagnoses.md" not in proc.stdout
     v = measured["v_corrupt"]
     assert v["tensor with the v jump"] == "lm_head.bias" and float(v["Adam v jump at K (run / baseline)"]) > 10, v
     assert v["steps until its v is within 10% of the baseline"] != "n/a", v
@@ -542,3 +543,13 @@ def test_the_lab_folder_keeps_the_traces_a_learner_cannot_delete(lab, workdir):
     assert "3/3 correct" in proc.stdout and "REVEALED BEFORE THE SEAL" in proc.stdout and "by bo" in proc.stdout
     proc = run_cli("check", "bo", *exp, cwd=workdir)
     assert "[FAIL] spike-diagnoses.md sealed before the reveal" in proc.stdout and "REVEALED BEFORE" in proc.stdout
+
+
+def test_a_break_is_reported_wrong_from_step_0_not_at_an_anomaly_step(lab, tmp_path):
+    from minitrain.lab.learner import revealing
+
+    exp = tmp_path / "experiments"
+    shutil.copytree(lab / "18-baseline", exp / "19-break-it" / "03", ignore=shutil.ignore_patterns("checkpoints"))
+    mapping = {"03": {"fault": "broken_mask", "overrides": {"seed": 7}}}
+    text = revealing.measured_block("broken_mask", "19-break-it/03", learner.LABS["break-it"], exp, mapping)
+    assert "the break is there from step 0" in text and "anomaly at step" not in text, text
