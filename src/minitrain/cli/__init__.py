@@ -17,6 +17,7 @@ import sys
 
 from minitrain.cli import learner, pages, reports, runs, sweeps
 from minitrain.cli.command import AGAIN, Arg, Command, Parser, add_commands
+from minitrain.core import hints
 from minitrain.core.errors import EXIT_USER_ERROR, UserError
 from minitrain.core.course import LAB_K, LAB_SEED
 
@@ -444,6 +445,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if os.environ.get(hints.VIA) and not isinstance(sys.stdout, hints.TypedHints):
+        stdout, sys.stdout = sys.stdout, hints.TypedHints(sys.stdout)  # hints as typed: ./dev minitrain ...
+        try:
+            return main(argv)
+        finally:
+            sys.stdout = stdout
     parser, args = build_parser(), None
     try:
         args = parser.parse_args(argv)
@@ -456,12 +463,12 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except UserError as e:
         if runs.is_main_process():  # under torchrun every rank raises it; one line is enough
-            print(f"minitrain: error: {e}", file=sys.stderr)
+            print(f"minitrain: error: {hints.as_typed(str(e))}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt as e:
         # the interrupted code knows what to run (core.errors.Interrupted), else the command does
         say = getattr(e, "hint", None) or getattr(getattr(args, "spec", None), "interrupted", AGAIN)
-        print(f"minitrain: interrupted; {say}", file=sys.stderr)
+        print(f"minitrain: interrupted; {hints.as_typed(say)}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
