@@ -127,6 +127,10 @@ def test_movers_find_the_corrupted_second_moment(lab):
     data = data_of(lab, "19-injection-C")
     top = data["movers"]["vm"][0]
     assert top["name"] == "lm_head.bias" and top["step"] == K and top["factor"] > 30, data["movers"]["vm"]
+    assert top["rose"] is True
+    # its update fell (v up, so g/sqrt(v) down): a fall, never labelled as "x.. its median"
+    fell = next(m for m in data["movers"]["ur"] if m["name"] == "lm_head.bias")
+    assert fell["rose"] is False and fell["factor"] > 10
     assert len(data["movers"]["ur"]) <= movers.MOVERS
 
 
@@ -484,6 +488,8 @@ def test_legend_click_hides_and_shows_a_series(lab, browser):
     assert view.page.locator("#panel-loss canvas").screenshot() != canvas  # the points are gone from the plot
     entry.click()
     assert view.plot("loss")["show"][i] is True
+    ur = [label for label in view.plot("ur")["labels"] if str(label).startswith("lm_head.bias")]
+    assert ur and "(1/" in ur[0] and " of its " in ur[0], ur  # its update fell: said as a fall
     view.check_clean()
 
 
