@@ -465,6 +465,14 @@ def test_browser_renders_the_registry_offline(lab, browser):
         x, y = view.plot(p.key)["axes"]
         assert x == "step" and y.startswith(p.unit), (p.key, x, y)
     assert "nats" in view.plot("loss")["axes"][1]
+    for p in drawn:  # every y-axis title fits beside its plot: its text (drawn on the canvas) is no longer than
+        # the canvas is tall, so none is clipped
+        size = page.evaluate("""key => { const u = window.__dashboard.plots.find(q => q.spec.key === key).u;
+            const a = u.axes[1], c = document.createElement('canvas').getContext('2d');
+            c.font = Array.isArray(a.labelFont) ? a.labelFont[0] : a.labelFont;
+            return [c.measureText(a.label).width, u.root.querySelector('canvas').getBoundingClientRect().height]; }""",
+                             p.key)
+        assert 0 < size[0] <= size[1], (p.key, size)
     assert "step-0 loss" in page.locator("#health").inner_text()
     # the page's modules are inlined in one closure: no globals (window.panels is the #panels element)
     modules = page.evaluate("() => [typeof window.helpers, typeof window.chart, typeof window.panels.create]")
@@ -763,3 +771,12 @@ def test_a_perplexity_past_a_float_says_overflow():
     from minitrain.analysis import health
 
     assert health.perplexity_text(3.18) == "24.05" and health.perplexity_text(750.0) == "overflow"
+
+
+def test_an_update_ratio_taken_of_a_zero_weight_is_not_drawn(lab):
+    """lm_head.bias starts at zero: its step-0 update-to-weight ratio divides by telemetry's floor (~1e7). The
+    page leaves it out, so panel 6's axis spans the ratios that mean something."""
+    data = data_of(lab, "19-blind/01")
+    pt = data["runs"][0]["per_tensor"]
+    ur = pt["stats"]["ur"][pt["names"].index("lm_head.bias")]
+    assert ur[0] is None and max(v for v in ur if v is not None) < 1e3

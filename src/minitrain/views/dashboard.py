@@ -32,7 +32,7 @@ from pathlib import Path
 from minitrain.analysis import movers, panels, readings
 from minitrain.analysis.compare import step_differences
 from minitrain.core.errors import UserError
-from minitrain.core.fmt import page_number
+from minitrain.core.fmt import UR_WEIGHT_FLOOR, page_number
 from minitrain.run import files, reader, sealing
 
 PER_TENSOR_STATS = tuple(panels.tensor_stats())  # per-parameter telemetry the page plots (the panel registry)
@@ -111,6 +111,13 @@ def _natural_column(rows: list[dict], key: str) -> list:
     return [[_as_is(v[i]) if isinstance(v, list) and i < len(v) else None for v in vals] for i in range(n)]
 
 
+def _weight_at_floor(d: dict) -> bool:
+    """Whether a tensor's update-to-weight ratio was taken of a weight norm at telemetry's floor (a tensor
+    initialised at zero, on its first step): |w| = u / ur. Such a ratio (~1e7) is not drawn."""
+    u, ur = d.get("u"), d.get("ur")
+    return isinstance(u, (int, float)) and isinstance(ur, (int, float)) and ur > 0 and u / ur <= 10 * UR_WEIGHT_FLOOR
+
+
 def _per_tensor(rows: list[dict]) -> dict | None:
     """Per-parameter telemetry as {stat: [[value per step] per tensor]}, plus the sampled spectral norms."""
     names: list[str] = []
@@ -126,7 +133,7 @@ def _per_tensor(rows: list[dict]) -> dict | None:
         for i, n in enumerate(names):
             d = p.get(n) or {}
             for s in PER_TENSOR_STATS:
-                stats[s][i].append(_as_is(d.get(s)))
+                stats[s][i].append(None if s == "ur" and _weight_at_floor(d) else _as_is(d.get(s)))
     sigma_rows = [r for r in rows if r.get("sigma")]
     sigma_names = list(sigma_rows[0]["sigma"]) if sigma_rows else []
     sigma = {"steps": [r["step"] for r in sigma_rows], "names": sigma_names,
