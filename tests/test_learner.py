@@ -252,6 +252,8 @@ def test_break_it_lab_runs_one_run_at_a_time_and_does_not_leak(tmp_path):
     assert proc.returncode == 0, proc.stderr
     folder = tmp_path / "19-break-it"
     assert (folder / "02" / "manifest.json").exists() and not (folder / "01").exists()
+    # it says when a run starts (minutes of training, no progress bar off a terminal), before its summary line
+    assert proc.stdout.index("19-break-it/02: training 60 steps (run 2 of 3") < proc.stdout.index("19-break-it/02: finished")
     mapping = blind.open_mapping(folder)
     for run_id in ("01", "03"):
         blind.make_lab("break-it", folder, sets, only=run_id)
