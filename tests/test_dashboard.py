@@ -780,3 +780,11 @@ def test_an_update_ratio_taken_of_a_zero_weight_is_not_drawn(lab):
     pt = data["runs"][0]["per_tensor"]
     ur = pt["stats"]["ur"][pt["names"].index("lm_head.bias")]
     assert ur[0] is None and max(v for v in ur if v is not None) < 1e3
+
+
+def test_the_config_lists_only_the_injection_knobs_that_applied(lab):
+    c = data_of(lab, "19-injection-C")["config_applied"]
+    assert {"injection_factor", "injection_param", "injection_step"} <= set(c)
+    assert "injection_scale" not in c and "injection_sentence" not in c
+    base = data_of(lab, "18-baseline")["config_applied"]
+    assert [k for k in base if k.startswith("injection")] == ["injection"] and "lr_max" in base

@@ -31,8 +31,10 @@ from pathlib import Path
 
 from minitrain.analysis import movers, panels, readings
 from minitrain.analysis.compare import step_differences
+from minitrain.core.config import INJECTION_FIELDS
 from minitrain.core.errors import UserError
 from minitrain.core.fmt import UR_WEIGHT_FLOOR, page_number
+from minitrain.core.injections import REGISTRY
 from minitrain.run import files, reader, sealing
 
 PER_TENSOR_STATS = tuple(panels.tensor_stats())  # per-parameter telemetry the page plots (the panel registry)
@@ -186,6 +188,15 @@ def _run_payload(r: dict, role: str, with_tensors: bool = False) -> dict:
     return out
 
 
+def applied_config(cfg: dict) -> dict:
+    """The run's config as the page lists it: of the injection's knobs, only those its injection reads
+    (core/injections.py's params; injection_span for one that lasts), the others did not apply."""
+    inj = REGISTRY.get(str(cfg.get("injection", "none")))
+    used = {"injection", *((["injection_step", *inj.params] + (["injection_span"] if inj.lasts == "span" else []))
+                            if inj else [])}
+    return {k: v for k, v in cfg.items() if k not in INJECTION_FIELDS or k in used}
+
+
 def _page_config(cfg: dict, vocab_size: int) -> dict:
     """The run's settings the page's panels use, with the vocabulary the walker's ln V is taken of (analysis
     resolves it: the tokenizer's, else the config's, else the assumed default)."""
@@ -229,6 +240,7 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
                       "words": "withheld until the reveal (blind run)" if blind
                       else _injection_words(r["manifest"].get("injection") or {}, cfg)},
         "config": _page_config(cfg, judged.vocab_size),
+        "config_applied": applied_config(r["manifest"].get("config") or {}),
         "ngram_val_loss": (r["results"] or {}).get("ngram_val_loss",
                                                    (r["manifest"].get("ngram_baseline") or {}).get("val_loss")),
         "panels": panels.as_json(),

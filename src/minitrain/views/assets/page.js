@@ -286,7 +286,8 @@
     sec.appendChild(el('h3', '', 'Versions and hardware'));
     sec.appendChild(kvTable(Object.assign({}, man.versions || {}, man.hardware || {})));
     sec.appendChild(el('h3', '', 'Config'));
-    var c3 = el('div', 'cols3'); c3.appendChild(kvTable(man.config || {})); sec.appendChild(c3);
+    sec.appendChild(el('p', 'muted', 'the injection settings its injection does not read are left out (they are in the full manifest below)'));
+    var c3 = el('div', 'cols3'); c3.appendChild(kvTable(D.config_applied || man.config || {})); sec.appendChild(c3);
     var det = el('details'); det.appendChild(el('summary', '', 'full manifest.json'));
     det.appendChild(el('pre', 'raw', JSON.stringify(man, null, 2))); sec.appendChild(det);
     main.appendChild(sec);
