@@ -33,13 +33,18 @@ class Concept:
     A part is synonyms separated by "|"; each synonym is one or more words, each matched by its stem in English
     or Spanish ("multiplied" is "multiply"), or by a regular expression over the whole word when written
     "~regex" ("~x\\d+" is x50). Words of `unless` are invisible to the parts (the "gradients" of "squared
-    gradients" is Adam's second moment, not the gradient)."""
+    gradients" is Adam's second moment, not the gradient). When `opposite` is given, the first word of `along` or
+    `opposite` after the first part, in its clause, says which way it moved: `opposite` there says the concept the
+    wrong way round ("v shrank" where v grew), which a teacher reads."""
     label: str
     parts: tuple[str, ...] = ()
     pattern: str = ""
     reach: int = 6
     ordered: bool = False
     unless: str = ""
+    along: str = ""
+    opposite: str = ""
+    step: bool = False  # a step many fixes share (rewinding to a checkpoint): beside another fix it is its step
 
 
 def any_of(*groups: str) -> str:
@@ -57,6 +62,9 @@ class Cause:
     signs: tuple[Concept, ...] = ()
     fixes: tuple[Concept, ...] = ()
     harmful: tuple[Concept, ...] = ()
+    workarounds: tuple[Concept, ...] = ()  # act on the mechanism without removing the cause: a teacher reads them
+    recovers: bool = False  # the run recovers by itself: "no fix needed" is defensible, a teacher reads it
+    follows: bool = False  # a state other causes end in (NaN): named beside another cause it is a symptom listed
 
     @property
     def words(self) -> tuple[str, ...]:
@@ -82,8 +90,9 @@ OPTIMIZER = "adam|adamw|optimizer|optimiser|optimizador"
 # not Adam's v: the vocabulary size (ln V), and Adam's first moment (m)
 NOT_V = ("ln v|log v|ln of v|first moment|first moments|1st moment|momentum|adam's m|adam m|exp_avg|primer momento"
          "|primeros momentos|momento de primer orden")
-TIMES = any_of(r"~[x×]\d+(?:\.\d+)?|~\d+(?:\.\d+)?[x×]|~\d+-?fold|times|fold|factor|hundredfold|fiftyfold|fifty",
-               r"hundred|by ~\d+|by a factor|veces|cincuenta|cien|centenar|por ~\d+")
+# a factor of ten or more: "x3.6" or "x1.0" beside a right diagnosis is a measurement, not an explosion
+TIMES = any_of(r"~[x×][1-9]\d+(?:\.\d+)?|~[1-9]\d+(?:\.\d+)?[x×]|~\d+-?fold|times|fold|factor|hundredfold|fiftyfold",
+               r"fifty|hundred|by ~[1-9]\d+|by a factor|veces|cincuenta|cien|centenar|por ~[1-9]\d+")
 EXPLODED = any_of("explode|exploding|explosion|blow up|blew up|blown up|skyrocket|shot up|soar|through the roof",
                   "explotar|explosión|estallar|por las nubes")
 SCALING = any_of("scale|scaled up|multiply|multiplied|amplify|magnify|boost|crank|cranked up|turn up|turned up",
@@ -95,12 +104,19 @@ INFLATED = any_of("corrupt|corrupted|inflate|inflated|multiply|scale|scaled|blow
                   "pumped up|overwrite|overwritten|tamper|poison|garbage|wrong value|spike",
                   "corromper|corrompido|corrupto|inflar|inflado|aumentar|multiplicar|disparar|crecer|creció",
                   "enorme|hinchar|escalar|dañar|estropear|alterar|sobrescribir", TIMES)
+# the other way round for Adam's v: it fell (the corrupted run's v grew)
+SHRANK = any_of("shrink|shrank|shrunk|divide|divided|fell|fall|drop|dropped|decrease|decreased|reduce|reduced",
+                "too small|smaller|lower|vanish|dividir|dividió|encoger|encogió|bajar|bajó|caer|cayó|disminuir",
+                "disminuyó|reducir|reducido|menor")
 STALL = any_of("stall|stalled|froze|frozen|freeze|barely moved|barely move|stopped moving|stop moving|stuck",
                "shrank|shrink|shrunk|tiny|strapped|anchor|brake|ballast|weighed down|dead weight|paralysed",
                "paralyzed|stopped learning|stop learning|no longer learned",
                "estancar|estancado|congelado|frenado|frenar|apenas se movió|dejó de moverse|dejar de moverse",
                "dejó de aprender|detenido|paralizado|ancla|lastre")
 TENSOR = any_of("tensor|parameter|param|bias|lm_head.bias|weight|layer|parámetro|sesgo|peso|capa")
+# clipping Adam's update (StableAdamW), not the gradient: another cause's fix
+UPDATE_CLIP = ("update clipping|update clip|clip updates|clip the updates|clip the update|updates clipping"
+               "|recorte de actualizaciones|recorte del update|clipping de updates|clipping del update")
 CLIP = any_of("clip|clipping|clipper|zclip|limiter|norm cap|max_grad_norm|grad_clip|clip_grad_norm",
               "gradient clipping|grad clipping|norm clipping|global norm clipping|gradient norm clipping",
               "global clipping|adaptive clipping",
@@ -120,7 +136,8 @@ DUPLICATED = any_of("duplicate|duplicated|repeat|repeated|copy|copies|rare|uncom
 BAD = any_of("bad|corrupt|corrupted|poisoned|garbage|weird|odd|broken|outlier|anomalous|dirty|faulty|malformed",
              "contaminated|polluted|tainted|contaminado",
              "malo|mala|mal|corrupto|raro|anómalo|atípico|envenenado|sucio|basura|defectuoso")
-RESTORE = any_of("reload|restore|load|go back|roll back|rollback|rewind|revert|resume|recover|bring back",
+RESTORE = any_of("reload|restore|load|go back|roll back|rollback|rewind|revert|resume|recover|bring back|continue",
+                 "continuar|seguir|retomar",
                  "recargar|restaurar|volver|retroceder|cargar|reanudar|recuperar|restablecer|reponer")
 CHECKPOINT = any_of("checkpoint|snapshot|punto de control|copia de seguridad|before step|before the spike",
                     r"before the jump|before k|step ~\d+|antes del paso|paso ~\d+", V)
@@ -128,6 +145,9 @@ RESET = any_of("reset|reinitialise|reinitialize|reinit|re init|re initialise|re 
                "zero|clear|recompute|rebuild|reiniciar|reinicializar|inicializar|poner a cero|borrar|recalcular",
                "resetear|restablecer")
 MASK = any_of("mask|masking|máscara|enmascaramiento")
+# masks that are not the attention's causal mask: a near miss, not broken_mask
+OTHER_MASK = ("loss mask|loss masking|padding mask|pad mask|label mask|target mask|máscara de pérdida"
+              "|máscara de la pérdida|máscara del loss|máscara de padding|máscara de relleno")
 WARMUP = any_of("warmup|warm up|ramp|ramp up|calentamiento|rampa")
 INIT = any_of("init|initialisation|initialization|initialise|initialize|init scale|init_scale|initial scale",
               "inicialización|inicializar|escala inicial")
@@ -171,9 +191,15 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
     # harmful for any run: every run needs its warmup and its causal mask
     Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=2, ordered=True,
             pattern=r"warmup_steps\s*=\s*0\b"),
-    Concept("removing the mask", (OFF + "|delete|borrar", MASK), reach=2, ordered=True,
+    Concept("removing the mask", (OFF + "|delete|borrar", MASK), reach=2, ordered=True, unless=OTHER_MASK,
             pattern=r"causal_mask\s*=\s*false"),
-    Concept("removing the mask", (MASK, "off|disabled|desactivada|apagada"), reach=2, ordered=True),
+    Concept("removing the mask", (MASK, "off|disabled|desactivada|apagada"), reach=2, ordered=True,
+            unless=OTHER_MASK),
+    # keeping the fault in place ("keep warmup at 0", "leave the mask off")
+    Concept("keeping the warmup off", (KEEP, WARMUP, "~0|zero|off|none|disabled|cero|ninguno|desactivado"), reach=3,
+            ordered=True),
+    Concept("keeping the mask off", (KEEP, MASK, "off|disabled|all ones|bidirectional|full|desactivada|apagada"
+                                     "|todo unos|bidireccional"), reach=3, ordered=True, unless=OTHER_MASK),
     Concept("removing the mask", ("use|keep|make|leave|usar|mantener|dejar", "all ones|bidirectional|full attention"
                                   "|non causal|noncausal|todo unos|bidireccional"), reach=4, ordered=True),
 )
@@ -185,7 +211,8 @@ _ALL = (
                    reach=2, pattern=r"\bhealthy run\b"),
            Concept("no anomaly", pattern=r"no anomal|nothing wrong|sin anomal|nada raro")),
           "Nothing to prevent: keep the baseline's settings and monitoring.",
-          fixes=(Concept("no fix needed", pattern=r"no (?:fix|change|action)|nothing to (?:fix|do)|ninguna|nada que"),)),
+          fixes=(Concept("no fix needed", pattern=r"no (?:fix|change|action)|nothing to (?:fix|do)|do nothing|nothing needed|wait it out|ninguna"
+                                    r"|nada que|no hacer nada"),)),
     Cause("gradient_explosion",
           (Concept("an exploding gradient", (GRAD, EXPLODED), reach=3, unless=SQUARED,
                    pattern=r"gradient_explosion"),
@@ -203,15 +230,17 @@ _ALL = (
           "the norm against its EMA, as ZClip) that flags or down-weights outliers.", remedy="zclip",
           signs=(Concept("a gradient-norm spike", (GRAD, "spike|jump|huge|large|peak|pico|salto|saltar|enorme"),
                          reach=3, unless=SQUARED),),
-          fixes=(Concept("keeping (adaptive) gradient clipping", (KEEP, CLIP), reach=3, ordered=True),
+          fixes=(Concept("keeping (adaptive) gradient clipping", (KEEP, CLIP), reach=3, ordered=True,
+                         unless=UPDATE_CLIP),
                  Concept("keeping (adaptive) gradient clipping", (CLIP, KEEP + "|on|active|activado|enabled|adaptive"
                                                                   "|adaptativo|at 1|stay|stays|remain"),
-                         reach=3, ordered=True, pattern=r"zclip|clip_grad_norm|tighter clip"),
+                         reach=3, ordered=True, unless=UPDATE_CLIP, pattern=r"zclip|clip_grad_norm|tighter clip"),
                  Concept("keeping (adaptive) gradient clipping", ("lower|reduce|decrease|tighten|smaller|bajar|reducir"
-                                                                  "|disminuir|ajustar", CLIP), reach=2, ordered=True),
-                 Concept("keeping (adaptive) gradient clipping", (CLIP, GRAD), reach=2, ordered=True),
+                                                                  "|disminuir|ajustar", CLIP), reach=2, ordered=True, unless=UPDATE_CLIP),
+                 Concept("keeping (adaptive) gradient clipping", (CLIP, GRAD), reach=2, ordered=True,
+                         unless=UPDATE_CLIP),
                  Concept("keeping (adaptive) gradient clipping", ("not|never|nunca|no|don't", OFF + "|turn|switch", CLIP),
-                         reach=3, ordered=True),
+                         reach=3, ordered=True, unless=UPDATE_CLIP),
                  Concept("finding what scaled the gradients", (FIND, SCALER), ordered=True),
                  Concept("finding what scaled the gradients", (FIND, CULPRIT, GRAD + "|" + SCALER), ordered=True,
                          unless=SQUARED),
@@ -225,7 +254,7 @@ _ALL = (
                                                           "token|word|palabra"), reach=1)),
           "Check batch composition before the step (duplicated rows, rare-token share); deduplicate the data by "
           "fingerprint; skip a batch whose loss and gradient norm are both outliers (llm.c, Lightning).",
-          remedy="skip_batch",
+          remedy="skip_batch", recovers=True,
           signs=(Concept("the data", ("batch|minibatch|lote|minilote|data|datos",)),),
           fixes=(Concept("skipping or filtering the batch",
                          (SKIP, BATCH + "|" + ROWS + "|it|step|update|duplicate|duplicado|paso|copies|copias"), reach=4,
@@ -244,16 +273,18 @@ _ALL = (
                            reach=4))),
     Cause("optimizer_state_corruption",
           (Concept("Adam's second moment (v) corrupted or inflated", (V, INFLATED), reach=8, ordered=True,
-                   unless=NOT_V),
+                   unless=NOT_V, along=INFLATED, opposite=SHRANK),
            Concept("Adam's second moment (v) corrupted or inflated", (INFLATED, V), reach=3, ordered=True,
                    unless=NOT_V),
            Concept("a corrupted optimizer state", ("corrupt|tamper|overwrite|poison|corromper|dañar|estropear",
                                                    OPTIMIZER), reach=3,
                    pattern=r"state corruption|v_corrupt|optimizer_state_corruption"),
-           Concept("one tensor's updates held back by Adam's second moment", (V, STALL), reach=10),
-           Concept("one tensor's updates held back by Adam's second moment", (OPTIMIZER, STALL, TENSOR), reach=8)),
+           Concept("one tensor's updates held back by Adam's second moment", (V, STALL), reach=10, unless=NOT_V,
+                   along=INFLATED, opposite=SHRANK),
+           Concept("one tensor's updates held back by Adam's second moment", (OPTIMIZER, STALL, TENSOR), reach=8,
+                   along=INFLATED, opposite=SHRANK)),
           "Checkpoint the optimizer moments with the weights and monitor RMS(g^2/v) and v per tensor; on a jump, "
-          "reload the last pre-spike checkpoint's moments.", remedy="restore_moments",
+          "reload the last pre-spike checkpoint's moments.", remedy="restore_moments", recovers=True,
           signs=(Concept("Adam's second moment", (V,), unless=NOT_V),
                  Concept("one tensor stalled", (OPTIMIZER, STALL), reach=6),
                  Concept("one tensor stalled", (TENSOR + "|update|step|actualización|paso", STALL), reach=6),
@@ -261,7 +292,8 @@ _ALL = (
                                                        "|small|smaller|cayó|bajó|pequeña"), reach=4)),
           harmful=(Concept("raising beta2 (v decays slower, the stall lasts longer)", (RAISE, "beta2|β2"), reach=3,
                            ordered=True),),
-          fixes=(Concept("reloading a checkpoint or the optimizer's moments", (RESTORE, CHECKPOINT), ordered=True),
+          fixes=(Concept("reloading a checkpoint or the optimizer's moments", (RESTORE, CHECKPOINT), ordered=True,
+                         step=True),
                  Concept("resetting the tensor's moments", (RESET, V), reach=5, ordered=True, unless=NOT_V),
                  Concept("resetting the tensor's moments", ("set|put|bring|poner|devolver", V, "back|anterior"),
                          reach=4, ordered=True))),
@@ -298,8 +330,12 @@ _ALL = (
           (Concept("no warmup", ("no|without|missing|skip|skipped|lack|lacking|zero|forgot|removed|sin|falta|faltó"
                                  "|ningún|ninguna|omitido", WARMUP), reach=2, ordered=True,
                    pattern=r"warmup_steps\s*=\s*0\b|\bno_warmup\b"),
-           Concept("no warmup", (WARMUP, "missing|removed|absent|disabled|off|zero|gone|skipped|eliminado|ausente"
-                                 "|quitado|desactivado"), reach=3, ordered=True),
+           Concept("no warmup", (WARMUP, "missing|removed|absent|disabled|off|zero|~0|gone|skipped|eliminado|ausente"
+                                 "|quitado|desactivado|cero"), reach=3, ordered=True),
+           Concept("the LR at its peak from the first step", (LR, r"not|no|never|nunca|~\w*n't", "start|begin|ramp"
+                                                              "|arrancar|empezar|comenzar|partir|subir",
+                                                              "~0|zero|cero|near zero|low|small|bajo"), reach=3,
+                   ordered=True),
            Concept("the LR at its peak from the first step", (LR, "start|begin|jump straight|from step 0|first step"
                                                                   "|step one|empezar|comenzar|arrancar|arrancó"
                                                                   "|desde el paso 0",
@@ -310,41 +346,56 @@ _ALL = (
           fixes=(Concept("restoring the warmup", ("restore|add|put|bring|reintroduce|use|keep|enable|turn on|set up|set"
                                                   "|reinstate|restaurar|añadir|agregar|volver|poner|usar|activar"
                                                   "|reactivar", WARMUP), reach=5, ordered=True,
-                         pattern=r"warmup_steps\s*=\s*[1-9]"),)),
+                         pattern=r"warmup_steps\s*=\s*[1-9]"),
+                 Concept("restoring the warmup", (WARMUP, LR + "|lr_max|peak"), reach=3)),
+          workarounds=(Concept("lowering the peak LR instead of warming up", (LOWER, LR + "|lr_max|peak|pico"),
+                               reach=3, ordered=True),)),
     Cause("broken_mask",
           (Concept("a broken causal mask", ("broken|all ones|wrong|non causal|noncausal|bidirectional|full|no causal",
-                                            MASK), reach=2, ordered=True),
+                                            MASK), reach=2, ordered=True, unless=OTHER_MASK),
            Concept("a broken causal mask", (MASK, "broken|all ones|ones|not causal|non causal|noncausal|wrong|missing"
                                             "|removed|replaced|disabled|off|gone|full|bidirectional|roto|rota|mal"
                                             "|eliminada|desactivada|quitada|todo unos|todos unos|unos|no causal"
                                             "|not applied|never applied|no se aplicó|no se aplicaba|ignored|ignorada"
-                                            "|skipped|omitida"), reach=3,
+                                            "|skipped|omitida"), reach=3, unless=OTHER_MASK,
                    pattern=r"\bbroken_mask\b"),
-           Concept("positions see the future tokens", ("see|peek|look|attend|ver|vea|veía|mirar|espiar",
-                                                       "future|next token|next tokens|answer|target|later token"
-                                                       "|must predict|has to predict|is to predict|debe predecir"
+           Concept("positions see the future tokens", ("see|peek|look|attend|ver|vea|veía|mirar|espiar|atiende"
+                                                       "|atienden|atender|atendía",
+                                                       "future|next token|next tokens|later token"
                                                        "|later position|future position|posiciones futuras"
                                                        "|all positions|every position|every other token|whole sequence"
                                                        "|entire sequence|todas las posiciones|toda la secuencia"
-                                                       "|futuro|futuros|respuesta|siguiente|objetivo"), reach=4),
+                                                       "|futuro|futuros|siguiente|siguientes"), reach=4),
            Concept("positions see the future tokens", (MASK, "see|peek|look ahead|attend|ver|vea|veía|mirar"),
-                   reach=5, ordered=True),
+                   reach=5, ordered=True, unless=OTHER_MASK),
            Concept("positions see the future tokens", ("copy|copies|copying|copiar|copia", "next token|following token"
                                                        "|siguiente token|token siguiente|future"), reach=3),
            Concept("positions see the future tokens", ("attention|atención", "bidirectional|bidireccional"), reach=3),
-           Concept("a broken causal mask", ("no|without|sin", MASK), reach=2, ordered=True),
+           Concept("a broken causal mask", ("no|without|sin|missing|lack|lacks|lacking|absent|falta|faltar|ausente",
+                                            MASK), reach=2, ordered=True, unless=OTHER_MASK),
            Concept("a broken causal mask", (r"~\w*n't|not", "masked"), reach=0, ordered=True),
            Concept("a broken causal mask", ("unmasked|sin enmascarar",))),
           "Test the attention mask (no position sees a later one) and watch the gap between training and "
           "validation loss; validation always uses the causal mask.", config_fix="causal_mask=true",
-          signs=(Concept("the mask", (MASK,)),),
+          # seeing what it must predict fits a target leak as well
+          signs=(Concept("the mask", (MASK,), unless=OTHER_MASK),
+                 Concept("the model sees what it must predict", ("see|sees|peek|look|has|have|copy|copies|ver|tener"
+                                                                 "|tiene delante|copiar|copia",
+                                                                 "answer|target|must predict|has to predict"
+                                                                 "|is to predict|debe predecir|tiene que predecir"
+                                                                 "|respuesta|objetivo"), reach=4)),
           fixes=(Concept("restoring the causal mask", ("make|set|keep|hacer|dejar", MASK, "causal|triangular|tril"),
-                         reach=3, ordered=True),
+                         reach=3, ordered=True, unless=OTHER_MASK),
                  Concept("restoring the causal mask", ("restore|fix|use|put|bring|enable|re enable|turn|switch on"
                                                        "|retrain|train|rerun|re run|entrenar|reentrenar"
                                                        "|reinstate|reapply|re apply|apply|restaurar|arreglar|usar|poner|volver|aplicar"
                                                        "|activar|reactivar", "causal|triangular|tril|mask|máscara"),
-                         reach=4, ordered=True, pattern=r"causal_mask\s*=\s*true"),)),
+                         reach=4, ordered=True, unless=OTHER_MASK, pattern=r"causal_mask\s*=\s*true"),),
+          # the model learned to peek: going on from its weights keeps what it learned that way
+          workarounds=(Concept("resuming the model trained without the mask", ("resume|continue|go on|keep training"
+                                                                                "|seguir|continuar|retomar|reanudar",
+                                                                                "checkpoint|punto de control"),
+                               reach=4, ordered=True),)),
     Cause("target_leak",
           (Concept("targets leaked into the inputs", ("target|label|objetivo|etiqueta", "leak|leaked|fuga|filtrar"),
                    reach=3, pattern=r"(?:no|missing|forgot\w*) (?:the )?(?:one[- ]token )?shift|\btarget_leak\b"),
@@ -358,13 +409,13 @@ _ALL = (
            Concept("a stuck data loader", ("same batch|identical batch|mismo lote", "again|every step|over and over"
                                            "|served|repeat|repeated|twice|otra vez|cada paso|repetido"), reach=4),
            Concept("a stuck data loader", (BATCH, "repeat|repeated|served|again|repetido|servido",
-                                           "steps|consecutive|in a row|pasos|consecutivos|seguidos"), reach=4,
+                                           "~steps|consecutive|in a row|~pasos|consecutivos|seguidos"), reach=4,
                    ordered=True)),
           "Log a fingerprint of every batch (rows, token statistics) and alarm when one repeats; the data order "
           "is a pure function of (seed, step) here, so a repeat is a bug."),
     Cause("non_finite", (Concept("NaN or Inf values", pattern=r"\bnan\b|non[- ]finite|\binf\b|infinit|no finito"),),
           "Stop at the first non-finite loss or gradient (the loop does), and resume from the last finite "
-          "checkpoint with the cause fixed."),
+          "checkpoint with the cause fixed.", follows=True),
     Cause("lr_schedule",
           (Concept("a broken LR schedule", ("schedule|scheduler|programa|planificador", LR), reach=2,
                    pattern=r"(?:lr|learning rate) (?:is )?constant|constant (?:lr|learning rate)|\blr_schedule\b"),),

@@ -35,22 +35,29 @@ import snowballstemmer
 from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, Concept
 
 CREDIT, NO, REVIEW = "credit", "no", "review"
+CONCEPTS_THAT_ARE_STEPS = tuple(c for cause in CAUSES.values() for c in cause.fixes if c.step)
 
 # a negation rules out what follows it in the same clause, up to this many words later
 NEGATION_REACH = 6
 NEGATORS = re.compile(r"(?<![\w'])(?:not|n't|no|never|nor|neither|ni|nunca|rather than|instead of|en vez de"
                       r"|en lugar de|excluding|except)(?![\w'])|n't\b")
 AFTER_NEGATORS = re.compile(r"^\W*(?:\w+\W+){0,3}?(?:(?:is|was) (?:not it|ruled out|excluded)|ruled out|excluded|descartad[oa]s?)\b")
-CLAUSE_BREAK = re.compile(r"[.;:!?\n,()]|(?<!\w)(?:but|however|although|though|whereas|yet|because|since|pero|sino"
+CLAUSE_BREAK = re.compile(r"[;:!?\n,()]|\.(?!\w)|(?<!\w)(?:but|however|although|though|whereas|yet|because|since|pero|sino"
                           r"|aunque|porque|ya que|mientras)(?!\w)")
 HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|could be|not sure|unsure|not certain"
                     r"|i think|i guess|quiz[aá]s?|tal vez|puede que|a lo mejor|es posible que|probablemente"
                     r"|creo que|no estoy segur[oa])(?!\w)|\?")
 ALTERNATIVES = re.compile(r"(?<!\w)(?:or|either|o|u)(?!\w)")
+# two answers offered as alternatives by their form ("either A or B", "whether A or B", "o A o B", "ya sea A o B"),
+# whatever A and B are: a hedge even where one of them names no cause the grader knows
+CORRELATIVE = re.compile(r"(?<!\w)(?:either|whether)(?!\w).*?(?<!\w)or(?!\w)"
+                         r"|(?:^|[.;:!?(]\s*)(?:o|u|ya sea|bien|sea)\s.*?(?<!\w)(?:o|u)(?!\w)")
+# an indefinite word's adjective describes nothing in particular ("something odd", "algo raro"): it names nothing
+INDEFINITE = frozenset("something anything algo nada".split())
 # words a sentence has and a list of keywords does not
 FUNCTION_WORDS = frozenset(
     "the a an was were is are be been of to by at in on its it that this so and has had have got with for from "
-    "el la los las de del se es fue un una en que por con y al lo su".split())
+    "el la los las de del se es fue un una en que por con y al lo su sus para".split())
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,12 @@ class Point:
     """One part of an answer judged: credit / no / review, and why (in the words the learner is shown)."""
     verdict: str
     why: str
+
+
+def hedged(low: str) -> bool:
+    """Whether the answer is said with a hedge; a "?" in parentheses is a side question, not doubt ("(loss
+    scaling?)")."""
+    return bool(HEDGES.search(re.sub(r"\?(?=[^()]*\))", "", low)))
 
 
 def normalise(text: str) -> str:
@@ -152,7 +165,9 @@ class Words:
     sentences: tuple[int, ...]
     clauses: tuple[int, ...]
     by_stem: dict[tuple[int, str], list[int]]  # where each stem is (a phrase is looked for where its first word is)
+    vague: frozenset[int]  # words that describe nothing in particular ("odd" in "something odd")
     found: dict = field(default_factory=dict, compare=False)  # occurrences already looked for
+    backwards: set = field(default_factory=set, compare=False)  # concepts said the wrong way round
 
     def starts(self, matcher: tuple[str, object]) -> list[int]:
         if matcher[0] != "stem":
@@ -199,26 +214,42 @@ def words_of(text: str) -> Words:
     for i, word in enumerate(words):
         for k, stem in enumerate(stems(word)):
             by_stem.setdefault((k, stem), []).append(i)
+    vague = frozenset(i + 1 for i, word in enumerate(words[:-1]) if word in INDEFINITE)
     return Words(text, language(words), words, tuple(m.span() for m in matches),
                  tuple(sum(e <= m.start() for e in ends) for m in matches),
-                 tuple(sum(e <= m.start() for e in breaks) for m in matches), by_stem)
+                 tuple(sum(e <= m.start() for e in breaks) for m in matches), by_stem, vague)
+
+
+def the_wrong_way(w: Words, concept: Concept, found: list[tuple[int, int]], hidden: frozenset[int]) -> bool:
+    """Whether the first word saying which way the concept's subject moved, after it in its clause, says the
+    opposite way ("v was shrunk", "se dividió por 100")."""
+    if not concept.opposite:
+        return False
+    first = min(found)[1]
+    along = {a for a, _ in w.occurrences(concept.along, hidden) if a > first and w.clauses[a] == w.clauses[first]}
+    opposite = {a for a, _ in w.occurrences(concept.opposite, hidden) if a > first and w.clauses[a] == w.clauses[first]}
+    return bool(opposite) and min(opposite) < min(along, default=len(w.words))
 
 
 def said_where(w: Words, concept: Concept) -> tuple[bool, bool]:
-    """(the text affirms the concept somewhere, it says it only under a negation)."""
+    """(the text affirms the concept somewhere, it says it only under a negation). A concept said the wrong way
+    round is neither (it goes to `w.backwards`)."""
     places = []
     if concept.pattern:
         for m in re.finditer(r"(?<![\w])(?:" + concept.pattern + ")", w.text):
             places.append(not negated(w.text, *m.span()))
     if concept.parts:
-        hidden = frozenset(j for a, b in w.occurrences(concept.unless) for j in range(a, b + 1)) \
-            if concept.unless else frozenset()
+        hidden = w.vague | (frozenset(j for a, b in w.occurrences(concept.unless) for j in range(a, b + 1))
+                            if concept.unless else frozenset())
         each = [w.occurrences(part, hidden) for part in concept.parts]
         shared = set.intersection(*({w.sentences[a] for a, _ in places_of} for places_of in each))
         for sentence in sorted(shared):  # the parts of one concept are said in one sentence
             in_it = [[o for o in places_of if w.sentences[o[0]] == sentence] for places_of in each]
             for found in product(*in_it):
                 if close_together(w, list(found), concept):
+                    if the_wrong_way(w, concept, list(found), hidden):
+                        w.backwards.add(concept.label)
+                        continue
                     places.append(not w.negated(list(found)))
                     if places[-1]:
                         return True, False
@@ -234,7 +265,15 @@ def close_together(w: Words, found: list[tuple[int, int]], concept: Concept) -> 
         return False
     if len({w.sentences[a] for a, _ in ordered} | {w.sentences[b] for _, b in ordered}) > 1:
         return False
-    return all(b[0] - a[1] - 1 <= concept.reach for a, b in zip(ordered, ordered[1:]))
+    if concept.reach == 0:  # next to each other: "not masked" is not "not the mask"
+        return all(b[0] == a[1] + 1 for a, b in zip(ordered, ordered[1:]))
+    return all(between(w, a[1], b[0]) <= concept.reach for a, b in zip(ordered, ordered[1:]))
+
+
+def between(w: Words, a: int, b: int) -> int:
+    """How many words stand between word a and word b, the little words of a sentence not counted: "the
+    denominator of Adam for the bias inflated" keeps its subject and verb close in both languages."""
+    return sum(w.words[j] not in FUNCTION_WORDS for j in range(a + 1, b))
 
 
 def affirmed(text: str, concepts: tuple[Concept, ...]) -> tuple[list[str], list[str]]:
@@ -269,6 +308,12 @@ def keyword_list(text: str) -> bool:
     return len(items) >= 2 and all(len(x.split()) <= 3 for x in items) and not FUNCTION_WORDS & set(words)
 
 
+def backwards(text: str, cause: str) -> list[str]:
+    """The concepts of `cause` the text says the wrong way round ("v shrank")."""
+    w = words_of(normalise(text))
+    return [c.label for c in CAUSES[cause].names if c.label in w.backwards]
+
+
 def said(named: dict[str, list[str]]) -> str:
     return "; ".join(f"{', '.join(labels)} ({cause})" for cause, labels in named.items())
 
@@ -291,8 +336,14 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
     if stated:
         named.setdefault(stated, []).insert(0, "your cause field")
     right, others = named.pop(cause, None), named
+    if right or others or causes_named(low, "signs").get(cause):
+        if CORRELATIVE.search(low):
+            return Point(NO, "offers two answers as alternatives (either ... or): name one cause")
+    symptoms = {c: labels for c, labels in others.items() if CAUSES[c].follows}
+    if right and symptoms:  # a NaN listed beside the cause is what the cause led to
+        others = {c: labels for c, labels in others.items() if c not in symptoms}
     if right and not others:
-        if HEDGES.search(low):
+        if hedged(low):
             return Point(REVIEW, f"names {said({cause: right})}, with a hedge: a teacher reads it")
         return Point(CREDIT, f"names {said({cause: right})} and no other cause")
     if right:
@@ -300,6 +351,10 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
             return Point(NO, f"hedges between {said({cause: right})} and {said(others)}: name one cause")
         return Point(REVIEW, f"names {said({cause: right})}, and also {said(others)}: a teacher decides which "
                              "one you gave as the cause")
+    wrong_way = backwards(low, cause)
+    if wrong_way:
+        also = f", and {said(others)}" if others else ""
+        return Point(REVIEW, f"names {', '.join(wrong_way)} the wrong way round{also}: a teacher reads it")
     if others:
         return Point(NO, f"names {said(others)}, not the fault of this run")
     _, ruled_out = affirmed(low, CAUSES[cause].names)
@@ -323,11 +378,22 @@ def judge_remediation(text: str, cause: str) -> Point:
         return Point(NO, f"proposes {', '.join(harm)}, which makes {cause} worse")
     fixes = causes_named(low, "fixes")
     mine = fixes.pop(cause, None)
+    workaround, _ = affirmed(low, CAUSES[cause].workarounds)
+    steps = {c.label for c in CONCEPTS_THAT_ARE_STEPS}
+    fixes = {c: labels for c, labels in fixes.items() if set(labels) - steps}
     if mine:
-        if HEDGES.search(low):
+        if hedged(low):
             return Point(REVIEW, f"proposes {', '.join(mine)} (a fix registered for {cause}), with a hedge: a "
                                  "teacher reads it")
+        if fixes or workaround:  # another cause's fix beside it (the answer of a hedge), or a half measure
+            return Point(REVIEW, f"proposes {', '.join(mine)} (a fix registered for {cause}), and also "
+                                 f"{said(fixes) or ', '.join(workaround)}: a teacher reads it")
         return Point(CREDIT, f"proposes {', '.join(mine)}, a fix registered for {cause}")
+    if workaround:
+        return Point(REVIEW, f"proposes {', '.join(workaround)}, which eases {cause} without removing it: a teacher "
+                             "reads it")
+    if CAUSES[cause].recovers and set(fixes) == {"healthy"}:
+        return Point(REVIEW, f"proposes no fix: {cause}'s run recovers by itself, a teacher reads it")
     if fixes:
         return Point(NO, f"proposes {said(fixes)}: a fix for another cause, not for {cause}")
     registered = "; ".join(dict.fromkeys(c.label for c in CAUSES[cause].fixes)) or "none registered"
