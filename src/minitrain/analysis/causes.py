@@ -34,7 +34,7 @@ class Concept:
     or Spanish ("multiplied" is "multiply"), or by a regular expression over the whole word when written
     "~regex" ("~x\\d+" is x50). Words of `unless` are invisible to the parts (the "gradients" of "squared
     gradients" is Adam's second moment, not the gradient). When `opposite` is given, the first word of `along` or
-    `opposite` after the first part, in its clause, says which way it moved: `opposite` there says the concept the
+    `opposite` after the first part, in its sentence, says which way it moved: `opposite` there says the concept the
     wrong way round ("v shrank" where v grew), which a teacher reads."""
     label: str
     parts: tuple[str, ...] = ()
@@ -104,7 +104,7 @@ INFLATED = any_of("corrupt|corrupted|inflate|inflated|multiply|scale|scaled|blow
                   "pumped up|overwrite|overwritten|tamper|poison|garbage|wrong value|spike",
                   "corromper|corrompido|corrupto|inflar|inflado|aumentar|multiplicar|disparar|crecer|creció",
                   "enorme|hinchar|escalar|dañar|estropear|alterar|sobrescribir", TIMES)
-# the other way round for Adam's v: it fell (the corrupted run's v grew)
+# the other way round: what grew in the fault fell
 SHRANK = any_of("shrink|shrank|shrunk|divide|divided|fell|fall|drop|dropped|decrease|decreased|reduce|reduced",
                 "too small|smaller|lower|vanish|dividir|dividió|encoger|encogió|bajar|bajó|caer|cayó|disminuir",
                 "disminuyó|reducir|reducido|menor")
@@ -216,7 +216,8 @@ _ALL = (
     Cause("gradient_explosion",
           (Concept("an exploding gradient", (GRAD, EXPLODED), reach=3, unless=SQUARED,
                    pattern=r"gradient_explosion"),
-           Concept("the gradients multiplied at one step", (GRAD, SCALED_UP), ordered=True, unless=SQUARED),
+           Concept("the gradients multiplied at one step", (GRAD, SCALED_UP), ordered=True, unless=SQUARED,
+                   along=SCALED_UP, opposite=SHRANK),
            Concept("the gradients multiplied at one step", (SCALING, GRAD), reach=2, ordered=True, unless=SQUARED),
            Concept("every tensor's gradient jumped together", ("every|all|each|todos|todas|cada", GRAD,
                                                                "jump|spike|rise|rose|went up|salto|saltar|subir|subió"),

@@ -221,13 +221,14 @@ def words_of(text: str) -> Words:
 
 
 def the_wrong_way(w: Words, concept: Concept, found: list[tuple[int, int]], hidden: frozenset[int]) -> bool:
-    """Whether the first word saying which way the concept's subject moved, after it in its clause, says the
+    """Whether the first word saying which way the concept's subject moved, after it in its sentence, says the
     opposite way ("v was shrunk", "se dividió por 100")."""
     if not concept.opposite:
         return False
     first = min(found)[1]
-    along = {a for a, _ in w.occurrences(concept.along, hidden) if a > first and w.clauses[a] == w.clauses[first]}
-    opposite = {a for a, _ in w.occurrences(concept.opposite, hidden) if a > first and w.clauses[a] == w.clauses[first]}
+    along = {a for a, _ in w.occurrences(concept.along, hidden) if a > first and w.sentences[a] == w.sentences[first]}
+    opposite = {a for a, _ in w.occurrences(concept.opposite, hidden)
+                if a > first and w.sentences[a] == w.sentences[first]}
     return bool(opposite) and min(opposite) < min(along, default=len(w.words))
 
 
@@ -265,15 +266,18 @@ def close_together(w: Words, found: list[tuple[int, int]], concept: Concept) -> 
         return False
     if len({w.sentences[a] for a, _ in ordered} | {w.sentences[b] for _, b in ordered}) > 1:
         return False
-    if concept.reach == 0:  # next to each other: "not masked" is not "not the mask"
-        return all(b[0] == a[1] + 1 for a, b in zip(ordered, ordered[1:]))
-    return all(between(w, a[1], b[0]) <= concept.reach for a, b in zip(ordered, ordered[1:]))
+    return all(between(w, a[1], b[0], concept.reach) <= concept.reach for a, b in zip(ordered, ordered[1:]))
 
 
-def between(w: Words, a: int, b: int) -> int:
-    """How many words stand between word a and word b, the little words of a sentence not counted: "the
-    denominator of Adam for the bias inflated" keeps its subject and verb close in both languages."""
-    return sum(w.words[j] not in FUNCTION_WORDS for j in range(a + 1, b))
+# a concept this loose is a subject and what happened to it: the little words between them do not count
+LOOSE = 5
+
+
+def between(w: Words, a: int, b: int, reach: int) -> int:
+    """How many words stand between word a and word b. A tight reach is a phrase (a verb and its object, "drop the
+    batch"): every word counts. A loose one skips the little words, so "the denominator of Adam for the bias
+    inflated" keeps its subject and verb close in both languages."""
+    return sum(reach < LOOSE or w.words[j] not in FUNCTION_WORDS for j in range(a + 1, b))
 
 
 def affirmed(text: str, concepts: tuple[Concept, ...]) -> tuple[list[str], list[str]]:
@@ -380,7 +384,7 @@ def judge_remediation(text: str, cause: str) -> Point:
     mine = fixes.pop(cause, None)
     workaround, _ = affirmed(low, CAUSES[cause].workarounds)
     steps = {c.label for c in CONCEPTS_THAT_ARE_STEPS}
-    fixes = {c: labels for c, labels in fixes.items() if set(labels) - steps}
+    fixes = {c: labels for c, labels in fixes.items() if set(labels) - steps - set(mine or ())}
     if mine:
         if hedged(low):
             return Point(REVIEW, f"proposes {', '.join(mine)} (a fix registered for {cause}), with a hedge: a "
