@@ -168,6 +168,7 @@ class Words:
     vague: frozenset[int]  # words that describe nothing in particular ("odd" in "something odd")
     found: dict = field(default_factory=dict, compare=False)  # occurrences already looked for
     backwards: set = field(default_factory=set, compare=False)  # concepts said the wrong way round
+    where: dict = field(default_factory=dict, compare=False)  # {label: [(first word, last word, parts)]} affirmed
 
     def starts(self, matcher: tuple[str, object]) -> list[int]:
         if matcher[0] != "stem":
@@ -253,6 +254,8 @@ def said_where(w: Words, concept: Concept) -> tuple[bool, bool]:
                         continue
                     places.append(not w.negated(list(found)))
                     if places[-1]:
+                        w.where.setdefault(concept.label, []).append(
+                            (min(a for a, _ in found), max(b for _, b in found), len(found)))
                         return True, False
     return any(places), bool(places) and not any(places)
 
@@ -318,6 +321,25 @@ def backwards(text: str, cause: str) -> list[str]:
     return [c.label for c in CAUSES[cause].names if c.label in w.backwards]
 
 
+def inside(low: str, labels: list[str], outer: list[str]) -> bool:
+    """Whether every place the concepts `labels` were found lies within a concept of `outer` made of more parts
+    ("the LR jumped straight to its peak at step 0" is no warmup, not an LR spike)."""
+    w = words_of(low)
+    mine = [p for label in labels for p in w.where.get(label, [])]
+    theirs = [p for label in outer for p in w.where.get(label, [])]
+    return bool(mine) and all(any(o[0] <= m[0] and m[1] <= o[1] and o[2] > m[2] for o in theirs) for m in mine)
+
+
+def verb_elsewhere(low: str, labels: list[str], others: list[str]) -> bool:
+    """Whether every place the fixes `labels` were found starts at a verb that another fix takes as its object
+    sooner ("restore beta2 and pin it in the checkpoint" restores beta2, not the checkpoint): a verb's object is
+    the nearest one."""
+    w = words_of(low)
+    mine = [p for label in labels for p in w.where.get(label, [])]
+    theirs = [p for label in others for p in w.where.get(label, [])]
+    return bool(mine) and all(any(o[0] == m[0] and o[1] < m[1] for o in theirs) for m in mine)
+
+
 def said(named: dict[str, list[str]]) -> str:
     return "; ".join(f"{', '.join(labels)} ({cause})" for cause, labels in named.items())
 
@@ -343,6 +365,8 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
     if right or others or causes_named(low, "signs").get(cause):
         if CORRELATIVE.search(low):
             return Point(NO, "offers two answers as alternatives (either ... or): name one cause")
+    if right:  # words of another cause inside a longer concept of the right one are that concept's
+        others = {c: labels for c, labels in others.items() if not inside(low, labels, right)}
     symptoms = {c: labels for c, labels in others.items() if CAUSES[c].follows}
     if right and symptoms:  # a NaN listed beside the cause is what the cause led to
         others = {c: labels for c, labels in others.items() if c not in symptoms}
@@ -382,6 +406,8 @@ def judge_remediation(text: str, cause: str) -> Point:
         return Point(NO, f"proposes {', '.join(harm)}, which makes {cause} worse")
     fixes = causes_named(low, "fixes")
     mine = fixes.pop(cause, None)
+    if mine and verb_elsewhere(low, mine, [label for labels in fixes.values() for label in labels]):
+        mine = None
     workaround, _ = affirmed(low, CAUSES[cause].workarounds)
     steps = {c.label for c in CONCEPTS_THAT_ARE_STEPS}
     fixes = {c: labels for c, labels in fixes.items() if set(labels) - steps - set(mine or ())}
