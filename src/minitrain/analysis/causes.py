@@ -168,6 +168,23 @@ CULPRIT = any_of("bug|source|cause|origin|culprit|whoever|who|causa|error|fallo|
 SKIP = any_of("skip|drop|remove|filter|exclude|discard|omit|throw away|ignore|dedupe|deduplicate",
               "saltar|descartar|eliminar|filtrar|quitar|omitir|ignorar|sacar|deduplicar")
 
+# What a cause is about, and the causes about it: the right cause "or" one of these is two answers offered
+# ("a bad batch or the learning rate"), whether or not the other is said as a cause
+SUBJECTS: tuple[tuple[Concept, tuple[str, ...]], ...] = (
+    (Concept("the learning rate", (LR + "|lr_max|schedule|scheduler",)),
+     ("lr_too_high", "lr_spike", "lr_schedule", "no_warmup")),
+    (Concept("the warmup", (WARMUP,)), ("no_warmup",)),
+    (Concept("the initialisation", (INIT + "|init_scale",)), ("bad_init",)),
+    (Concept("the data", (BATCH + "|loader|dataloader|cargador",)), ("bad_batch", "stuck_loader", "target_leak")),
+    (Concept("the optimizer", (OPTIMIZER + "|beta2|β2|eps|epsilon",), unless=NOT_V),
+     ("optimizer_state_corruption", "optimizer_setting", "second_moment_underestimate")),
+    (Concept("Adam's second moment", (V,), unless=NOT_V), ("optimizer_state_corruption", "second_moment_underestimate")),
+    (Concept("the mask", (MASK,), unless=OTHER_MASK), ("broken_mask",)),
+    (Concept("the targets", ("target|targets|label|labels|objetivo|etiqueta",)), ("target_leak",)),
+    (Concept("the gradients", (GRAD,), unless=SQUARED), ("gradient_explosion",)),
+    (Concept("the attention", ("attention|atención",)), ("attention_logit_growth",)),
+)
+
 HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("turning gradient clipping off", (OFF, CLIP), reach=2, ordered=True,
             pattern=r"grad_clip\s*=\s*0\b"),

@@ -32,7 +32,7 @@ from itertools import product
 
 import snowballstemmer
 
-from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, Concept
+from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, SUBJECTS, Concept
 
 CREDIT, NO, REVIEW = "credit", "no", "review"
 CONCEPTS_THAT_ARE_STEPS = tuple(c for cause in CAUSES.values() for c in cause.fixes if c.step)
@@ -44,9 +44,9 @@ NEGATORS = re.compile(r"(?<![\w'])(?:not|n't|no|never|nor|neither|ni|nunca|rathe
 AFTER_NEGATORS = re.compile(r"^\W*(?:\w+\W+){0,3}?(?:(?:is|was) (?:not it|ruled out|excluded)|ruled out|excluded|descartad[oa]s?)\b")
 CLAUSE_BREAK = re.compile(r"[;:!?\n,()]|\.(?!\w)|(?<!\w)(?:but|however|although|though|whereas|yet|because|since|pero|sino"
                           r"|aunque|porque|ya que|mientras)(?!\w)")
-HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|could be|not sure|unsure|not certain"
-                    r"|i think|i guess|quiz[aá]s?|tal vez|puede que|a lo mejor|es posible que|probablemente"
-                    r"|creo que|no estoy segur[oa])(?!\w)|\?")
+HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|could be|could have|could also|not sure|unsure|not certain"
+                    r"|i think|i guess|quiz[aá]s?|tal vez|puede que|puede ser|podr[ií]a ser|podr[ií]a haber|podr[ií]a tratarse|a lo mejor|es posible que"
+                    r"|posiblemente|probablemente|creo que|no estoy segur[oa])(?!\w)|\?")
 ALTERNATIVES = re.compile(r"(?<!\w)(?:or|either|o|u)(?!\w)")
 # two answers offered as alternatives by their form ("either A or B", "whether A or B", "o A o B", "ya sea A o B"),
 # whatever A and B are: a hedge even where one of them names no cause the grader knows
@@ -340,6 +340,24 @@ def verb_elsewhere(low: str, labels: list[str], others: list[str]) -> bool:
     return bool(mine) and all(any(o[0] == m[0] and o[1] < m[1] for o in theirs) for m in mine)
 
 
+def offered_with_another(low: str, cause: str, right: list[str], hedge: bool = False) -> str:
+    """What the right concept is offered beside as an alternative ("X or the learning rate"): a subject of
+    another cause on the other side of an "or" in the same sentence, outside the right concept's words; in a
+    hedged answer ("maybe X, though it could be the optimizer") no "or" is needed."""
+    w = words_of(low)
+    mine = [p for label in right for p in w.where.get(label, [])]
+    ors = [i for i, word in enumerate(w.words) if ALTERNATIVES.fullmatch(word)]
+    for subject, causes in SUBJECTS:
+        if cause in causes or not affirmed(low, (subject,))[0]:
+            continue
+        for a, b, _ in w.where.get(subject.label, []):
+            for first, last, _ in mine:
+                if w.sentences[a] == w.sentences[first] and not first <= a <= last and (hedge or any(
+                        min(last, b) < i < max(first, a) for i in ors)):
+                    return subject.label
+    return ""
+
+
 def said(named: dict[str, list[str]]) -> str:
     return "; ".join(f"{', '.join(labels)} ({cause})" for cause, labels in named.items())
 
@@ -371,6 +389,9 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
     if right and symptoms:  # a NaN listed beside the cause is what the cause led to
         others = {c: labels for c, labels in others.items() if c not in symptoms}
     if right and not others:
+        other = offered_with_another(low, cause, right, hedge=hedged(low))
+        if other:
+            return Point(NO, f"offers {said({cause: right})} or {other} as alternatives: name one cause")
         if hedged(low):
             return Point(REVIEW, f"names {said({cause: right})}, with a hedge: a teacher reads it")
         return Point(CREDIT, f"names {said({cause: right})} and no other cause")
