@@ -1,7 +1,8 @@
 """The grader reads meaning (lab/learner/meaning.py): agreement with a teacher's labels on learner answers
 (tests/data/grader_answers.jsonl: dev parts used while building it, "dev" written before the first grader,
-"dev2" written for the stemmed concepts and "dev3" written blind by someone who never saw the grader (scored once,
-then tuned on), and a held-out part scored once at the end; docs/learner.md reports them), and the parts of the rule one by one."""
+"dev2" written for the stemmed concepts and "dev3" written blind by someone who never saw the grader, scored once
+and then tuned on; and a held-out part scored once at the end; docs/learner.md reports them), and the parts of the
+rule one by one."""
 import json
 from pathlib import Path
 
@@ -166,6 +167,15 @@ def test_words_are_compared_by_their_stems_in_both_languages():
     ("remediation", "bajar la tasa de aprendizaje", "credit"),
     ("remediation", "raise the learning rate", "no"),
     ("remediation", "lower the learning rate and never raise the learning rate", "credit"),
+    ("diagnosis", "the learning rate for the last layer was far too high", "credit"),
+    ("diagnosis", "the LR was too high, or the data", "no"),
+    ("diagnosis", "maybe the LR was too high, though it could be the data", "no"),
+    ("diagnosis", "o la tasa de aprendizaje era demasiado alta o el cargador se atascó", "no"),
+    ("diagnosis", "something odd happened", "no"),
+    ("diagnosis", "the learning rate was too high: the loss rose 1.4x", "credit"),
+    ("diagnosis", "the learning rate was too high and the run ended in NaN", "credit"),
+    ("remediation", "keep the warmup at 0 and lower the learning rate", "no"),
+    ("remediation", "lower the learning rate and add z-loss", "review"),
 ])
 def test_the_examples_docs_learner_md_gives(part, text, verdict):
     judge = learner.judge_diagnosis if part == "diagnosis" else learner.judge_remediation

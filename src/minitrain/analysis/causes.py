@@ -9,6 +9,9 @@ learner's sentence can say about it, in English and Spanish:
     signs     a symptom that points at it but that other causes share ("the gradient norm jumped")
     fixes     the fixes registered for it ("keep clipping on", "skip that batch")
     harmful   fixes that make it worse ("turn clipping off" for an explosion); HARMFUL_ALWAYS adds to every cause
+    workarounds  fixes that ease it without removing it (a lower peak LR for a missing warmup): a teacher reads them
+SUBJECTS says what each cause is about (the learning rate, the mask, the data...): the right cause offered "or"
+another cause's subject is a hedge even where that subject is not said as a cause.
 
 A concept is a few parts that must all be said close together, in one sentence: what moved (the gradients,
 Adam's second moment, the mask), what happened to it or what is done to it (multiplied, inflated, restored)
@@ -178,7 +181,8 @@ SUBJECTS: tuple[tuple[Concept, tuple[str, ...]], ...] = (
     (Concept("the data", (BATCH + "|loader|dataloader|cargador",)), ("bad_batch", "stuck_loader", "target_leak")),
     (Concept("the optimizer", (OPTIMIZER + "|beta2|β2|eps|epsilon",), unless=NOT_V),
      ("optimizer_state_corruption", "optimizer_setting", "second_moment_underestimate")),
-    (Concept("Adam's second moment", (V,), unless=NOT_V), ("optimizer_state_corruption", "second_moment_underestimate")),
+    (Concept("Adam's second moment", (V,), unless=NOT_V),
+     ("optimizer_state_corruption", "second_moment_underestimate")),
     (Concept("the mask", (MASK,), unless=OTHER_MASK), ("broken_mask",)),
     (Concept("the targets", ("target|targets|label|labels|objetivo|etiqueta",)), ("target_leak",)),
     (Concept("the gradients", (GRAD,), unless=SQUARED), ("gradient_explosion",)),

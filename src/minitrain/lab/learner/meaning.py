@@ -2,23 +2,34 @@
 
 What can be said is the causes registry's (analysis/causes.py): each cause's concepts, a few parts each (what
 moved, what happened to it, which way), every part a set of synonyms in English and Spanish. A concept is said
-when all its parts are in one sentence close together; words are compared by their stems (Snowball's English and
-Spanish stemmers), so a paraphrase, another tense or the other language is heard without its exact words. A
-concept counts only where the learner affirms it: one with a negation just before it in the same clause ("not
-the learning rate", "no es un lote malo", "rather than a bad batch", "the gradients were not scaled") is ruled
-out, not named.
+when all its parts are in one sentence close together (a loose concept, a subject and what happened to it,
+does not count the little words between them); words are compared by their stems (Snowball's English and Spanish
+stemmers), so a paraphrase, another tense or the other language is heard without its exact words. A concept
+counts only where the learner affirms it: one with a negation just before it in the same clause ("not the
+learning rate", "no es un lote malo", "rather than a bad batch", "the gradients were not scaled") is ruled out,
+not named; one said the wrong way round ("v shrank" where v grew) goes to a teacher. The adjective of an
+indefinite ("something odd", "algo raro") names nothing. A concept inside a longer one of the right cause is
+that one's words, not another cause; a verb's object is the nearest one ("restore beta2 and pin it in the
+checkpoint" restores beta2).
 
 A diagnosis of a run whose fault is X earns:
     credit   it names X and no other cause, as a sentence
     review   it names X and also another cause (not as alternatives), or names X with a hedge ("maybe"), or names
-             only a symptom of X that other causes share ("the data", "the gradient norm jumped"): a teacher reads it
+             only a symptom of X that other causes share ("the data", "the gradient norm jumped"), or names X the
+             wrong way round: a teacher reads it
     no       empty; a list of words rather than a sentence; another cause and not X; X "or" another cause;
-             nothing that names a cause; a `cause:` field that names another cause
+             two answers offered by their form ("either ... or", "o ... o"), or X across an "or" from what another
+             cause is about ("a bad batch or the learning rate"; in a hedged answer no "or" is needed); nothing that
+             names a cause; a `cause:` field that names another cause
+A NaN (a state other causes end in) listed beside X is its symptom, not a second cause.
 The optional `cause:` field counts as naming its cause, but the sentence must still say something: a field
 alone beside a sentence that names nothing is "no failure mode".
 A remediation earns:
-    credit   it proposes a fix registered for X and nothing harmful for X (turning clipping off, raising the LR...)
-    review   a registered fix with a hedge
+    credit   it proposes a fix registered for X and nothing harmful for X (turning clipping off, raising the LR,
+             keeping the fault in place...)
+    review   a registered fix with a hedge, beside another cause's fix (rewinding to a checkpoint is a step of many
+             fixes, not another fix) or beside a half measure; a workaround alone; no fix for a run that recovers
+             by itself
     no       empty; a list of words; anything harmful; only fixes of other causes; no registered fix
 Each verdict comes with its reason, in the words of the concepts it found (what the learner is shown).
 """
@@ -42,11 +53,13 @@ NEGATION_REACH = 6
 NEGATORS = re.compile(r"(?<![\w'])(?:not|n't|no|never|nor|neither|ni|nunca|rather than|instead of|en vez de"
                       r"|en lugar de|excluding|except)(?![\w'])|n't\b")
 AFTER_NEGATORS = re.compile(r"^\W*(?:\w+\W+){0,3}?(?:(?:is|was) (?:not it|ruled out|excluded)|ruled out|excluded|descartad[oa]s?)\b")
-CLAUSE_BREAK = re.compile(r"[;:!?\n,()]|\.(?!\w)|(?<!\w)(?:but|however|although|though|whereas|yet|because|since|pero|sino"
-                          r"|aunque|porque|ya que|mientras)(?!\w)")
-HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|could be|could have|could also|not sure|unsure|not certain"
-                    r"|i think|i guess|quiz[aá]s?|tal vez|puede que|puede ser|podr[ií]a ser|podr[ií]a haber|podr[ií]a tratarse|a lo mejor|es posible que"
-                    r"|posiblemente|probablemente|creo que|no estoy segur[oa])(?!\w)|\?")
+CLAUSE_BREAK = re.compile(r"[;:!?\n,()]|\.(?!\w)|(?<!\w)(?:but|however|although|though|whereas|yet|because|since"
+                          r"|pero|sino|aunque|porque|ya que|mientras)(?!\w)")
+# "could" and "podría" alone are ability ("could see the future"), not doubt
+HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|could be|could have|could also|not sure"
+                    r"|unsure|not certain|i think|i guess|quiz[aá]s?|tal vez|puede que|puede ser|podr[ií]a ser"
+                    r"|podr[ií]a haber|podr[ií]a tratarse|a lo mejor|es posible que|posiblemente|probablemente"
+                    r"|creo que|no estoy segur[oa])(?!\w)|\?")
 ALTERNATIVES = re.compile(r"(?<!\w)(?:or|either|o|u)(?!\w)")
 # two answers offered as alternatives by their form ("either A or B", "whether A or B", "o A o B", "ya sea A o B"),
 # whatever A and B are: a hedge even where one of them names no cause the grader knows
