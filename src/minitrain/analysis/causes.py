@@ -152,6 +152,10 @@ MASK = any_of("mask|masking|máscara|enmascaramiento")
 OTHER_MASK = ("loss mask|loss masking|padding mask|pad mask|label mask|target mask|máscara de pérdida"
               "|máscara de la pérdida|máscara del loss|máscara de padding|máscara de relleno")
 WARMUP = any_of("warmup|warm up|ramp|ramp up|calentamiento|rampa")
+# the loader that serves the data, and the same whole batch again: a stuck loader, not rows repeated in one batch
+LOADER = "data loader|dataloader|loader|cargador de datos|cargador|same batch|identical batch|mismo lote|mismo batch"
+# the initialisation's scale, not a scaling of the gradients
+INIT_TERM = "init scale|init_scale|initial scale|initialisation scale|initialization scale|escala inicial"
 INIT = any_of("init|initialisation|initialization|initialise|initialize|init scale|init_scale|initial scale",
               "inicialización|inicializar|escala inicial")
 WEIGHTS = any_of("weight|weights|parameter|parameters|peso|pesos|parámetro|parámetros")
@@ -263,13 +267,15 @@ _ALL = (
                          unless=UPDATE_CLIP),
                  Concept("keeping (adaptive) gradient clipping", ("not|never|nunca|no|don't", OFF + "|turn|switch", CLIP),
                          reach=3, ordered=True, unless=UPDATE_CLIP),
-                 Concept("finding what scaled the gradients", (FIND, SCALER), ordered=True),
+                 Concept("finding what scaled the gradients", (FIND, SCALER), ordered=True, unless=INIT_TERM),
                  Concept("finding what scaled the gradients", (FIND, CULPRIT, GRAD + "|" + SCALER), ordered=True,
                          unless=SQUARED),
                  Concept("down-weighting the outlier step (ZClip)", pattern=r"down-?weight"))),
     Cause("bad_batch",
           (Concept("a bad batch", (BAD, BATCH), reach=2, pattern=r"bad[-_ ]batch"),
-           Concept("repeated or rare rows in one batch", (ROWS + "|" + BATCH, DUPLICATED)),
+           Concept("repeated or rare rows in one batch", (ROWS + "|" + BATCH, DUPLICATED), unless=LOADER),
+           Concept("repeated or rare rows in one batch", (ROWS, "times|veces|over and over|again and again"
+                                                          "|una y otra vez"), reach=3, ordered=True),
            Concept("repeated or rare rows in one batch", ("same|identical|mismo|misma|idéntico|idéntica", ROWS),
                    reach=1, ordered=True),
            Concept("repeated or rare rows in one batch", ("rare|uncommon|unusual|raro|rara|inusual|poco común",
