@@ -111,6 +111,13 @@ def test_the_grader_agrees_with_the_teacher(split):
     # an indefinite's adjective names nothing; a near miss is not the cause
     ("diagnosis", "Algo raro pasa en el 500 con los datos.", "bad_batch", "review", "only a symptom (the data)"),
     ("diagnosis", "The loss mask is broken: it includes padding tokens.", "broken_mask", "no", "no failure mode"),
+    ("diagnosis", "Masking was wrong in the loss.", "broken_mask", "no", "no failure mode"),
+    ("diagnosis", "The data loader repeated the same batch for several steps.", "bad_batch", "no", "stuck data loader"),
+    ("diagnosis", "El lote se repitió durante varios pasos seguidos.", "bad_batch", "no", "stuck data loader"),
+    ("diagnosis", "The model was force-fed one sentence eight times in one batch.", "bad_batch", "credit",
+     "repeated or rare rows"),
+    ("diagnosis", "A bad batch, unless it was the learning rate.", "bad_batch", "no", "alternatives"),
+    ("diagnosis", "La máscara de atención o el shift de los targets están mal.", "broken_mask", "no", "alternatives"),
     ("remediation", "Fix the loss mask so it only marks target tokens.", "broken_mask", "no", "none of the fixes"),
     ("diagnosis", "The model already has the answer in what it sees.", "broken_mask", "review", "only a symptom"),
     # the direction: v shrank is the fault the wrong way round; a small factor is a measurement, not an explosion
@@ -135,6 +142,8 @@ def test_the_grader_agrees_with_the_teacher(split):
     ("remediation", "Restaurar beta2=0.95 y fijarlo en el checkpoint.", "optimizer_state_corruption", "no",
      "a fix for another cause"),
     ("remediation", "Ramp the LR up over the first 100 steps.", "no_warmup", "credit", "restoring the warmup"),
+    ("remediation", "Fix the init scale (std 0.02) and restart from step 0.", "bad_init", "credit",
+     "initialising at the standard scale"),
     ("remediation", "Keep clipping on; find what multiplied the grads (loss scaling?).", "gradient_explosion",
      "credit", "finding what scaled"),
     ("remediation", "Nothing to do: the run recovered in one step.", "bad_batch", "review", "recovers by itself"),

@@ -48,6 +48,7 @@ class Concept:
     along: str = ""
     opposite: str = ""
     step: bool = False  # a step many fixes share (rewinding to a checkpoint): beside another fix it is its step
+    not_near: str = ""  # words that, close by in the clause, make it another thing ("masking was wrong in the loss")
 
 
 def any_of(*groups: str) -> str:
@@ -133,7 +134,9 @@ OFF = any_of("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch
 BATCH = any_of("batch|minibatch|mini batch|lote|minilote|mini lote|data|datos|sample|muestra|example|ejemplo")
 ROWS = any_of("row|sentence|line|sequence|sample|example|document|text|fila|frase|oración|línea|secuencia",
               "muestra|ejemplo|documento|texto")
-DUPLICATED = any_of("duplicate|duplicated|repeat|repeated|copy|copies|rare|uncommon|outlier|corrupt",
+# Spanish "repetir" changes its stem (repite, repitió): its forms are written out
+REPEATED_ES = "repite|repiten|repitió|repitieron|repitiendo"
+DUPLICATED = any_of("duplicate|duplicated|repeat|repeated|copy|copies|rare|uncommon|outlier|corrupt", REPEATED_ES,
                     "corrupted|stuffed|long tail|appeared|occurred|duplicado|repetido|repetir|copia|copiado|raro",
                     "rara|poco común|atípico|atípica|cola larga|aparecía|aparecer")
 BAD = any_of("bad|corrupt|corrupted|poisoned|garbage|weird|odd|broken|outlier|anomalous|dirty|faulty|malformed",
@@ -148,9 +151,12 @@ RESET = any_of("reset|reinitialise|reinitialize|reinit|re init|re initialise|re 
                "zero|clear|recompute|rebuild|reiniciar|reinicializar|inicializar|poner a cero|borrar|recalcular",
                "resetear|restablecer")
 MASK = any_of("mask|masking|máscara|enmascaramiento")
+# the loss side of training: a mask near these words is the loss's, not the attention's
+LOSS_SIDE = "loss|padding|pad|label|labels|pérdida|relleno|etiqueta|etiquetas"
 # masks that are not the attention's causal mask: a near miss, not broken_mask
-OTHER_MASK = ("loss mask|loss masking|padding mask|pad mask|label mask|target mask|máscara de pérdida"
-              "|máscara de la pérdida|máscara del loss|máscara de padding|máscara de relleno")
+OTHER_MASK = ("loss mask|loss masking|padding mask|pad mask|label mask|target mask|mask in the loss|masking in the loss"
+              "|mask of the loss|mask on the loss|máscara de pérdida|máscara de la pérdida|máscara del loss"
+              "|máscara en la pérdida|máscara en el loss|máscara de padding|máscara de relleno")
 WARMUP = any_of("warmup|warm up|ramp|ramp up|calentamiento|rampa")
 # the loader that serves the data, and the same whole batch again: a stuck loader, not rows repeated in one batch
 LOADER = "data loader|dataloader|loader|cargador de datos|cargador|same batch|identical batch|mismo lote|mismo batch"
@@ -187,7 +193,7 @@ SUBJECTS: tuple[tuple[Concept, tuple[str, ...]], ...] = (
      ("optimizer_state_corruption", "optimizer_setting", "second_moment_underestimate")),
     (Concept("Adam's second moment", (V,), unless=NOT_V),
      ("optimizer_state_corruption", "second_moment_underestimate")),
-    (Concept("the mask", (MASK,), unless=OTHER_MASK), ("broken_mask",)),
+    (Concept("the mask", (MASK,), unless=OTHER_MASK, not_near=LOSS_SIDE), ("broken_mask",)),
     (Concept("the targets", ("target|targets|label|labels|objetivo|etiqueta",)), ("target_leak",)),
     (Concept("the gradients", (GRAD,), unless=SQUARED), ("gradient_explosion",)),
     (Concept("the attention", ("attention|atención",)), ("attention_logit_growth",)),
@@ -216,15 +222,15 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
     # harmful for any run: every run needs its warmup and its causal mask
     Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=2, ordered=True,
             pattern=r"warmup_steps\s*=\s*0\b"),
-    Concept("removing the mask", (OFF + "|delete|borrar", MASK), reach=2, ordered=True, unless=OTHER_MASK,
+    Concept("removing the mask", (OFF + "|delete|borrar", MASK), reach=2, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE,
             pattern=r"causal_mask\s*=\s*false"),
     Concept("removing the mask", (MASK, "off|disabled|desactivada|apagada"), reach=2, ordered=True,
-            unless=OTHER_MASK),
+            unless=OTHER_MASK, not_near=LOSS_SIDE),
     # keeping the fault in place ("keep warmup at 0", "leave the mask off")
     Concept("keeping the warmup off", (KEEP, WARMUP, "~0|zero|off|none|disabled|cero|ninguno|desactivado"), reach=3,
             ordered=True),
     Concept("keeping the mask off", (KEEP, MASK, "off|disabled|all ones|bidirectional|full|desactivada|apagada"
-                                     "|todo unos|bidireccional"), reach=3, ordered=True, unless=OTHER_MASK),
+                                     "|todo unos|bidireccional"), reach=3, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
     Concept("removing the mask", ("use|keep|make|leave|usar|mantener|dejar", "all ones|bidirectional|full attention"
                                   "|non causal|noncausal|todo unos|bidireccional"), reach=4, ordered=True),
 )
@@ -380,12 +386,12 @@ _ALL = (
                                reach=3, ordered=True),)),
     Cause("broken_mask",
           (Concept("a broken causal mask", ("broken|all ones|wrong|non causal|noncausal|bidirectional|full|no causal",
-                                            MASK), reach=2, ordered=True, unless=OTHER_MASK),
+                                            MASK), reach=2, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
            Concept("a broken causal mask", (MASK, "broken|all ones|ones|not causal|non causal|noncausal|wrong|missing"
                                             "|removed|replaced|disabled|off|gone|full|bidirectional|roto|rota|mal"
                                             "|eliminada|desactivada|quitada|todo unos|todos unos|unos|no causal"
                                             "|not applied|never applied|no se aplicó|no se aplicaba|ignored|ignorada"
-                                            "|skipped|omitida"), reach=3, unless=OTHER_MASK,
+                                            "|skipped|omitida"), reach=3, unless=OTHER_MASK, not_near=LOSS_SIDE,
                    pattern=r"\bbroken_mask\b"),
            Concept("positions see the future tokens", ("see|peek|look|attend|ver|vea|veía|mirar|espiar|atiende"
                                                        "|atienden|atender|atendía",
@@ -395,30 +401,30 @@ _ALL = (
                                                        "|entire sequence|todas las posiciones|toda la secuencia"
                                                        "|futuro|futuros|siguiente|siguientes"), reach=4),
            Concept("positions see the future tokens", (MASK, "see|peek|look ahead|attend|ver|vea|veía|mirar"),
-                   reach=5, ordered=True, unless=OTHER_MASK),
+                   reach=5, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
            Concept("positions see the future tokens", ("copy|copies|copying|copiar|copia", "next token|following token"
                                                        "|siguiente token|token siguiente|future"), reach=3),
            Concept("positions see the future tokens", ("attention|atención", "bidirectional|bidireccional"), reach=3),
            Concept("a broken causal mask", ("no|without|sin|missing|lack|lacks|lacking|absent|falta|faltar|ausente",
-                                            MASK), reach=2, ordered=True, unless=OTHER_MASK),
+                                            MASK), reach=2, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
            Concept("a broken causal mask", (r"~\w*n't|not", "masked"), reach=0, ordered=True),
            Concept("a broken causal mask", ("unmasked|sin enmascarar",))),
           "Test the attention mask (no position sees a later one) and watch the gap between training and "
           "validation loss; validation always uses the causal mask.", config_fix="causal_mask=true",
           # seeing what it must predict fits a target leak as well
-          signs=(Concept("the mask", (MASK,), unless=OTHER_MASK),
+          signs=(Concept("the mask", (MASK,), unless=OTHER_MASK, not_near=LOSS_SIDE),
                  Concept("the model sees what it must predict", ("see|sees|peek|look|has|have|copy|copies|ver|tener"
                                                                  "|tiene delante|copiar|copia",
                                                                  "answer|target|must predict|has to predict"
                                                                  "|is to predict|debe predecir|tiene que predecir"
                                                                  "|respuesta|objetivo"), reach=4)),
           fixes=(Concept("restoring the causal mask", ("make|set|keep|hacer|dejar", MASK, "causal|triangular|tril"),
-                         reach=3, ordered=True, unless=OTHER_MASK),
+                         reach=3, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
                  Concept("restoring the causal mask", ("restore|fix|use|put|bring|enable|re enable|turn|switch on"
                                                        "|retrain|train|rerun|re run|entrenar|reentrenar"
                                                        "|reinstate|reapply|re apply|apply|restaurar|arreglar|usar|poner|volver|aplicar"
                                                        "|activar|reactivar", "causal|triangular|tril|mask|máscara"),
-                         reach=4, ordered=True, unless=OTHER_MASK, pattern=r"causal_mask\s*=\s*true"),),
+                         reach=4, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE, pattern=r"causal_mask\s*=\s*true"),),
           # the model learned to peek: going on from its weights keeps what it learned that way
           workarounds=(Concept("resuming the model trained without the mask", ("resume|continue|go on|keep training"
                                                                                 "|seguir|continuar|retomar|reanudar",
@@ -435,8 +441,8 @@ _ALL = (
           (Concept("a stuck data loader", ("loader|dataloader|cargador", "stuck|frozen|hang|atascado|congelado"),
                    reach=3, pattern=r"\bstuck_loader\b|repeated batch(?:es)?|mismo lote repetido"),
            Concept("a stuck data loader", ("same batch|identical batch|mismo lote", "again|every step|over and over"
-                                           "|served|repeat|repeated|twice|otra vez|cada paso|repetido"), reach=4),
-           Concept("a stuck data loader", (BATCH, "repeat|repeated|served|again|repetido|servido",
+                                           "|served|repeat|repeated|twice|otra vez|cada paso|repetido|" + REPEATED_ES), reach=4),
+           Concept("a stuck data loader", (BATCH, "repeat|repeated|served|again|repetido|servido|" + REPEATED_ES,
                                            "~steps|consecutive|in a row|~pasos|consecutivos|seguidos"), reach=4,
                    ordered=True)),
           "Log a fingerprint of every batch (rows, token statistics) and alarm when one repeats; the data order "

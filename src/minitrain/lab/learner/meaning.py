@@ -59,7 +59,7 @@ CLAUSE_BREAK = re.compile(r"[;:!?\n,()]|\.(?!\w)|(?<!\w)(?:but|however|although|
 HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|could be|could have|could also|not sure"
                     r"|unsure|not certain|i think|i guess|quiz[aá]s?|tal vez|puede que|puede ser|podr[ií]a ser"
                     r"|podr[ií]a haber|podr[ií]a tratarse|a lo mejor|es posible que|posiblemente|probablemente"
-                    r"|creo que|no estoy segur[oa])(?!\w)|\?")
+                    r"|creo que|no estoy segur[oa]|unless|a menos que|salvo que)(?!\w)|\?")
 ALTERNATIVES = re.compile(r"(?<!\w)(?:or|either|o|u)(?!\w)")
 # two answers offered as alternatives by their form ("either A or B", "whether A or B", "o A o B", "ya sea A o B"),
 # whatever A and B are: a hedge even where one of them names no cause the grader knows
@@ -246,6 +246,15 @@ def the_wrong_way(w: Words, concept: Concept, found: list[tuple[int, int]], hidd
     return bool(opposite) and min(opposite) < min(along, default=len(w.words))
 
 
+def near_other(w: Words, concept: Concept, found: list[tuple[int, int]]) -> bool:
+    """Whether a word that makes the concept another thing stands close to it in its clause ("the masking was
+    wrong in the loss" is the loss's mask)."""
+    if not concept.not_near:
+        return False
+    return any(w.clauses[o] == w.clauses[a] and between(w, min(o, b), max(o, a), LOOSE) <= 2
+               for o, _ in w.occurrences(concept.not_near) for a, b in found)
+
+
 def said_where(w: Words, concept: Concept) -> tuple[bool, bool]:
     """(the text affirms the concept somewhere, it says it only under a negation). A concept said the wrong way
     round is neither (it goes to `w.backwards`)."""
@@ -261,7 +270,7 @@ def said_where(w: Words, concept: Concept) -> tuple[bool, bool]:
         for sentence in sorted(shared):  # the parts of one concept are said in one sentence
             in_it = [[o for o in places_of if w.sentences[o[0]] == sentence] for places_of in each]
             for found in product(*in_it):
-                if close_together(w, list(found), concept):
+                if close_together(w, list(found), concept) and not near_other(w, concept, list(found)):
                     if the_wrong_way(w, concept, list(found), hidden):
                         w.backwards.add(concept.label)
                         continue
@@ -396,8 +405,10 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
     if right or others or causes_named(low, "signs").get(cause):
         if CORRELATIVE.search(low):
             return Point(NO, "offers two answers as alternatives (either ... or): name one cause")
-    if right:  # words of another cause inside a longer concept of the right one are that concept's
+    if right:  # words of one cause inside a longer concept of another are that concept's
         others = {c: labels for c, labels in others.items() if not inside(low, labels, right)}
+        if others and inside(low, right, [label for labels in others.values() for label in labels]):
+            right = None
     symptoms = {c: labels for c, labels in others.items() if CAUSES[c].follows}
     if right and symptoms:  # a NaN listed beside the cause is what the cause led to
         others = {c: labels for c, labels in others.items() if c not in symptoms}
@@ -423,6 +434,9 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
     if ruled_out:
         return Point(NO, f"rules out {', '.join(ruled_out)}, which is what happened")
     signs = causes_named(low, "signs").get(cause)
+    other = offered_with_another(low, cause, signs or [], hedge=False)
+    if other:
+        return Point(NO, f"offers {', '.join(signs)} or {other} as alternatives: name one cause")
     if signs:
         return Point(REVIEW, f"names only a symptom ({', '.join(signs)}) that several causes share: a teacher reads it")
     return Point(NO, "names no failure mode")
