@@ -181,6 +181,9 @@ CULPRIT = any_of("bug|source|cause|origin|culprit|whoever|who|causa|error|fallo|
 SKIP = any_of("skip|drop|remove|filter|exclude|discard|omit|throw away|ignore|dedupe|deduplicate",
               "saltar|descartar|eliminar|filtrar|quitar|omitir|ignorar|sacar|deduplicar")
 
+# a judgement on what a cause is about ("the learning rate was too low"): the answer puts the fault there
+JUDGED = ("too|far too|wrong|broken|bad|incorrect|off|demasiado|mal|malo|mala|incorrecto|incorrecta|erróneo"
+          "|errónea|roto|rota|equivocado|equivocada")
 # What a cause is about, and the causes about it: the right cause "or" one of these is two answers offered
 # ("a bad batch or the learning rate"), whether or not the other is said as a cause
 SUBJECTS: tuple[tuple[Concept, tuple[str, ...]], ...] = (

@@ -43,7 +43,7 @@ from itertools import product
 
 import snowballstemmer
 
-from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, SUBJECTS, Concept
+from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, JUDGED, SUBJECTS, Concept
 
 CREDIT, NO, REVIEW = "credit", "no", "review"
 CONCEPTS_THAT_ARE_STEPS = tuple(c for cause in CAUSES.values() for c in cause.fixes if c.step)
@@ -380,6 +380,16 @@ def offered_with_another(low: str, cause: str, right: list[str], hedge: bool = F
     return ""
 
 
+def blames(low: str, cause: str) -> str:
+    """What the text faults that another cause is about ("the learning rate was too low": the learning rate),
+    even where that is no cause the registry knows."""
+    for subject, causes in SUBJECTS:
+        judged = Concept(subject.label, (subject.parts[0], JUDGED), reach=3, ordered=True, unless=subject.unless)
+        if cause not in causes and affirmed(low, (judged,))[0]:
+            return subject.label
+    return ""
+
+
 def said(named: dict[str, list[str]]) -> str:
     return "; ".join(f"{', '.join(labels)} ({cause})" for cause, labels in named.items())
 
@@ -437,6 +447,9 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
     other = offered_with_another(low, cause, signs or [], hedge=False)
     if other:
         return Point(NO, f"offers {', '.join(signs)} or {other} as alternatives: name one cause")
+    blamed = blames(low, cause)
+    if signs and blamed:
+        return Point(NO, f"puts the fault on {blamed}, not on what happened to this run")
     if signs:
         return Point(REVIEW, f"names only a symptom ({', '.join(signs)}) that several causes share: a teacher reads it")
     return Point(NO, "names no failure mode")
