@@ -286,7 +286,7 @@ _ALL = (
            Concept("repeated or rare rows in one batch", (ROWS, "times|veces|over and over|again and again"
                                                           "|una y otra vez"), reach=3, ordered=True),
            Concept("repeated or rare rows in one batch", ("same|identical|mismo|misma|idéntico|idéntica", ROWS),
-                   reach=1, ordered=True),
+                   reach=1),
            Concept("repeated or rare rows in one batch", ("rare|uncommon|unusual|raro|rara|inusual|poco común",
                                                           "token|word|palabra"), reach=1)),
           "Check batch composition before the step (duplicated rows, rare-token share); deduplicate the data by "
@@ -393,7 +393,8 @@ _ALL = (
            Concept("a broken causal mask", (MASK, "broken|all ones|ones|not causal|non causal|noncausal|wrong|missing"
                                             "|removed|replaced|disabled|off|gone|full|bidirectional|roto|rota|mal"
                                             "|eliminada|desactivada|quitada|todo unos|todos unos|unos|no causal"
-                                            "|not applied|never applied|no se aplicó|no se aplicaba|ignored|ignorada"
+                                            "|not applied|never applied|~\\w*n't applied|not used|~\\w*n't used"
+                                            "|no se aplicó|no se aplicaba|ignored|ignorada"
                                             "|skipped|omitida"), reach=3, unless=OTHER_MASK, not_near=LOSS_SIDE,
                    pattern=r"\bbroken_mask\b"),
            Concept("positions see the future tokens", ("see|peek|look|attend|ver|vea|veía|mirar|espiar|atiende"
@@ -407,7 +408,8 @@ _ALL = (
                    reach=5, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
            Concept("positions see the future tokens", ("copy|copies|copying|copiar|copia", "next token|following token"
                                                        "|siguiente token|token siguiente|future"), reach=3),
-           Concept("positions see the future tokens", ("attention|atención", "bidirectional|bidireccional"), reach=3),
+           Concept("positions see the future tokens", ("attention|atención", "bidirectional|bidireccional|non causal"
+                                                       "|noncausal|not causal|no causal"), reach=3),
            Concept("a broken causal mask", ("no|without|sin|missing|lack|lacks|lacking|absent|falta|faltar|ausente",
                                             MASK), reach=2, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
            Concept("a broken causal mask", (r"~\w*n't|not", "masked"), reach=0, ordered=True),
