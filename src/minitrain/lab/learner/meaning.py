@@ -7,8 +7,9 @@ does not count the little words between them); words are compared by their stems
 stemmers), so a paraphrase, another tense or the other language is heard without its exact words. A concept
 counts only where the learner affirms it: one with a negation just before it in the same clause ("not the
 learning rate", "no es un lote malo", "rather than a bad batch", "the gradients were not scaled") is ruled out,
-not named; one said the wrong way round ("v shrank" where v grew) goes to a teacher. The adjective of an
-indefinite ("something odd", "algo raro") names nothing. A concept inside a longer one of the right cause is
+not named; one said the wrong way round ("v shrank" where v grew) goes to a teacher; one with a word close by
+that makes it another thing is not said ("masking was wrong in the loss"). The adjective of an indefinite
+("something odd", "algo raro") names nothing. A concept inside a longer one of the right cause is
 that one's words, not another cause; a verb's object is the nearest one ("restore beta2 and pin it in the
 checkpoint" restores beta2).
 
@@ -20,7 +21,8 @@ A diagnosis of a run whose fault is X earns:
     no       empty; a list of words rather than a sentence; another cause and not X; X "or" another cause;
              two answers offered by their form ("either ... or", "o ... o"), or X across an "or" from what another
              cause is about ("a bad batch or the learning rate"; in a hedged answer no "or" is needed); nothing that
-             names a cause; a `cause:` field that names another cause
+             names a cause; a symptom of X beside a fault put on what another cause is about ("the learning rate
+             was too low"); a `cause:` field that names another cause
 A NaN (a state other causes end in) listed beside X is its symptom, not a second cause.
 The optional `cause:` field counts as naming its cause, but the sentence must still say something: a field
 alone beside a sentence that names nothing is "no failure mode".
