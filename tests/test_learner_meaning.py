@@ -106,6 +106,9 @@ def test_the_grader_agrees_with_the_teacher(split):
     ("diagnosis", "It is a bad batch or the learning rate.", "bad_batch", "no", "or the learning rate"),
     ("diagnosis", "Puede ser un lote malo, aunque también podría ser el optimizador.", "bad_batch", "no",
      "or the optimizer"),
+    ("diagnosis", "A bad batch, unless it was the learning rate.", "bad_batch", "no", "alternatives"),
+    ("diagnosis", "La máscara de atención o el shift de los targets están mal.", "broken_mask", "no", "alternatives"),
+    # "could" alone is ability, not doubt
     ("diagnosis", "Training attention was bidirectional: the model could see the future.", "broken_mask", "credit",
      "no other cause"),
     # an indefinite's adjective names nothing; a near miss is not the cause
@@ -119,11 +122,9 @@ def test_the_grader_agrees_with_the_teacher(split):
     ("diagnosis", "El lote se repitió durante varios pasos seguidos.", "bad_batch", "no", "stuck data loader"),
     ("diagnosis", "The model was force-fed one sentence eight times in one batch.", "bad_batch", "credit",
      "repeated or rare rows"),
-    ("diagnosis", "A bad batch, unless it was the learning rate.", "bad_batch", "no", "alternatives"),
     # a symptom beside a fault put on what another cause is about names that, not the run's cause
     ("diagnosis", "El learning rate es demasiado bajo después del paso 500: el bias se estanca.",
      "optimizer_state_corruption", "no", "puts the fault on the learning rate"),
-    ("diagnosis", "La máscara de atención o el shift de los targets están mal.", "broken_mask", "no", "alternatives"),
     ("remediation", "Fix the loss mask so it only marks target tokens.", "broken_mask", "no", "none of the fixes"),
     ("diagnosis", "The model already has the answer in what it sees.", "broken_mask", "review", "only a symptom"),
     # the direction: v shrank is the fault the wrong way round; a small factor is a measurement, not an explosion
