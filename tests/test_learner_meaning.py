@@ -115,6 +115,8 @@ def test_the_grader_agrees_with_the_teacher(split):
     ("diagnosis", "Algo raro pasa en el 500 con los datos.", "bad_batch", "review", "only a symptom (the data)"),
     ("diagnosis", "The loss mask is broken: it includes padding tokens.", "broken_mask", "no", "no failure mode"),
     ("diagnosis", "Masking was wrong in the loss.", "broken_mask", "no", "no failure mode"),
+    ("diagnosis", "Gradient clipping kicked in many times over the run.", "gradient_explosion", "no", "no failure mode"),
+    ("diagnosis", "The model weights started to grow too large around step 300.", "bad_init", "no", "no failure mode"),
     ("diagnosis", "The causal mask wasn't applied during training.", "broken_mask", "credit", "a broken causal mask"),
     ("diagnosis", "Attention was non-causal in training.", "broken_mask", "credit", "see the future"),
     ("diagnosis", "El batch del paso 500 tenía 8 filas idénticas.", "bad_batch", "credit", "repeated or rare rows"),

@@ -95,8 +95,9 @@ OPTIMIZER = "adam|adamw|optimizer|optimiser|optimizador"
 NOT_V = ("ln v|log v|ln of v|first moment|first moments|1st moment|momentum|adam's m|adam m|exp_avg|primer momento"
          "|primeros momentos|momento de primer orden")
 # a factor of ten or more: "x3.6" or "x1.0" beside a right diagnosis is a measurement, not an explosion
-TIMES = any_of(r"~[x×][1-9]\d+(?:\.\d+)?|~[1-9]\d+(?:\.\d+)?[x×]|~\d+-?fold|times|fold|factor|hundredfold|fiftyfold",
-               r"fifty|hundred|by ~[1-9]\d+|by a factor|veces|cincuenta|cien|centenar|por ~[1-9]\d+")
+# ("many times" counts nothing)
+TIMES = any_of(r"~[x×][1-9]\d+(?:\.\d+)?|~[1-9]\d+(?:\.\d+)?[x×]|~\d+-?fold|~[1-9]\d+ times|fold|factor|hundredfold",
+               r"fiftyfold|fifty|hundred|by ~[1-9]\d+|by a factor|~[1-9]\d+ veces|cincuenta|cien|centenar|por ~[1-9]\d+")
 EXPLODED = any_of("explode|exploding|explosion|blow up|blew up|blown up|skyrocket|shot up|soar|through the roof",
                   "explotar|explosión|estallar|por las nubes")
 SCALING = any_of("scale|scaled up|multiply|multiplied|amplify|magnify|boost|crank|cranked up|turn up|turned up",
@@ -158,8 +159,11 @@ OTHER_MASK = ("loss mask|loss masking|padding mask|pad mask|label mask|target ma
               "|mask of the loss|mask on the loss|máscara de pérdida|máscara de la pérdida|máscara del loss"
               "|máscara en la pérdida|máscara en el loss|máscara de padding|máscara de relleno")
 WARMUP = any_of("warmup|warm up|ramp|ramp up|calentamiento|rampa")
-# the loader that serves the data, and the same whole batch again: a stuck loader, not rows repeated in one batch
-LOADER = "data loader|dataloader|loader|cargador de datos|cargador|same batch|identical batch|mismo lote|mismo batch"
+# the loader that serves the data, the same whole batch again, every batch: not rows repeated in one batch
+LOADER = ("data loader|dataloader|loader|cargador de datos|cargador|same batch|identical batch|mismo lote|mismo batch"
+          "|every batch|all batches|each batch|all the batches|cada lote|todos los lotes|cada batch|todos los batches")
+# weights that grew during training, not weights born too large
+GREW = "grow|grew|grown|growing|became|become|drift|drifted|crecer|creció|crecieron|volverse|se volvieron"
 # the initialisation's scale, not a scaling of the gradients
 INIT_TERM = "init scale|init_scale|initial scale|initialisation scale|initialization scale|escala inicial"
 INIT = any_of("init|initialisation|initialization|initialise|initialize|init scale|init_scale|initial scale",
@@ -201,6 +205,10 @@ SUBJECTS: tuple[tuple[Concept, tuple[str, ...]], ...] = (
     (Concept("the gradients", (GRAD,), unless=SQUARED), ("gradient_explosion",)),
     (Concept("the attention", ("attention|atención",)), ("attention_logit_growth",)),
 )
+
+# the gradients' clipping, not the gradients: "gradient clipping kicked in" says nothing of their size
+NOT_GRAD = SQUARED + ("|gradient clipping|grad clipping|gradient clip|grad clip|clipping de gradiente"
+                      "|recorte de gradiente|recorte del gradiente|clipping del gradiente")
 
 HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("turning gradient clipping off", (OFF, CLIP), reach=2, ordered=True,
@@ -248,19 +256,19 @@ _ALL = (
           fixes=(Concept("no fix needed", pattern=r"no (?:fix|change|action)|nothing to (?:fix|do)|do nothing|nothing needed|wait it out|ninguna"
                                     r"|nada que|no hacer nada"),)),
     Cause("gradient_explosion",
-          (Concept("an exploding gradient", (GRAD, EXPLODED), reach=3, unless=SQUARED,
+          (Concept("an exploding gradient", (GRAD, EXPLODED), reach=3, unless=NOT_GRAD,
                    pattern=r"gradient_explosion"),
-           Concept("the gradients multiplied at one step", (GRAD, SCALED_UP), ordered=True, unless=SQUARED,
+           Concept("the gradients multiplied at one step", (GRAD, SCALED_UP), ordered=True, unless=NOT_GRAD,
                    along=SCALED_UP, opposite=SHRANK),
-           Concept("the gradients multiplied at one step", (SCALING, GRAD), reach=2, ordered=True, unless=SQUARED),
+           Concept("the gradients multiplied at one step", (SCALING, GRAD), reach=2, ordered=True, unless=NOT_GRAD),
            Concept("every tensor's gradient jumped together", ("every|all|each|todos|todas|cada", GRAD,
                                                                "jump|spike|rise|rose|went up|salto|saltar|subir|subió"),
-                   reach=3, ordered=True, unless=SQUARED),
+                   reach=3, ordered=True, unless=NOT_GRAD),
            Concept("every tensor's gradient jumped together", (GRAD, "every|all|each|todos|todas|cada",
                                                                "tensor|tensors|layer|layers|parameter|capa|capas",
                                                                "alike|together|at once|same factor|uniformly|same time"
                                                                "|simultaneously|a la vez|por igual|mismo factor"),
-                   unless=SQUARED)),
+                   unless=NOT_GRAD)),
           "Keep global-norm clipping on and log the pre-clip norm every step; add an adaptive detector (z-score of "
           "the norm against its EMA, as ZClip) that flags or down-weights outliers.", remedy="zclip",
           signs=(Concept("a gradient-norm spike", (GRAD, "spike|jump|huge|large|peak|pico|salto|saltar|enorme"),
@@ -347,7 +355,7 @@ _ALL = (
     Cause("bad_init",
           (Concept("weights initialised too large", (INIT, BIG), reach=4,
                    pattern=r"bad init|bad_init|mala inicializ|init_scale|inicializaci[oó]n (?:mala|err[oó]nea)"),
-           Concept("weights initialised too large", (WEIGHTS, BIG, AT_START), reach=5)),
+           Concept("weights initialised too large", (WEIGHTS, BIG, AT_START), reach=5, not_near=GREW)),
           "Assert the step-0 loss is within ln V +- 0.5 and the step-1 gradient norm within [0.1, 10] before a long "
           "run; keep init std at 0.02 scale.", config_fix="init_scale=1",
           signs=(Concept("huge logits at step 0", ("logit|activation|activación", "huge|large|enormous|enorme|grande"),
