@@ -439,8 +439,7 @@ _ALL = (
                                                        "|activar|reactivar", "causal|triangular|tril|mask|máscara"),
                          reach=4, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE, pattern=r"causal_mask\s*=\s*true"),),
           # the model learned to peek: going on from its weights keeps what it learned that way
-          workarounds=(Concept("resuming the model trained without the mask", ("resume|continue|go on|keep training"
-                                                                                "|seguir|continuar|retomar|reanudar",
+          workarounds=(Concept("resuming the model trained without the mask", (RESTORE + "|go on|keep training",
                                                                                 "checkpoint|punto de control"),
                                reach=4, ordered=True),)),
     Cause("target_leak",
