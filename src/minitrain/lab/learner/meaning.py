@@ -253,7 +253,7 @@ def near_other(w: Words, concept: Concept, found: list[tuple[int, int]]) -> bool
     wrong in the loss" is the loss's mask)."""
     if not concept.not_near:
         return False
-    return any(w.clauses[o] == w.clauses[a] and between(w, min(o, b), max(o, a), LOOSE) <= 2
+    return any(w.clauses[o] == w.clauses[a] and between(w, min(o, b), max(o, a), LOOSE) <= NEAR
                for o, _ in w.occurrences(concept.not_near) for a, b in found)
 
 
@@ -298,6 +298,8 @@ def close_together(w: Words, found: list[tuple[int, int]], concept: Concept) -> 
 
 # a concept this loose is a subject and what happened to it: the little words between them do not count
 LOOSE = 5
+# a word that makes a concept another thing counts this close to it (content words between)
+NEAR = 2
 
 
 def between(w: Words, a: int, b: int, reach: int) -> int:
