@@ -108,8 +108,11 @@ def test_nothing_seen_before_the_reveal_names_an_answer(seen, browser):  # noqa:
     assert any("(rendered text)" in where for where in out) and len(out) > 50
     leaks = [(where, word, why) for where, text in out.items() for word, why in words.items() if word in text]
     assert not leaks, leaks[:10]
-    # in words: what commands print and pages show (files and a page's embedded data hold raw metrics)
-    shown = {where: text for where, text in out.items() if where.startswith("$") or where.endswith("(rendered text)")}
+    # in words: what commands print and the tables show (files and a page's embedded data hold raw metrics; a
+    # dashboard shows the run's own measurements by design, sealed or not: the seal hides verdicts and the walker's
+    # words, not what the stability check asks the learner to read, so a value of it may equal a signature's)
+    shown = {where: text for where, text in out.items() if where.startswith("$") or
+             (where.endswith("(rendered text)") and "dashboard.html" not in where)}
     leaks = [(where, n, why) for where, text in shown.items() for n, why in numbers.items() if n in text]
     assert not leaks, leaks[:10]
     # the blind lab names none of its faults, in its files, its pages or its index rows
