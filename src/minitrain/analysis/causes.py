@@ -232,6 +232,54 @@ _ALL = (
           "a lower beta2 lets v follow a growing gradient sooner.", config_fix="update_clip=true",
           signs=(("Adam's second moment", V),),
           fixes=(("update clipping (StableAdamW)", r"update[-_ ]?clip|stableadamw|" + near(r"clip|recort", r"updates?|actualizaci", 3)),)),
+    Cause("grads_not_zeroed",
+          (("gradients not zeroed between steps",
+            near(r"zero_grad|zero|reset|clear|cero|reinici|limpi|borr", GRAD, 4)
+            + r"|zero_grad|" + near(GRAD, r"accumul|acumul|carr|pil", 4)),
+           ("grads_not_zeroed", r"grads_not_zeroed")),
+          "Call optimizer.zero_grad() once per step (before backward); let the probe check that the gradient the "
+          "optimizer gets is the one backward produced.",
+          signs=(("the gradients", GRAD),),
+          fixes=(("zeroing the gradients every step",
+                  near(r"call|add|put|restor|llam|a[nñ]ad|pon", r"zero_grad", 3) + r"|zero_grad\(\)"),)),
+    Cause("frozen_parameters",
+          (("frozen parameters",
+            either(r"param|weights?|tensors?|layers?|capas?|pesos|par[aá]metros", r"frozen|freez|congel|fij", 4)
+            + r"|requires_grad"),
+           ("frozen_parameters", r"frozen_parameters")),
+          "Print which parameters are trainable (requires_grad and in the optimizer's groups) at the start, and "
+          "check that every tensor changes at the first steps.",
+          signs=(("weights that do not change", near(r"weights?|pesos|tensors?", r"never chang|not chang|no cambi|unchang", 4)),),
+          fixes=(("unfreezing them", r"unfreez|descongel|requires_grad\s*=\s*true|" + near(r"add|a[nñ]ad", r"optimi[sz]", 4)),)),
+    Cause("update_not_applied",
+          (("an optimizer step that changes no weight",
+            near(r"step|optimi[sz]er|paso|optimizador", r"no (?:effect|change)|nothing|not (?:chang|appl|updat)"
+                 r"|sin efecto|no cambi|no aplic|no actualiz|copy|copia", 6)
+            + r"|update not applied|actualizaci[oó]n no aplicada"),
+           ("update_not_applied", r"update_not_applied")),
+          "Build the optimizer on the parameters of the model as trained (after moving and wrapping it) and assert "
+          "after the first step that the weights changed.",
+          signs=(("the weights", r"weights?|pesos"),),
+          fixes=(("building the optimizer after wrapping the model",
+                  near(r"build|creat|make|rebuild|constru|cre", r"optimi[sz]", 4)),)),
+    Cause("loss_reduction",
+          (("a loss summed instead of averaged",
+            either(r"loss|p[eé]rdida", r"sum|suma", 4) + r"|reduction\s*=\s*.?sum|" + near(r"sum|suma", r"mean|average|media|promedio", 4)),
+           ("loss_reduction", r"loss_reduction")),
+          "Compute the loss as a token mean (reduction='mean', or divide by the target-token count) and check that "
+          "the gradient norm does not follow the batch's token count.",
+          signs=(("the gradient norm", GRAD),),
+          fixes=(("averaging the loss", near(r"mean|average|divid|media|promedi", r"tokens?|loss|p[eé]rdida|count", 4)
+                  + r"|reduction\s*=\s*.?mean"),)),
+    Cause("ranks_diverged",
+          (("data-parallel ranks diverging",
+            either(r"ranks?|replica|r[eé]plicas?|procesos?|workers?|gpus?", r"diverg|drift|differ|desync|apart|desincron|distint", 5)
+            + r"|all-?reduce"),
+           ("ranks_diverged", r"ranks_diverged")),
+          "Wrap the model in DDP once (after moving it, before the optimizer) and compare a weight digest across "
+          "ranks every few steps.",
+          signs=(("the ranks", r"ranks?|r[eé]plicas?"),),
+          fixes=(("wrapping the model in DDP once", r"ddp|distributeddataparallel|" + near(r"wrap|envolv", r"model|modelo", 3)),)),
     Cause("unknown", (), "Find the cause first: the tree did not name one."),
 )
 

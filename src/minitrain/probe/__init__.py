@@ -246,6 +246,7 @@ class Probe:
     def _after_step(self, opt, args, kwargs) -> None:
         if self.closed:
             return
+        self.tel.after_step(self._lr)
         self._measured = self._measure()
         if self._logged:
             self._write_row()
