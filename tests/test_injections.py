@@ -25,7 +25,9 @@ def test_registry_has_the_lab_injections_and_the_faults_at_their_points():
     assert {n: (i.point, i.lasts) for n, i in REGISTRY.items()} == {
         "scale": ("grads", "step"), "bad_batch": ("batch", "step"), "v_corrupt": ("optimizer_state", "step"),
         "lr_spike": ("lr", "span"), "corrupt_batch": ("batch", "step"), "stuck_loader": ("batch", "span"),
-        "target_leak": ("batch", "span"), "adam_setting": ("optimizer_state", "rest")}
+        "target_leak": ("batch", "span"), "adam_setting": ("optimizer_state", "rest"),
+        "no_zero_grad": ("grads", "rest"), "frozen_params": ("step", "rest"), "step_noop": ("step", "rest"),
+        "loss_sum": ("loss", "rest"), "rank_desync": ("loss", "rest")}
 
 
 def test_hook_is_a_no_op_by_default():

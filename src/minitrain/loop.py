@@ -274,9 +274,12 @@ def build_run(cfg: TrainConfig, out: Path | None = None, hook: Callable | None =
         )
         if cfg.injection == "bad_batch":  # fail now, not at step K, if the sentence cannot be used
             data.sentence_batch(cfg.injection_sentence, cfg.batch_size, cfg.context)
+    forward = distributed.wrap_model(model, device)
+    if ctx and cfg.injection == "rank_desync" and forward is not model:
+        ctx.ddp_switch = distributed.keep_local_gradients(forward)
     return Run(cfg, data, model, opt, Telemetry(model, opt, cfg, data.rare_mask), ctx, out,
-               remedy=make_context(cfg, model, opt), device=device,
-               forward=distributed.wrap_model(model, device), maybe_inject=hook or maybe_inject)
+               remedy=make_context(cfg, model, opt), device=device, forward=forward,
+               maybe_inject=hook or maybe_inject)
 
 
 def checkpoint_meta(run: Run, step: int) -> dict:

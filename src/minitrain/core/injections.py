@@ -19,8 +19,8 @@ config and the step, so a run resumed or forked inside its active window gives t
 Beyond the lab's three (scale, bad_batch, v_corrupt), five realistic faults (docs/diagnosis.md measures
 their signatures): lr_spike (a schedule bug), corrupt_batch (distinct corrupted rows), stuck_loader,
 target_leak (inputs hold their own targets), adam_setting (AdamW's beta2 / eps changed from K on).
-Four silent bugs (issue 36: nothing spikes, the loss still falls, only worse; docs/silent-bugs.md): no_zero_grad,
-frozen_params, step_noop, loss_sum.
+Five silent bugs (issue 36: nothing spikes, the loss still falls, only worse; docs/silent-bugs.md): no_zero_grad,
+frozen_params, step_noop, loss_sum, and rank_desync under torchrun.
 Adding one is one more decorated function here (and its config fields in core/config.py).
 """
 from __future__ import annotations
@@ -85,6 +85,7 @@ class InjectContext:
     target_tokens: Any = None  # the global batch's target-token count the loss divides by (loss_sum)
     params: dict = field(default_factory=dict)  # {name: parameter} (frozen_params, step_noop)
     carried: dict | None = None  # no_zero_grad: the gradients the next step adds to its own
+    ddp_switch: Any = None  # rank_desync: distributed.keep_local_gradients' switch (None on one process)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -293,6 +294,20 @@ def loss_sum(objective, ctx: InjectContext):
     return objective * ctx.target_tokens
 
 
+@injection("rank_desync", point="loss", lasts="rest")
+def rank_desync(objective, ctx: InjectContext):
+    """Under torchrun, from K the last rank's gradients are not all-reduced (its replica steps on its own rows'
+    gradient, as a model wrapped in DDP on some paths only), so the ranks' weights drift apart. One process: none."""
+    from minitrain.core import distributed
+
+    world = distributed.world_size()
+    if ctx.step == ctx.cfg.injection_step:
+        ctx.record.update(touched=f"rank {world - 1}'s gradients" if world > 1 else "nothing (one process)")
+    if ctx.ddp_switch is not None:
+        ctx.ddp_switch.local = distributed.rank() == world - 1
+    return objective
+
+
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -342,7 +357,7 @@ def validate_injection_config(cfg, param_names: list[str] | None = None) -> None
             raise UserError(f"unknown parameter '{cfg.injection_param}' for injection_param; {hint}")
     if cfg.injection == "frozen_params" and param_names is not None and not param_group(cfg.injection_param,
                                                                                         param_names):
-        groups = sorted({"@" + n.split(".")[-2] for n in param_names if "." in n})
+        groups = sorted({"@" + part for n in param_names for part in n.split(".")[:-1] if not part.isdigit()})
         raise UserError(f"injection_param '{cfg.injection_param}' names no parameter; give a name or a group "
                         f"({', '.join(groups)})")
     if cfg.injection in ("lr_spike", "stuck_loader", "target_leak") and cfg.injection_span < 0:
