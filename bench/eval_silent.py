@@ -1,4 +1,4 @@
-"""The silent bugs (issue 36) on held-out cases: seeds, steps K, tensors and batch sizes the §9 checks were not
+"""The silent bugs (docs/silent-bugs.md) on held-out cases: seeds, steps K, tensors and batch sizes the §9 checks were not
 tuned on (they were set on seed 42, K=400, @attn, batch 8), and clean runs of the same configs for false alarms.
 Each case is trained through the CLI (`rank_desync` and its clean twin under torchrun, 2 processes, gloo), then
 `minitrain diagnose --json` names it from its metrics alone. Scored once; the table goes into docs/silent-bugs.md.

@@ -415,7 +415,7 @@ def test_tensorboard_export_of_a_probe_run(runs, tmp_path, capsys):
 
 
 def test_a_loop_that_stops_zeroing_gradients_is_named_at_that_step(tmp_path, data, capsys):
-    """Issue 36: the user's loop (AdamW, warmup, decaying LR) forgets optimizer.zero_grad() from step S; the
+    """The user's loop (AdamW, warmup, decaying LR) forgets optimizer.zero_grad() from step S; the
     probe's gradient hooks see the optimizer get the fresh gradient plus the last step's, and the walker names
     grads_not_zeroed at S, not a gradient explosion later."""
     run = plain_loop(data, tmp_path / "no-zero-grad", 140, zero_grad_until=100)

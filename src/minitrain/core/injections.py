@@ -19,7 +19,7 @@ config and the step, so a run resumed or forked inside its active window gives t
 Beyond the lab's three (scale, bad_batch, v_corrupt), five realistic faults (docs/diagnosis.md measures
 their signatures): lr_spike (a schedule bug), corrupt_batch (distinct corrupted rows), stuck_loader,
 target_leak (inputs hold their own targets), adam_setting (AdamW's beta2 / eps changed from K on).
-Five silent bugs (issue 36: nothing spikes, the loss still falls, only worse; docs/silent-bugs.md): no_zero_grad,
+Five silent bugs (nothing spikes, the loss still falls, only worse; docs/silent-bugs.md): no_zero_grad,
 frozen_params, step_noop, loss_sum, and rank_desync under torchrun.
 Adding one is one more decorated function here (and its config fields in core/config.py).
 """
@@ -224,7 +224,7 @@ def adam_setting(state: dict, ctx: InjectContext):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Silent bugs: nothing spikes, the run trains on, worse (issue 36)
+# Silent bugs: nothing spikes, the run trains on, worse
 # ---------------------------------------------------------------------------------------------------
 
 

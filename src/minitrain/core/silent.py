@@ -1,4 +1,4 @@
-"""Signals of the silent training bugs (issue 36): a step that runs, and a loss that still falls, but a step
+"""Signals of the silent training bugs: a step that runs, and a loss that still falls, but a step
 that does not do what the loop says. Measured every step from tensors the step already has, with a few
 `_foreach` passes; their values ride in the telemetry's one device-to-host transfer.
 

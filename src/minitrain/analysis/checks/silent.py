@@ -1,4 +1,4 @@
-"""§9: the silent bugs (issue 36): steps that run and a loss that still falls, but a step that does not do what
+"""§9: the silent bugs: steps that run and a loss that still falls, but a step that does not do what
 the loop says. The per-step signals are core/silent.py's, written into a row only at a step where they fired."""
 from __future__ import annotations
 
