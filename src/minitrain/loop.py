@@ -187,7 +187,7 @@ def train_step(run: Run, step: int) -> dict:
     if take_step:  # False only when a remedy skips this batch
         # INJECT at the step itself (frozen_params, step_noop)
         (run.maybe_inject("step", step, opt.step, run.inject) if run.inject else opt.step)()
-    run.telemetry.after_step(lr if take_step else 0.0)
+    run.telemetry.after_step(lr if take_step else 0.0, keep=True)  # (the next step sets .grad to None first)
     # 5. log (global numbers: summed over ranks)
     return metrics_row(run, step, lr, loss, per_target, local, logits, grad_norm, val_loss)
 

@@ -6,7 +6,8 @@ that does not do what the loop says. Measured every step from tensors the step a
               digest (each tensor's element sum, s), a gradient that was not zeroed is the fresh one plus what
               the previous step left in .grad, s_applied = s_fresh + s_left, to float rounding; a healthy step
               has s_applied = s_fresh, a scaled one c * s_fresh. The statistic: sum |s_applied - s_fresh -
-              s_left| / sum |s_left| over tensors, 1 when zeroed, ~0 when carried.
+              s_left| / sum |s_left| over tensors, 1 when zeroed, ~0 when carried. In minitrain's loop a step whose
+              optimizer gets the very tensors backward produced is answered without a digest.
     changed   per tensor, did the step change its weights at all: |w_after - w_before| > 0 (the weights are
               copied before the step; compared only at steps that ran with LR > 0).
     spread    under torchrun, per tensor, the largest minus the smallest weight norm over ranks after the step
@@ -33,12 +34,18 @@ def sums(ts: list[torch.Tensor]) -> torch.Tensor:
 
 
 class SilentSignals:
+    """The loop hands it the gradient tensors themselves (`produced`, `after_step(..., keep=True)`): a step whose
+    optimizer gets the very tensors backward produced cannot carry anything and costs no digest at all. The
+    probe hands it digests from its hooks (`add_produced`) and digests what is left in .grad at once (a loop may
+    zero it in place)."""
+
     def __init__(self, params: list[torch.Tensor]):
         self.params = [p.detach() for p in params]
-        self.fresh: torch.Tensor | None = None  # digest of the gradients backward produced this step
-        self.applied: torch.Tensor | None = None  # ... of those the optimizer is given
-        self.left: torch.Tensor | None = None  # ... of those the previous step left in .grad
-        self.left_next: torch.Tensor | None = None  # ... of those this step leaves
+        self.fresh: torch.Tensor | None = None  # digest of the gradients backward produced this step (probe)
+        self.fresh_grads: list[torch.Tensor] | None = None  # those gradients themselves (loop), until after_backward
+        self.left: torch.Tensor | None = None  # digest of what the previous step left in .grad
+        self.left_grads: list[torch.Tensor] | None = None  # ... or those tensors themselves (loop)
+        self.carry: torch.Tensor | None = None  # [residual, left] of this step
         self.kept: list[torch.Tensor] = []  # the weights before the step
         self.moved: torch.Tensor | None = None  # per tensor |w_after - w_before|
         self.lr = 0.0
@@ -46,7 +53,7 @@ class SilentSignals:
 
     def produced(self, grads: list[torch.Tensor]) -> None:
         """The gradients backward produced this step (the loop: before any gradient injection)."""
-        self.fresh = None if any(g is None for g in grads) else sums(grads)
+        self.fresh_grads = grads
 
     def add_produced(self, i: int, grad: torch.Tensor) -> None:
         """One tensor's gradient as backward produces it (a probe's hook; micro-batches add up)."""
@@ -55,27 +62,47 @@ class SilentSignals:
         self.fresh[i] += grad.detach().sum().float()
 
     def after_backward(self, grads: list[torch.Tensor]) -> None:
-        self.applied = None if any(g is None for g in grads) else sums(grads)
+        """`grads`: what the optimizer will be given (before clipping)."""
+        fresh_grads, self.fresh_grads = self.fresh_grads, None
+        fresh, self.fresh = self.fresh, None
+        left = self.left if self.left is not None else (
+            sums(self.left_grads) if self.left_grads is not None else None)
+        self.left = self.left_grads = self.carry = None
+        if fresh_grads is not None and len(fresh_grads) == len(grads) and all(
+                a is b for a, b in zip(fresh_grads, grads)):
+            return  # the optimizer gets backward's own tensors: nothing carried
+        if left is None or any(g is None for g in grads):
+            return
+        if fresh is None:
+            if fresh_grads is None or any(g is None for g in fresh_grads):
+                return
+            fresh = sums(fresh_grads)
+        self.carry = torch.stack([(sums(grads) - fresh - left).abs().sum(), left.abs().sum()])
 
     def before_step(self) -> None:
         if not self.kept:
             self.kept = [torch.empty_like(p) for p in self.params]
         torch._foreach_copy_(self.kept, self.params)
 
-    def after_step(self, grads: list[torch.Tensor], lr: float) -> None:
-        """After the optimizer step: how far each tensor moved, and the digest of what stays in .grad."""
+    def after_step(self, grads: list[torch.Tensor], lr: float, keep: bool = False) -> None:
+        """After the optimizer step: how far each tensor moved, and what stays in .grad for the next step
+        (`keep`: the tensors themselves, when nothing will change them in place before the next backward)."""
         self.lr = lr
-        self.moved = torch.stack(torch._foreach_norm(torch._foreach_sub(self.params, self.kept))).float()
-        self.left_next = None if any(g is None for g in grads) else sums(grads)
+        if self.kept:  # in place: the copy is taken again before the next step
+            torch._foreach_sub_(self.kept, self.params)
+            self.moved = torch.stack(torch._foreach_norm(self.kept)).float()
+        if any(g is None for g in grads):
+            return
+        if keep:
+            self.left_grads = list(grads)
+        else:
+            self.left = sums(grads)
 
     def values(self) -> torch.Tensor:
         """This step's numbers for the one transfer: [residual, left (2), moved (n), spread (n under DDP)]."""
         n = len(self.params)
         device = self.params[0].device
-        if self.fresh is not None and self.applied is not None and self.left is not None:
-            carry = torch.stack([(self.applied - self.fresh - self.left).abs().sum(), self.left.abs().sum()])
-        else:
-            carry = torch.full((2,), math.nan, device=device)
+        carry = self.carry if self.carry is not None else torch.full((2,), math.nan, device=device)
         moved = self.moved if self.moved is not None else torch.ones(n, device=device)
         out = [carry, moved]
         if self.world > 1 and self.moved is not None:
@@ -83,8 +110,7 @@ class SilentSignals:
             hi = distributed.all_reduce(norms, "max")
             lo = -distributed.all_reduce(-norms, "max")
             out.append(hi - lo)
-        self.left = self.left_next
-        self.fresh = self.applied = self.moved = self.left_next = None
+        self.carry = self.moved = None
         return torch.cat(out)
 
     def fields(self, host: list[float], names: list[str]) -> dict:

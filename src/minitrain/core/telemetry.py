@@ -212,9 +212,10 @@ class Telemetry:
                 self.prev = [torch.empty_like(p) for p in self.detached]
             torch._foreach_copy_(self.prev, self.detached)
 
-    def after_step(self, lr: float) -> None:
-        """Called just after the optimizer step with the LR it ran with (0: no step was taken)."""
-        self.silent.after_step([p.grad for p in self.params], lr)
+    def after_step(self, lr: float, keep: bool = False) -> None:
+        """Called just after the optimizer step with the LR it ran with (0: no step was taken); `keep`: the
+        caller leaves the gradients as they are until its next backward (core/silent.py)."""
+        self.silent.after_step([p.grad for p in self.params], lr, keep)
 
     def hyper(self, states: list[dict]) -> dict[str, list[float]]:
         """Per tensor, what Adam's step used: its denominator's bias correction sqrt(1 - b2^t) and eps, and
