@@ -50,6 +50,7 @@ class SilentSignals:
         self.moved: torch.Tensor | None = None  # per tensor |w_after - w_before|
         self.lr = 0.0
         self.world = distributed.world_size()
+        self.no_carry = torch.full((2,), math.nan, device=self.params[0].device)  # (made once: every step uses it)
 
     def produced(self, grads: list[torch.Tensor]) -> None:
         """The gradients backward produced this step (the loop: before any gradient injection)."""
@@ -100,10 +101,8 @@ class SilentSignals:
 
     def values(self) -> torch.Tensor:
         """This step's numbers for the one transfer: [residual, left (2), moved (n), spread (n under DDP)]."""
-        n = len(self.params)
-        device = self.params[0].device
-        carry = self.carry if self.carry is not None else torch.full((2,), math.nan, device=device)
-        moved = self.moved if self.moved is not None else torch.ones(n, device=device)
+        carry = self.carry if self.carry is not None else self.no_carry
+        moved = self.moved if self.moved is not None else torch.ones(len(self.params), device=carry.device)
         out = [carry, moved]
         if self.world > 1 and self.moved is not None:
             norms = torch.stack(torch._foreach_norm(self.params)).float()
@@ -120,10 +119,9 @@ class SilentSignals:
         out = {}
         if math.isfinite(residual) and left > 0 and residual <= CARRY_RESIDUAL * left:
             out["grads_carried"] = float(f"{residual / left:.3g}")
-        if self.lr > 0:
-            unchanged = [name for name, d in zip(names, host[2:2 + n]) if d == 0]
-            if unchanged:
-                out["unchanged"] = unchanged
+        moved = host[2:2 + n]
+        if self.lr > 0 and min(moved) == 0:
+            out["unchanged"] = [name for name, d in zip(names, moved) if d == 0]
         if len(host) > 2 + n:
             differ = [name for name, s in zip(names, host[2 + n:2 + 2 * n]) if s > 0]
             if differ:
