@@ -239,8 +239,8 @@ def param_group(spec: str, names) -> list[str]:
 
 @injection("no_zero_grad", point="grads", lasts="rest")
 def no_zero_grad(grads: dict, ctx: InjectContext):
-    """Missing optimizer.zero_grad() after step K: from K+1 each step's gradient adds the previous step's (as
-    left in .grad after the step, clipped in place), so gradients accumulate."""
+    """Missing optimizer.zero_grad() after step K: from K+1 each step's gradient adds the previous step's.
+    The previous gradient is the one left in .grad after its step (clipped in place), so gradients accumulate."""
     if ctx.step == ctx.cfg.injection_step:
         ctx.record.update(touched="every gradient", first_accumulating_step=ctx.step + 1)
     elif ctx.carried is not None:
@@ -252,8 +252,8 @@ def no_zero_grad(grads: dict, ctx: InjectContext):
 
 @injection("frozen_params", point="step", params=("injection_param",), lasts="rest")
 def frozen_params(step_fn: Callable, ctx: InjectContext):
-    """Frozen parameters from K: injection_param (a name or a group such as @attn) is left out of the step
-    (requires_grad=False left on): no update, no weight decay, no optimizer state for it."""
+    """Frozen parameters from K: injection_param (a name or a group such as @attn) is left out of the step.
+    As requires_grad=False left on: no update, no weight decay, no optimizer state for it."""
     names = param_group(ctx.cfg.injection_param, ctx.params)
     if ctx.step == ctx.cfg.injection_step:
         ctx.record.update(touched=names)
@@ -287,8 +287,8 @@ def step_noop(step_fn: Callable, ctx: InjectContext):
 
 @injection("loss_sum", point="loss", lasts="rest")
 def loss_sum(objective, ctx: InjectContext):
-    """The loss summed over the batch's target tokens instead of averaged, from K (the gradient scales with the
-    token count; the row's loss stays the token mean, as a loop that logs its mean apart)."""
+    """The loss summed over the batch's target tokens instead of averaged, from K.
+    The gradient scales with the token count; the row's loss stays the token mean (a loop that logs its mean apart)."""
     if ctx.step == ctx.cfg.injection_step:
         ctx.record.update(touched="the loss's reduction", reduction="sum")
     return objective * ctx.target_tokens
@@ -296,8 +296,8 @@ def loss_sum(objective, ctx: InjectContext):
 
 @injection("rank_desync", point="loss", lasts="rest")
 def rank_desync(objective, ctx: InjectContext):
-    """Under torchrun, from K the last rank's gradients are not all-reduced (its replica steps on its own rows'
-    gradient, as a model wrapped in DDP on some paths only), so the ranks' weights drift apart. One process: none."""
+    """Under torchrun, from K the last rank's gradients are not all-reduced, so the ranks' weights drift apart.
+    Its replica steps on its own rows' gradient, as a model wrapped in DDP on some paths only. One process: none."""
     from minitrain.core import distributed
 
     world = distributed.world_size()
