@@ -6,6 +6,8 @@ set shell := ["bash", "-euo", "pipefail", "-c"]
 # Every argument reaches the command as one word, never as shell code: recipes pass "$@" (variadic
 # arguments) or quote(NAME) (named ones). `just learner 'zed; echo X'` makes a learner named that, or fails.
 set positional-arguments
+# a refusal (exit 2, one line from minitrain) is not followed by just's "error: Recipe ... failed" (a crash's look)
+set no-exit-message
 export PATH := justfile_directory() + "/.venv/bin:" + env_var("PATH")
 export PYTHONUNBUFFERED := "1"
 
@@ -38,11 +40,13 @@ lab_dir := if preset == "course" { "experiments" } else { "experiments/preset-" 
 # checkpoint at 500 as soon as it exists and run in parallel (one process per core; the same bytes as
 # one after another); each run writes its dashboard.html; then the expected-vs-observed report
 # (lab-report.md, printed) and experiments/index.html
+[doc("the whole lab: baseline + injections A, B, C at step 500 (seed 42), in parallel; dashboards, lab-report.md and experiments/index.html")]
 lab *args:
     minitrain lab --experiments {{quote(lab_dir)}} --set preset={{quote(preset)}} "$@"
 
 # the regime map: where each of the lab's 10 predictions holds (quick=1: the 16-cell grid, a few minutes);
 # writes experiments/explore/index.html (a heat map per prediction) and regimes.md; cached by config hash
+[doc("the regime map of where each of the lab's 10 predictions holds (quick=1: a 16-cell grid, a few minutes)")]
 explore *args:
     minitrain explore $([ "${quick:-0}" = 1 ] && echo --quick) "$@"
 
@@ -92,8 +96,16 @@ stability-md:
 
 # score the walker and the field's detectors on a generated suite (quick=1: short runs, about a minute;
 # grown=1: the five realistic faults of docs/diagnosis.md on a tuning and two held-out seeds)
+[doc("score the walker and the field's detectors on a generated suite (quick=1: about a minute; grown=1: the realistic faults)")]
 eval-diagnosis *args:
     python bench/eval_diagnosis.py $([ "${quick:-0}" = 1 ] && echo --quick) $([ "${grown:-0}" = 1 ] && echo --grown) "$@"
+
+# score import + diagnose on runs from three trainers that are not minitrain (docs/foreign-runs.md):
+#   just foreign-suite --part dev|held-out|all   (trains each run once into build/foreign-suite/; exit 1 on a
+#   wrong name or a false alarm)
+[doc("score import + diagnose on runs of three other trainers (--part dev|held-out|all; exit 1 on a wrong name or a false alarm)")]
+foreign-suite *args:
+    python bench/foreign_suite.py "$@"
 
 # run the whole test suite (installs the test tools and a headless Chromium if missing)
 test *args:
@@ -102,6 +114,7 @@ test *args:
 
 # benchmarks (docs/benchmarks.md): the bare step against a reference GPT step, the default run against the
 # bare step (interleaved rounds in one process)
+[doc("benchmarks (docs/benchmarks.md): the bare step against a reference GPT step, and the default run against the bare step")]
 bench *args:
     python bench/perf.py step "$@"
 
@@ -115,6 +128,7 @@ probe-bench *args:
 
 # train with PyTorch DDP on $nproc processes (default 2; gloo on CPU, nccl on GPU); rank 0 writes the run folder:
 #   nproc=2 just ddp-train --out experiments/ddp-2 [--preset medium] [--device auto]   (or --resume DIR)
+[doc("train with PyTorch DDP on $nproc processes (default 2): nproc=2 just ddp-train --out experiments/ddp-2")]
 ddp-train *args:
     python -m torch.distributed.run --standalone --nproc_per_node "${nproc:-2}" -m minitrain train "$@"
 
@@ -124,5 +138,6 @@ device-bench *args:
 
 # add this machine's pins to tests/data/reference.json (one per CPU kernel set it runs; --values: re-pin the value
 # tier after a change that moves the numerics on purpose, and say why in the commit)
+[doc("add this machine's pins to tests/data/reference.json (--values: re-pin the value tier, saying why in the commit)")]
 regen-reference *args:
     python scripts/regen_reference.py "$@"

@@ -398,6 +398,8 @@ ALLOWED_READS = {
     ("bench/remediation_noise", "write_doc"),  # docs/remediation.md, its measured block replaced
     ("bench/eval_inverse", "write_section"),  # docs/diagnosis.md: its section is spliced between markers
     ("bench/eval_inverse", "main"),  # the bench's own results file (SUITE/results.json), to re-score nothing
+    ("bench/foreign_suite", "run_key"),  # the foreign trainers' own source, hashed into the cache key
+    ("bench/foreign_suite", "flags"),  # a foreign trainer's trained.json (its vocabulary size): no minitrain run
 }
 # The calls that read a file: open in a reading mode (the builtin, io.open, Path.open, os.open), the methods
 # below, the loaders below (by their dotted name, or by their own name whatever module they come from).

@@ -32,3 +32,39 @@ def test_ensemble_bench_members_follow_their_sequential_runs(capsys):
         assert r["loss_rel"] < 1e-5 and r["param_abs"] < 0.01 * cfg.lr_max, rows
     ensemble.print_numerics(rows, 2, "autograd")
     assert "| 3 |" in capsys.readouterr().out
+
+
+def test_foreign_suite_cases_and_split_are_what_docs_foreign_runs_says():
+    """40 runs from three trainers, 10 healthy; a third of each trainer's runs to dev, fixed by the seed."""
+    import foreign_suite
+
+    cases = foreign_suite.CASES
+    assert len(cases) == 40 and sum(c.healthy for c in cases) == 10
+    assert {c.trainer for c in cases} == {"nanogpt", "hf", "csv"}
+    assert len({c.name for c in cases}) == len(cases)
+    parts = foreign_suite.split()
+    assert parts == foreign_suite.split() and sum(p == "dev" for p in parts.values()) == 13
+    for trainer in ("nanogpt", "hf", "csv"):
+        assert any(parts[c.name] == "dev" for c in cases if c.trainer == trainer)
+
+
+def test_foreign_suite_scores_each_answer_in_its_category():
+    """Only a wrong name and a false alarm fail; an untestable list turns a silent miss into 'untestable'."""
+    from foreign.cases import Case
+    from foreign_suite import FAILING, category
+
+    fault = Case("f", "csv", {}, "csv", accept=("bad_batch",), fault_step=100, log_every=10)
+    healthy = Case("h", "csv", {}, "csv")
+    seen = {
+        "right": category(fault, {"cause": "bad_batch", "anomaly_step": 110, "untestable": []}),
+        "step off": category(fault, {"cause": "bad_batch", "anomaly_step": 300, "untestable": []}),
+        "wrong": category(fault, {"cause": "stuck_loader", "anomaly_step": 100, "untestable": []}),
+        "untestable": category(fault, {"cause": "healthy", "anomaly_step": None, "untestable": ["x"]}),
+        "healthy on fault": category(fault, {"cause": "healthy", "anomaly_step": None, "untestable": []}),
+        "unknown": category(fault, {"cause": "unknown", "anomaly_step": None, "untestable": []}),
+        "false alarm": category(healthy, {"cause": "bad_init", "anomaly_step": 0, "untestable": []}),
+        "healthy": category(healthy, {"cause": "healthy", "anomaly_step": None, "untestable": ["x"]}),
+        "import refused": category(healthy, {"refused": "csv: no loss"}),
+    }
+    assert all(k == v for k, v in seen.items()), seen
+    assert FAILING == {"wrong", "false alarm"}

@@ -127,6 +127,10 @@ def test_movers_find_the_corrupted_second_moment(lab):
     data = data_of(lab, "19-injection-C")
     top = data["movers"]["vm"][0]
     assert top["name"] == "lm_head.bias" and top["step"] == K and top["factor"] > 30, data["movers"]["vm"]
+    assert top["rose"] is True
+    # its update fell (v up, so g/sqrt(v) down): a fall, never labelled as "x.. its median"
+    fell = next(m for m in data["movers"]["ur"] if m["name"] == "lm_head.bias")
+    assert fell["rose"] is False and fell["factor"] > 10
     assert len(data["movers"]["ur"]) <= movers.MOVERS
 
 
@@ -193,9 +197,37 @@ def test_a_blind_page_withholds_and_seals(lab):
     assert data["blind"] and data["sealed"] and data["diagnosis"] is None
     assert data["injection"]["withheld"] and data["injection"]["step"] is None
     assert "She has written" not in page and "injection" not in data["manifest"]["config"]
-    assert data["checks"] is None and "§4.A" not in page  # the verdict and the answers only after the lab's reveal
+    assert set(data["checks"]) == {"signals"} and "§4.A" not in page  # the verdict and answers after the reveal
     assert [m for m in data["markers"] if m["kind"] == "k"] == []
     assert {h["label"]: h for h in data["health"]}["stability check"]["value"] == "sealed"
+
+
+def sealed_pages(lab: Path, tmp_path: Path) -> dict[str, Path]:
+    """A sealed page of each lab: spike (C, sealed by hand), blind, and break-it (a copy of the blind run in a
+    break-it lab's folder)."""
+    spike = dashboard.write_dashboard(lab / "19-injection-C", out=tmp_path / "C.html", sealed=True)
+    broke = tmp_path / "19-break-it"
+    copy_run(lab / "19-blind" / "01", broke / "01")
+    (broke / "SEALED.json").write_text('{"lab": "break-it"}')
+    return {"spike": spike, "blind": lab / "19-blind" / "01" / "dashboard.html",
+            "break-it": dashboard.write_dashboard(broke / "01")}
+
+
+def test_a_sealed_page_shows_every_panel_the_check_cites_and_names_no_answer(lab, tmp_path):
+    from minitrain.analysis import stability
+    leaves = [it for s in stability.TREE for it in s.items if not isinstance(it, stability.Node)]
+    status_words = {"unknown", "non_finite", "healthy"}  # also a run's status (a badge's class): not the tree's
+    for lab_name, path in sealed_pages(lab, tmp_path).items():
+        page = path.read_text()
+        data = embedded(page)
+        assert data["sealed"], lab_name
+        assert set(data["checks"]) == {"signals"}, lab_name  # measurements, no verdict, no question's answer
+        assert any(x for x in data["checks"]["signals"]["v_factor"]), lab_name  # panel 15 has data
+        assert any(x for x in data["checks"]["signals"]["g_all_up"] if x), lab_name  # panel 16 has data
+        for leaf in leaves:  # nowhere in the page, its source included
+            assert leaf.id not in page, (lab_name, leaf.id)
+            assert leaf.cause in status_words or leaf.cause not in page, (lab_name, leaf.cause)
+        assert "may not hold" in {h["label"]: h for h in data["health"]}["stability check"]["detail"]
 
 
 def test_embed_json_leaves_nothing_that_closes_a_script():
@@ -433,6 +465,14 @@ def test_browser_renders_the_registry_offline(lab, browser):
         x, y = view.plot(p.key)["axes"]
         assert x == "step" and y.startswith(p.unit), (p.key, x, y)
     assert "nats" in view.plot("loss")["axes"][1]
+    for p in drawn:  # every y-axis title fits beside its plot: its text (drawn on the canvas) is no longer than
+        # the canvas is tall, so none is clipped
+        size = page.evaluate("""key => { const u = window.__dashboard.plots.find(q => q.spec.key === key).u;
+            const a = u.axes[1], c = document.createElement('canvas').getContext('2d');
+            c.font = Array.isArray(a.labelFont) ? a.labelFont[0] : a.labelFont;
+            return [c.measureText(a.label).width, u.root.querySelector('canvas').getBoundingClientRect().height]; }""",
+                             p.key)
+        assert 0 < size[0] <= size[1], (p.key, size)
     assert "step-0 loss" in page.locator("#health").inner_text()
     # the page's modules are inlined in one closure: no globals (window.panels is the #panels element)
     modules = page.evaluate("() => [typeof window.helpers, typeof window.chart, typeof window.panels.create]")
@@ -456,6 +496,8 @@ def test_legend_click_hides_and_shows_a_series(lab, browser):
     assert view.page.locator("#panel-loss canvas").screenshot() != canvas  # the points are gone from the plot
     entry.click()
     assert view.plot("loss")["show"][i] is True
+    ur = [label for label in view.plot("ur")["labels"] if str(label).startswith("lm_head.bias")]
+    assert ur and "(1/" in ur[0] and " of its " in ur[0], ur  # its update fell: said as a fall
     view.check_clean()
 
 
@@ -560,6 +602,19 @@ def test_blind_badge_and_sealed_stability_check(lab, browser):
     assert clean.page.locator("#injection-badge").inner_text() == "no injection"
     assert clean.page.locator("#stability table").is_visible()  # not sealed: shown at once
     clean.check_clean()
+
+
+def test_sealed_pages_draw_the_panels_the_check_cites(lab, browser, tmp_path):
+    for lab_name, path in sealed_pages(lab, tmp_path).items():
+        view = Opened(browser, path)
+        titles = view.page.locator(".panel h2").all_text_contents()
+        for key in ("v-factor", "g-all"):  # stability-check.md §6.1-6.3 and §7.1-7.2 ask the learner to read them
+            p = panels.BY_KEY[key]
+            assert f"{p.number}. {p.title}" in titles, (lab_name, titles)
+            drawn = view.plot(key)["data"]
+            assert any(v is not None for col in drawn[1:] for v in col), (lab_name, key)
+        assert view.page.locator("#stability").count() == 0, lab_name  # no question's answer, no verdict
+        view.check_clean()
 
 
 def test_difference_panel_does_not_magnify_float_rounding(lab, browser):
@@ -710,3 +765,26 @@ def test_the_health_line_is_never_cut(lab, browser):
     lr = next(h for h in blind if h["label"] == "learning rate")
     assert "?" not in lr["value"] and "warmup withheld (blind run: panel 2 'Learning rate'" in lr["value"]
     assert "warmup 100 steps" in next(h for h in data_of(lab, "18-baseline")["health"] if h["label"] == "learning rate")["value"]
+
+
+def test_a_perplexity_past_a_float_says_overflow():
+    from minitrain.analysis import health
+
+    assert health.perplexity_text(3.18) == "24.05" and health.perplexity_text(750.0) == "overflow"
+
+
+def test_an_update_ratio_taken_of_a_zero_weight_is_not_drawn(lab):
+    """lm_head.bias starts at zero: its step-0 update-to-weight ratio divides by telemetry's floor (~1e7). The
+    page leaves it out, so panel 6's axis spans the ratios that mean something."""
+    data = data_of(lab, "19-blind/01")
+    pt = data["runs"][0]["per_tensor"]
+    ur = pt["stats"]["ur"][pt["names"].index("lm_head.bias")]
+    assert ur[0] is None and max(v for v in ur if v is not None) < 1e3
+
+
+def test_the_config_lists_only_the_injection_knobs_that_applied(lab):
+    c = data_of(lab, "19-injection-C")["config_applied"]
+    assert {"injection_factor", "injection_param", "injection_step"} <= set(c)
+    assert "injection_scale" not in c and "injection_sentence" not in c
+    base = data_of(lab, "18-baseline")["config_applied"]
+    assert [k for k in base if k.startswith("injection")] == ["injection"] and "lr_max" in base

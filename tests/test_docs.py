@@ -10,7 +10,8 @@ import pytest
 from conftest import ROOT, cli_commands, run_cli
 
 SRC = ROOT / "src" / "minitrain"
-DOCS = [ROOT / "README.md", ROOT / "justfile", ROOT / "stability-check.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "justfile", ROOT / "stability-check.md", *sorted((ROOT / "docs").glob("*.md")),
+        *sorted((ROOT / "solutions").glob("*.md"))]
 
 # A file path as the docs write it: `src/minitrain/analysis/tree.py`, `tests/test_loop.py`, `docs/regimes.md`,
 # `analysis/tree.py` (inside src/minitrain), `minitrain/cli.py` (inside src), or a bare `tree.py`.
@@ -86,3 +87,27 @@ def test_the_code_tells_no_history():
     assert len(files) > 40
     hits = narration(files)
     assert not hits, "history narration (it lives in git; state the present fact):\n" + "\n".join(hits)
+
+
+def lab_answers() -> set[str]:
+    """What answers the labs: the reference files' leaves, and their causes other than an injection's own name
+    (the spike lab names its injections by design: B is "bad_batch")."""
+    refs = "\n".join(p.read_text() for p in (ROOT / "solutions").glob("*.md"))
+    leaves = set(re.findall(r"^- leaf: (§\d+\.[A-Z])", refs, re.M))
+    causes = set(re.findall(r"^- cause: (\w+)", refs, re.M)) - {"bad_batch"}
+    assert len(leaves) == 6 and len(causes) == 5
+    return leaves | causes
+
+
+def test_no_doc_the_workflow_points_to_before_the_reveal_names_an_answer():
+    readme = (ROOT / "README.md").read_text()
+    before = readme[:readme.index("## Commands")]  # the lab, what is measured, the workflow, blind mode
+    pointed = sorted(set(re.findall(r"docs/[\w-]+\.md", before)))
+    assert "docs/learner.md" in pointed
+    for name in pointed:
+        text = (ROOT / name).read_text()
+        mentions = [line for line in before.splitlines() if name in line]
+        if "after your diagnoses" in text[:400] or all("after your diagnoses" in line for line in mentions):
+            continue  # marked, at its top or wherever the README points to it: read after the reveal
+        named = sorted(a for a in lab_answers() if re.search(rf"(?<![\w.]){re.escape(a)}(?![\w.])", text))
+        assert named == [], (name, named)

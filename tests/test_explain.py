@@ -35,6 +35,11 @@ def test_a_bad_batch_is_data_driven_and_the_swap_removes_it(lab):
     assert rows["identical"]["verdict"]["still_there"] is True
     assert rows["batch_at_S"]["verdict"]["removed"] is True
     assert rows["batches_before"]["verdict"]["still_there"] is True  # only the batch at S matters
+    # skip_batch acts on the update at S: judged on the update and the loss after S, not the batch's duplicates
+    remedy_line = next(line for line in rep["lines"] if line.startswith("the leaf's remedy (skip_batch)"))
+    assert "acts on the update at S" in remedy_line and "does not remove it" not in remedy_line, remedy_line
+    assert "mean loss excess over the steps after S" in remedy_line and "|\u0394w|/|w| at S" in remedy_line
+    assert rows["remedy"]["measure"]["update_at_S"] < rows["identical"]["measure"]["update_at_S"]
     assert (run / "explain" / f"s{S}-batch_at_S" / "metrics.jsonl").exists()
     assert f"replays at step {S} (minitrain explain)" in (run / "dashboard.html").read_text()
     # cached: a second call trains nothing

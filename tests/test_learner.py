@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from conftest import assert_one_line_error, read_only, run_cli, small_args, small_config
+from minitrain.analysis.definitions import RECOVERY_RULE
 from minitrain import loop
 from minitrain.lab import blind
 from minitrain.run import redact
@@ -251,6 +252,8 @@ def test_break_it_lab_runs_one_run_at_a_time_and_does_not_leak(tmp_path):
     assert proc.returncode == 0, proc.stderr
     folder = tmp_path / "19-break-it"
     assert (folder / "02" / "manifest.json").exists() and not (folder / "01").exists()
+    # it says when a run starts (minutes of training, no progress bar off a terminal), before its summary line
+    assert proc.stdout.index("19-break-it/02: training 60 steps (run 2 of 3") < proc.stdout.index("19-break-it/02: finished")
     mapping = blind.open_mapping(folder)
     for run_id in ("01", "03"):
         blind.make_lab("break-it", folder, sets, only=run_id)
@@ -308,7 +311,7 @@ def test_the_lab_end_to_end(lab, workdir):
     assert_one_line_error(run_cli("diagnose", b_run, cwd=workdir), "not revealed yet", "--spoil")
     assert run_cli("dashboard", b_run, cwd=workdir).returncode == 0
     page = _page(lab / "19-injection-B")
-    assert page["sealed"] and page["checks"] is None and _index_row(lab, "19-injection-B").startswith("sealed")
+    assert page["sealed"] and set(page["checks"]) == {"signals"} and _index_row(lab, "19-injection-B").startswith("sealed")
     assert not (lab / "19-injection-B" / "signature.json").exists() and not (lab / "lab-report.md").exists()
     proc = run_cli("reveal", "ana", *exp, cwd=workdir)
     assert proc.returncode == 0, proc.stderr
@@ -412,6 +415,17 @@ def test_blind_lab_is_graded_through_the_sealed_mapping(blind_lab, workdir):
         seed, k = entry["overrides"]["seed"], entry["overrides"]["injection_step"]
         assert f"`19-blind/{run_id}` (sealed mapping: {run_id} carried {entry['fault']})**" in proc.stdout
         assert f"(seed {seed}, K = {k})" in proc.stdout
+    # no baseline of a blind run's seed: the v jump, its tensor and the recovery against the run's own median
+    sections = {s.split("`", 1)[0]: s for s in proc.stdout.split("## Injection ")}
+    measured = {fault: {line.split(": ", 1)[0].strip("- "): line.split(": ", 1)[1]
+                        for line in next(s for s in sections.values() if f"carried {fault})" in s).splitlines()
+                        if line.startswith("  - ") and ": " in line} for fault in ("bad_batch", "v_corrupt")}
+    assert "against its own median" in proc.stdout
+    assert "seals your `blind-diagnoses.md`" in proc.stdout and "spike-diagnoses.md" not in proc.stdout
+    v = measured["v_corrupt"]
+    assert v["tensor with the v jump"] == "lm_head.bias" and float(v["Adam v jump at K (run / baseline)"]) > 10, v
+    assert v["steps until its v is within 10% of the baseline"] != "n/a", v
+    assert measured["bad_batch"][f"recovery steps (until {RECOVERY_RULE})"] != "n/a", measured["bad_batch"]
     proc = run_cli("grade", "cy", "--lab", "blind", "--experiments", str(exp), cwd=workdir)
     assert "3/3 correct" in proc.stdout, proc.stdout + proc.stderr
 
@@ -469,7 +483,8 @@ def test_remediate_reruns_from_before_the_anomaly(lab, fault, remedy):
     assert v["verdict"] in ("better", "no better", "worse") and v["measure"] == "final validation loss"
     assert v["by"] == pytest.approx(abs(v["after"]) - abs(v["before"])) and v["line"].startswith(v["verdict"])
     item = next(h for h in page["health"] if h["label"].startswith(f"remedy {remedy}"))
-    assert item["detail"] == v["line"]
+    assert item["detail"] == rep["conclusion"]["line"] and v["line"] in item["detail"]  # one verdict, the loss in it
+    assert item["value"] == rep["conclusion"]["outcome"]
     assert _index_row(lab, out.name).startswith("§")  # the index was rebuilt: the remediation has its row
     assert rows[K + 2]["loss"] != orig[K + 2]["loss"]  # the remedy changed what follows K
     # both runs are measured against the baseline (whether the remedy helps is measured, not assumed:
@@ -530,3 +545,13 @@ def test_the_lab_folder_keeps_the_traces_a_learner_cannot_delete(lab, workdir):
     assert "3/3 correct" in proc.stdout and "REVEALED BEFORE THE SEAL" in proc.stdout and "by bo" in proc.stdout
     proc = run_cli("check", "bo", *exp, cwd=workdir)
     assert "[FAIL] spike-diagnoses.md sealed before the reveal" in proc.stdout and "REVEALED BEFORE" in proc.stdout
+
+
+def test_a_break_is_reported_wrong_from_step_0_not_at_an_anomaly_step(lab, tmp_path):
+    from minitrain.lab.learner import revealing
+
+    exp = tmp_path / "experiments"
+    shutil.copytree(lab / "18-baseline", exp / "19-break-it" / "03", ignore=shutil.ignore_patterns("checkpoints"))
+    mapping = {"03": {"fault": "broken_mask", "overrides": {"seed": 7}}}
+    text = revealing.measured_block("broken_mask", "19-break-it/03", learner.LABS["break-it"], exp, mapping)
+    assert "the break is there from step 0" in text and "anomaly at step" not in text, text

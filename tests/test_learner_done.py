@@ -39,3 +39,13 @@ def test_the_hook_is_the_runs_own_and_no_hook_takes_every_injection_point_out_of
     run = loop.build_run(cfg)
     loop.train_step(run, 1)
     assert sorted(calls) == ["batch", "grads", "lr", "optimizer_state"]
+
+
+def test_after_a_miss_check_offers_a_way_to_finish():
+    from minitrain.lab.learner import done
+    from minitrain.lab.learner.labs import LABS
+
+    spike = done.retry("ana", LABS["spike"])
+    assert "'minitrain blind-runs spike'" in spike and "'minitrain check ana --lab blind'" in spike
+    broke = done.retry("ana", LABS["break-it"])
+    assert "'minitrain blind-runs break-it --experiments experiments-2'" in broke and "ana-2" in broke

@@ -74,7 +74,7 @@ def why_it_fails(command: str, active: bool, names: set[str], subcommands: set[s
     if head == "./dev" or (head == "just" and active):
         args = [a for a in rest if not a.startswith("-")]
         if not args:
-            return None if rest in (["--list"], []) else f"unknown ./dev option {rest}"
+            return None if rest in (["--list"], [], ["--setup-only"], ["--test-tools"]) else f"unknown ./dev option {rest}"
         if args[0] == "minitrain":
             sub = [a for a in args[1:] if not a.startswith("-")]
             return None if not sub or sub[0] in subcommands else f"minitrain has no command {sub[0]}"
@@ -156,3 +156,41 @@ def test_reveal_prints_the_pages_and_opens_them_only_where_a_browser_can(tmp_pat
     assert str(pages[0].resolve()) in lines[1] and pages[1].resolve().as_uri() in lines[2]
     browser.show_pages(pages, open_them=True)
     assert opened == [p.resolve().as_uri() for p in pages[:2]]
+
+
+def test_every_recipe_lists_its_whole_description():
+    """just lists a recipe's last comment line only: a recipe described on several lines says it in one [doc]."""
+    lines = (ROOT / "justfile").read_text().splitlines()
+    cut = []
+    for i, line in enumerate(lines):
+        if not re.match(r"^[a-z][\w-]*( [^:=]*)?:( |$)", line) or line.startswith("set "):
+            continue
+        j, comments = i - 1, 0
+        while j >= 0 and lines[j].startswith(("#", "[")):
+            comments += lines[j].startswith("#")
+            j -= 1
+        if comments > 1 and not any(lines[k].startswith("[doc(") for k in range(j + 1, i)):
+            cut.append(line)
+    assert cut == [], cut
+
+
+def test_a_refusal_through_dev_is_one_line_not_a_crash_and_its_hint_works_in_a_new_shell(tmp_path):
+    """As ./dev runs a recipe (the venv first on the PATH, MINITRAIN_VIA set): no "error: Recipe ... failed" after
+    minitrain's one line, whose hint is written as the README writes commands."""
+    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}", "MINITRAIN_VIA": "./dev"}
+    r = subprocess.run(["just", "-f", str(ROOT / "justfile"), "check", "nobody-here"], cwd=tmp_path,
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "error: Recipe" not in r.stderr, r.stderr
+    last = r.stderr.splitlines()[-1]
+    assert last.startswith("minitrain: error: no learner folder"), r.stderr
+    assert "'./dev minitrain learner init nobody-here'" in last and "'./dev learner nobody-here'" in last, last
+
+
+def test_hints_are_rewritten_only_under_dev(monkeypatch):
+    from minitrain.core import hints
+
+    text = "run 'minitrain reveal ana' or `just lab`; minitrain serve: stopped"
+    monkeypatch.delenv(hints.VIA, raising=False)
+    assert hints.as_typed(text) == text
+    monkeypatch.setenv(hints.VIA, "./dev")
+    assert hints.as_typed(text) == "run './dev minitrain reveal ana' or `./dev lab`; minitrain serve: stopped"

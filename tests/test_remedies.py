@@ -87,3 +87,25 @@ def test_a_successful_fix_is_reported_as_one(small_lab, tmp_path):
     assert rep["fix"]["outcome"] == "fixed", rep["fix"]
     unfixed = fixcheck.walk_after_fix(exp / "19-injection-C", exp / "18-baseline", SMALL_K + 1, SMALL_K)
     assert fixcheck.fix_outcome(rep["walker_before"], unfixed)["outcome"] == "not fixed"
+
+
+def test_remediate_gives_one_verdict_and_the_page_marks_agree():
+    """B skipped: the bad batch is gone after the fix point, the walk stops at §6.B at K+1 (Adam's v missed the
+    skipped update), the loss is no better than the noise. One verdict says all three, marked warn, and the
+    page's walker item (the whole re-run, which keeps the original's fault rows) is not a red verdict beside it."""
+    from minitrain.analysis import health
+
+    before = {"leaf": "§4.A", "cause": "bad_batch", "anomaly_step": 500}
+    after = {"leaf": "§6.B", "cause": "optimizer_state_corruption", "anomaly_step": 501, "judged_from": 501}
+    against = {"verdict": "no better", "line": "no better on final validation loss: 0.00027 nats further"}
+    fix = fixcheck.fix_outcome(before, after)
+    one = fixcheck.conclusion(fix, after, against)
+    assert one["outcome"] == "fault gone, a side effect" and one["mark"] == "warn"
+    assert "§6.B" in one["line"] and "no better" in one["line"] and not one["line"].startswith("fixed")
+    rep = {"remedy": "skip_batch", "baseline": "18-baseline", "verdict": against, "fix": fix, "conclusion": one}
+    assert [(i["value"], i["verdict"]) for i in health.remedy_items(rep)] == [("fault gone, a side effect", "warn")]
+    walker = {"label": "stability check", "value": "§4.A bad batch at step 500", "verdict": "bad", "detail": ""}
+    assert health.whole_rerun(walker)["verdict"] == "info"
+    clean = fixcheck.conclusion(fixcheck.fix_outcome(before, {"leaf": "§8.A", "cause": "healthy"}),
+                                {"leaf": "§8.A", "cause": "healthy"}, against)
+    assert (clean["outcome"], clean["mark"]) == ("fixed", "ok")

@@ -77,7 +77,8 @@ def test_sealed_runs_stay_sealed_and_a_deleted_or_corrupt_run_is_one_line(site):
     assert code == 200 and by["19-injection-B"]["verdict"] == "sealed"  # the spike lab is not revealed here
     assert by["18-baseline"]["verdict"] == "§8.A healthy"
     code, payload = site.json("/api/payload?run=19-injection-B")
-    assert payload["sealed"] is True and payload["diagnosis"] is None and payload["checks"] is None  # no answer at all in a sealed page
+    assert payload["sealed"] is True and payload["diagnosis"] is None
+    assert set(payload["checks"] or {"signals": 0}) == {"signals"}  # no answer in a sealed page: measurements only
     _, page = site.get("/")
     assert b"\xc2\xa74.A" not in page  # no leaf of a sealed run anywhere in the served table
     code, steps = site.json("/api/steps?run=19-injection-A&run=18-baseline")
@@ -106,6 +107,27 @@ def test_ctrl_c_stops_the_server(tmp_path):
         assert r.status == 200 and b"no run folders here yet" in r.read()
     proc.send_signal(signal.SIGINT)
     assert proc.wait() == 0 and "stopped" in proc.stderr.read()
+
+
+def test_a_run_folder_serves_its_parent_and_never_lists_checkpoints_as_runs(small_lab, tmp_path):
+    run = small_lab / "18-baseline"
+    assert any((run / "checkpoints").iterdir())
+    root, start, note = serve.site_root(run)
+    assert root == small_lab.resolve() and start == "/view?run=18-baseline" and "run folder: serving its parent" in note
+    s = Served(root)
+    try:
+        code, rows = s.json("/api/runs")
+        names = [r["run"] for r in rows]
+        assert code == 200 and "18-baseline" in names and not any("checkpoints" in n for n in names)
+    finally:
+        s.close()
+    proc = subprocess.Popen([sys.executable, "-m", "minitrain", "serve", str(run), "--port", "0"],
+                            stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_as_at_a_terminal)
+    lines = [proc.stderr.readline() for _ in range(3)]
+    proc.send_signal(signal.SIGINT)
+    proc.wait()
+    assert "/view?run=18-baseline" in lines[0] and "is a run folder: serving its parent" in lines[1]
+    assert "outside it (--out elsewhere) is not among them" in lines[2]  # why a run trained elsewhere is missing
 
 
 def test_in_chromium_the_curves_and_the_table_follow_a_run_while_it_trains(tmp_path, browser):
@@ -145,7 +167,12 @@ def test_in_chromium_the_curves_and_the_table_follow_a_run_while_it_trains(tmp_p
         page.wait_for_function(f"() => ({steps})() === 12")
         assert page.evaluate("() => window.__dashboard.state.full") == [0, 11]
         assert "step 11 (training)" in page.text_content("#live-status")
-        probe.close()
+        # every section that depends on the data is drawn again, not only the curves
+        assert page.text_content("#zoom-range") == "steps 0\u201311" and page.text_content("#status-badge") == "running"
+        assert "partial: steps 0-11" in page.text_content("#health")
+        probe.close()  # the run ends: the badge and the verdict say so without a reload
+        page.wait_for_function("() => document.getElementById('status-badge').textContent !== 'running'")
+        page.wait_for_function("() => !document.getElementById('health').textContent.includes('partial')")
         page.goto(site.base + "/")
         page.wait_for_function("() => window.__indexReady === true")
         page.wait_for_function("() => document.querySelector('tr[data-run=\"live-run\"] td[data-col=\"steps\"]').textContent === '12'")

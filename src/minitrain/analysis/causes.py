@@ -2,33 +2,49 @@
 the post-mortem and the remediation.
 
 A cause is its name, how to prevent it next time, how this run is fixed (a registered in-step remedy,
-core/remedy.py, forked from before the anomaly, or a config fix to re-run from step 0), and the words a learner
-uses for it, English and Spanish, each a (concept, regular expression over the lower-cased text) pair:
+core/remedy.py, forked from before the anomaly, or a config fix to re-run from step 0), and the concepts a
+learner's sentence can say about it, in English and Spanish:
 
-    names     words that name the failure mode itself ("the gradients were multiplied by 50")
+    names     the failure mode itself ("the gradients were multiplied by 50")
     signs     a symptom that points at it but that other causes share ("the gradient norm jumped")
     fixes     the fixes registered for it ("keep clipping on", "skip that batch")
     harmful   fixes that make it worse ("turn clipping off" for an explosion); HARMFUL_ALWAYS adds to every cause
 
-The grader (lab/learner/meaning.py) reads them; a concept's name is what the learner is shown. Adding a cause
-is one entry here plus its leaf and check in the tree; tests/test_causes.py checks that every leaf's cause is
-here, every cause but `unknown` has names, and every registered remedy answers a cause that names it.
+A concept is a few parts that must all be said close together, in one sentence: what moved (the gradients,
+Adam's second moment, the mask), what happened to it or what is done to it (multiplied, inflated, restored)
+and, where it matters, in which direction. Each part is a set of synonyms, so a paraphrase is heard without
+its exact words: the grader (lab/learner/meaning.py) matches the words after stemming them (English and
+Spanish), so "multiplied", "multiply" and "se multiplicó" are one word. A concept's label is what the learner
+is shown. Adding a cause is one entry here plus its leaf and check in the tree; tests/test_causes.py checks that
+every leaf's cause is here, every cause but `unknown` has names, and every registered remedy answers a cause
+that names it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-Concept = tuple[str, str]  # (what it is, in words a learner is shown; regular expression, lower case)
+
+@dataclass(frozen=True)
+class Concept:
+    """Something a learner can say, shown to them as `label`. It is said when every one of `parts` is in one
+    sentence, at most `reach` words between one part and the next (in the given order when `ordered`), or when
+    `pattern` (a regular expression over the lower-cased text, for identifiers and settings) matches.
+
+    A part is synonyms separated by "|"; each synonym is one or more words, each matched by its stem in English
+    or Spanish ("multiplied" is "multiply"), or by a regular expression over the whole word when written
+    "~regex" ("~x\\d+" is x50). Words of `unless` are invisible to the parts (the "gradients" of "squared
+    gradients" is Adam's second moment, not the gradient)."""
+    label: str
+    parts: tuple[str, ...] = ()
+    pattern: str = ""
+    reach: int = 6
+    ordered: bool = False
+    unless: str = ""
 
 
-def near(a: str, b: str, words: int = 4) -> str:
-    """`a` then `b` with at most `words` words in between."""
-    return rf"(?:{a})\w*\W+(?:[\w'.]+\W+){{0,{words}}}?(?:{b})"
-
-
-def either(a: str, b: str, words: int = 4) -> str:
-    """`a` and `b` in either order, at most `words` words apart."""
-    return f"{near(a, b, words)}|{near(b, a, words)}"
+def any_of(*groups: str) -> str:
+    """Synonym groups joined into one part."""
+    return "|".join(groups)
 
 
 @dataclass(frozen=True)
@@ -44,242 +60,415 @@ class Cause:
 
     @property
     def words(self) -> tuple[str, ...]:
-        """The patterns that name it (matched at a word start)."""
-        return tuple(pattern for _, pattern in self.names)
+        """The regular expressions that name it (its identifier and fixed expressions, matched at a word start)."""
+        return tuple(c.pattern for c in self.names if c.pattern)
 
 
-# the words learners use for the things the causes are made of
-GRAD = r"(?<!squared )(?<!square )(?<!de los )gradient(?!e?s? al cuadrado)|grad[- _]norm"
-LR = r"lr\b|learning[- ]rate|tasa(?: de aprendizaje)?"
-TIMES = r"x\s?\d+|\d+\s?(?:x|times|veces)\b|(?:by|por) (?:a factor of )?\d+|fifty|hundred|cien|cincuenta|factor"
-ROWS = r"rows?\b|filas?\b|sentences?|frases?|examples?|ejemplos?"
-BATCH = r"batch|lote|data\b|datos|" + ROWS
-V = (r"second[- ]moments?|(?<!ln )\bv\b|exp_avg_sq|adam'?s? (?:v|state|moments?)|optimi[sz]er'?s? (?:state|moments?)"
-     r"|(?:running|moving) average of (?:the )?squared gradients?|squared[- ]gradients? (?:average|estimate)"
-     r"|variance estimate|segundo momento|momentos? de adam|estado del optimizador|la v de adam"
-     r"|media m[oó]vil de los gradientes al cuadrado")
-WENT_UP = (r"corrupt|inflat|multipl|scaled|blown|blew|jump|grew|bigger|larger|too (?:big|large|high)|hundred"
-           r"|x\s?100|100\s?x|by 100|corromp|infl|aument|multiplic|cien|dispar|por 100|escal")
-CLIP = r"clip|zclip|recort"
-RESTORE = r"reload|restor|load|go back|roll ?back|rewind|revert|recarg|restaur|volver|retroced|cargar"
-CHECKPOINT = r"checkpoint|punto de control|moments?|momentos|state|estado|\bv\b|snapshot"
-UP = r"raise|increas|higher|bigger|larger|boost|doubl|sub[ie]|aument|increment|m[aá]s alt"
-MASK = r"mask|m[aá]scara"
+# The things causes are made of, as synonyms (English | Spanish). A word is matched by its stem.
+GRAD = any_of("gradient|grad|grads|gradient norm|grad norm|pre clip norm|preclip norm|global norm",
+              "gradiente|norma del gradiente|norma de los gradientes")
+SQUARED = any_of("squared gradient|square gradient|gradient squared|squared grad|g2|g^2|g²",
+                 "gradiente al cuadrado|gradientes al cuadrado|cuadrado del gradiente|cuadrados de los gradientes")
+# Adam's second moment, by name or by its role in the update (the per-weight normaliser under the square root)
+V = any_of("v|v_hat|vhat|exp_avg_sq|second moment|2nd moment|second raw moment|adam's v|adam v|variance estimate",
+           "opt state|optim state|sq grad|sq grads|" + SQUARED,
+           "running average of squared gradient|moving average of squared gradient|ema of squared gradient",
+           "average of squared gradient|average of the squared gradient|squared gradient average",
+           "normaliser|normalizer|normalisation term|denominator|divisor|square root|sqrt|preconditioner",
+           "optimizer state|optimiser state|adam state|adam's state|optimizer moments|adam moments|moments",
+           "segundo momento|momentos|v de adam|estado del optimizador|estado de adam|denominador|divisor",
+           "normalizador|raíz cuadrada|raiz cuadrada|media móvil de los gradientes al cuadrado")
+OPTIMIZER = "adam|adamw|optimizer|optimiser|optimizador"
+# not Adam's v: the vocabulary size (ln V), and Adam's first moment (m)
+NOT_V = ("ln v|log v|ln of v|first moment|first moments|1st moment|momentum|adam's m|adam m|exp_avg|primer momento"
+         "|primeros momentos|momento de primer orden")
+TIMES = any_of(r"~[x×]\d+(?:\.\d+)?|~\d+(?:\.\d+)?[x×]|~\d+-?fold|times|fold|factor|hundredfold|fiftyfold|fifty",
+               r"hundred|by ~\d+|by a factor|veces|cincuenta|cien|centenar|por ~\d+")
+EXPLODED = any_of("explode|exploding|explosion|blow up|blew up|blown up|skyrocket|shot up|soar|through the roof",
+                  "explotar|explosión|estallar|por las nubes")
+SCALING = any_of("scale|scaled up|multiply|multiplied|amplify|magnify|boost|crank|cranked up|turn up|turned up",
+                 "inflate|pump|pumped up|escalar|multiplicar|amplificar|inflar")
+SCALED_UP = any_of(EXPLODED, SCALING, "blew|volume|knob|balloon|escalado|disparar|dispararon", TIMES)
+INFLATED = any_of("corrupt|corrupted|inflate|inflated|multiply|scale|scaled|blow up|blew up|blew|blown|explode",
+                  "jump|jumped|grow|grew|went up|rose|rise|increase|bigger|larger|too big|too large|too high|huge",
+                  "bloat|swell|balloon|pump|subir|subió",
+                  "pumped up|overwrite|overwritten|tamper|poison|garbage|wrong value|spike",
+                  "corromper|corrompido|corrupto|inflar|inflado|aumentar|multiplicar|disparar|crecer|creció",
+                  "enorme|hinchar|escalar|dañar|estropear|alterar|sobrescribir", TIMES)
+STALL = any_of("stall|stalled|froze|frozen|freeze|barely moved|barely move|stopped moving|stop moving|stuck",
+               "shrank|shrink|shrunk|tiny|strapped|anchor|brake|ballast|weighed down|dead weight|paralysed",
+               "paralyzed|stopped learning|stop learning|no longer learned",
+               "estancar|estancado|congelado|frenado|frenar|apenas se movió|dejó de moverse|dejar de moverse",
+               "dejó de aprender|detenido|paralizado|ancla|lastre")
+TENSOR = any_of("tensor|parameter|param|bias|lm_head.bias|weight|layer|parámetro|sesgo|peso|capa")
+CLIP = any_of("clip|clipping|clipper|zclip|limiter|norm cap|max_grad_norm|grad_clip|clip_grad_norm",
+              "gradient clipping|grad clipping|norm clipping|global norm clipping|gradient norm clipping",
+              "global clipping|adaptive clipping",
+              "recorte|recortar|limitador|tope|recorte de gradiente|recorte del gradiente|recorte de gradientes")
+LR = any_of("lr|learning rate|tasa de aprendizaje|tasa|ritmo de aprendizaje")
+RAISE = any_of("raise|increase|higher|bigger|larger|boost|double the|crank up|turn up|bump|subir|aumentar",
+               "incrementar|más alta|más alto|duplicar|elevar")
+LOWER = any_of("lower|reduce|decrease|smaller|cut|drop|bajar|reducir|disminuir")
+OFF = any_of("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch off|turn off|shut off|lift",
+             "desactivar|eliminar|quitar|apagar|sin|suprimir|retirar")
+BATCH = any_of("batch|minibatch|mini batch|lote|minilote|mini lote|data|datos|sample|muestra|example|ejemplo")
+ROWS = any_of("row|sentence|line|sequence|sample|example|document|text|fila|frase|oración|línea|secuencia",
+              "muestra|ejemplo|documento|texto")
+DUPLICATED = any_of("duplicate|duplicated|repeat|repeated|copy|copies|rare|uncommon|outlier|corrupt",
+                    "corrupted|stuffed|long tail|appeared|occurred|duplicado|repetido|repetir|copia|copiado|raro",
+                    "rara|poco común|atípico|atípica|cola larga|aparecía|aparecer")
+BAD = any_of("bad|corrupt|corrupted|poisoned|garbage|weird|odd|broken|outlier|anomalous|dirty|faulty|malformed",
+             "contaminated|polluted|tainted|contaminado",
+             "malo|mala|mal|corrupto|raro|anómalo|atípico|envenenado|sucio|basura|defectuoso")
+RESTORE = any_of("reload|restore|load|go back|roll back|rollback|rewind|revert|resume|recover|bring back",
+                 "recargar|restaurar|volver|retroceder|cargar|reanudar|recuperar|restablecer|reponer")
+CHECKPOINT = any_of("checkpoint|snapshot|punto de control|copia de seguridad|before step|before the spike",
+                    r"before the jump|before k|step ~\d+|antes del paso|paso ~\d+", V)
+RESET = any_of("reset|reinitialise|reinitialize|reinit|re init|re initialise|re initialize|initialise|initialize",
+               "zero|clear|recompute|rebuild|reiniciar|reinicializar|inicializar|poner a cero|borrar|recalcular",
+               "resetear|restablecer")
+MASK = any_of("mask|masking|máscara|enmascaramiento")
+WARMUP = any_of("warmup|warm up|ramp|ramp up|calentamiento|rampa")
+INIT = any_of("init|initialisation|initialization|initialise|initialize|init scale|init_scale|initial scale",
+              "inicialización|inicializar|escala inicial")
+WEIGHTS = any_of("weight|weights|parameter|parameters|peso|pesos|parámetro|parámetros")
+# when: a weight too large from the start, not one that grew during training
+AT_START = any_of("init|initial|initially|initialised|initialized|start|started|begin|began|born|step 0|untrained",
+                  "from the start|inicial|inicialmente|inicializar|arrancar|empezar|comenzar|desde el principio",
+                  "paso 0|nacer")
+BIG = any_of("too large|too big|huge|large|big|scaled|enormous|oversized|far too|enorme|grande|demasiado grande",
+             TIMES)
+KEEP = any_of("keep|leave|use|add|turn on|switch on|enable|apply|rely on|retain|in place|mantener|usar|activar",
+              "dejar|aplicar|conservar|poner|puesto")
+FIND = any_of("find|look for|track down|hunt down|hunt|search|locate|fix|debug|trace|audit|inspect|buscar|encontrar",
+              "localizar|arreglar|corregir|rastrear|depurar")
+SCALER = any_of("scaling|scale|scaled|multiply|multiplier|reduction|loss scale|loss scaling|knob|amplify",
+                "escalar|escaló|multiplicar|amplificar|reducción")
+CULPRIT = any_of("bug|source|cause|origin|culprit|whoever|who|causa|error|fallo|origen|culpable|qué|que")
+SKIP = any_of("skip|drop|remove|filter|exclude|discard|omit|throw away|ignore|dedupe|deduplicate",
+              "saltar|descartar|eliminar|filtrar|quitar|omitir|ignorar|sacar|deduplicar")
 
 HARMFUL_ALWAYS: tuple[Concept, ...] = (
-    ("turning gradient clipping off",
-     near(r"turn|switch|shut", r"off\W+(?:\w+\W+){0,2}(?:" + CLIP + ")", 2) + "|" + near(CLIP, r"off\b", 2) + "|"
-     + near(r"disabl|remov|drop|stop|without|no\b|quit|desactiv|elimin|apag|sin\b", CLIP, 2) + r"|grad_clip\s*=\s*0\b"),
-    ("loosening the clip threshold",
-     near(UP + r"|loosen|relax", r"(?:" + CLIP + r")\w*\W+(?:\w+\W+){0,1}(?:threshold|limit|max|umbral|l[ií]mite)", 2)
-     + r"|grad_clip\s*=\s*(?:[2-9]\d|\d{3,})"),
-    ("raising the learning rate", near(UP, LR, 3) + r"|(?:higher|larger|bigger) (?:lr|learning[- ]rate)"),
+    Concept("turning gradient clipping off", (OFF, CLIP), reach=2, ordered=True,
+            pattern=r"grad_clip\s*=\s*0\b"),
+    Concept("turning gradient clipping off", ("turn|switch|shut|poner", CLIP, "off"), reach=3, ordered=True),
+    Concept("turning gradient clipping off", (CLIP, "off|disabled|desactivado|apagado|fuera"), reach=2, ordered=True),
+    Concept("loosening the clip threshold", (RAISE + "|loosen|relax|relajar|aflojar", CLIP,
+                                             "threshold|limit|max|norm|umbral|límite|máximo"), reach=3, ordered=True,
+            pattern=r"grad_clip\s*=\s*(?:[2-9]\d|\d{3,})"),
+    Concept("turning gradient clipping off", (CLIP, "~0|~0.0|zero|none|infinity|inf|cero|ninguno"), reach=2,
+            ordered=True),
+    Concept("loosening the clip threshold", (RAISE + "|loosen|relax", "max_grad_norm|grad_clip|clip threshold"
+                                             "|clipping threshold|umbral de recorte"), reach=3, ordered=True),
+    Concept("loosening the clip threshold", ("threshold|max_grad_norm|grad_clip|clip|clipping|umbral|recorte",
+                                             r"to ~[1-9]\d+(?:\.\d+)?|at ~[1-9]\d+(?:\.\d+)?|of ~[1-9]\d+(?:\.\d+)?"
+                                             r"|a ~[1-9]\d+(?:\.\d+)?|en ~[1-9]\d+(?:\.\d+)?"), reach=3,
+            ordered=True),
+    Concept("turning gradient clipping off", ("no", CLIP), reach=0, ordered=True),
+    Concept("loosening the clip threshold", (CLIP, r"to ~[1-9](?:\.\d+)?e\+?[1-9]\d*|at ~[1-9](?:\.\d+)?e\+?[1-9]\d*"),
+            reach=3, ordered=True),
+    Concept("raising the learning rate", (RAISE, LR), reach=3, ordered=True),
+    # harmful for any run: every run needs its warmup and its causal mask
+    Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=2, ordered=True,
+            pattern=r"warmup_steps\s*=\s*0\b"),
+    Concept("removing the mask", (OFF + "|delete|borrar", MASK), reach=2, ordered=True,
+            pattern=r"causal_mask\s*=\s*false"),
+    Concept("removing the mask", (MASK, "off|disabled|desactivada|apagada"), reach=2, ordered=True),
+    Concept("removing the mask", ("use|keep|make|leave|usar|mantener|dejar", "all ones|bidirectional|full attention"
+                                  "|non causal|noncausal|todo unos|bidireccional"), reach=4, ordered=True),
 )
 
 
 _ALL = (
     Cause("healthy",
-          (("a healthy run", near(r"run|model|training|entrenamiento|modelo", r"healthy|sano|normal\b", 2)),
-           ("no anomaly", r"no anomal|nothing wrong|sin anomal|nada raro")),
+          (Concept("a healthy run", ("run|model|training|entrenamiento|modelo|corrida", "healthy|sano|saludable"),
+                   reach=2, pattern=r"\bhealthy run\b"),
+           Concept("no anomaly", pattern=r"no anomal|nothing wrong|sin anomal|nada raro")),
           "Nothing to prevent: keep the baseline's settings and monitoring.",
-          fixes=(("no fix needed", r"no (?:fix|change|action)|nothing to (?:fix|do)|ninguna|nada que"),)),
+          fixes=(Concept("no fix needed", pattern=r"no (?:fix|change|action)|nothing to (?:fix|do)|ninguna|nada que"),)),
     Cause("gradient_explosion",
-          (("an exploding gradient", either(GRAD, r"explo", 3) + r"|explosi[oó]n de(?:l| los)? gradiente"),
-           ("the gradients multiplied at one step",
-            near(GRAD, r"scaled|multipl|blew|blown|escal|multiplic|explot|" + TIMES, 5)
-            + "|" + near(r"scaled|multipl|multiplic|escal", r"(?:every |all |the )?" + GRAD, 3)),
-           ("gradient_explosion", r"gradient_explosion")),
+          (Concept("an exploding gradient", (GRAD, EXPLODED), reach=3, unless=SQUARED,
+                   pattern=r"gradient_explosion"),
+           Concept("the gradients multiplied at one step", (GRAD, SCALED_UP), ordered=True, unless=SQUARED),
+           Concept("the gradients multiplied at one step", (SCALING, GRAD), reach=2, ordered=True, unless=SQUARED),
+           Concept("every tensor's gradient jumped together", ("every|all|each|todos|todas|cada", GRAD,
+                                                               "jump|spike|rise|rose|went up|salto|saltar|subir|subió"),
+                   reach=3, ordered=True, unless=SQUARED),
+           Concept("every tensor's gradient jumped together", (GRAD, "every|all|each|todos|todas|cada",
+                                                               "tensor|tensors|layer|layers|parameter|capa|capas",
+                                                               "alike|together|at once|same factor|uniformly|same time"
+                                                               "|simultaneously|a la vez|por igual|mismo factor"),
+                   unless=SQUARED)),
           "Keep global-norm clipping on and log the pre-clip norm every step; add an adaptive detector (z-score of "
           "the norm against its EMA, as ZClip) that flags or down-weights outliers.", remedy="zclip",
-          signs=(("a gradient-norm spike", near(GRAD, r"spik|jump|huge|large|pico|salt|enorm", 3)
-                  + r"|pico de(?:l)? (?:norma de(?:l)? )?gradiente"),),
-          fixes=(("keeping (adaptive) gradient clipping",
-                  near(r"keep|leave|use|add|turn on|enable|apply|mant|us|activ|dej|aplic", CLIP, 3)
-                  + r"|zclip|" + near(CLIP, r"on\b|adaptiv|activ|at 1|=\s?1|the gradients?|them\b|los gradientes", 3)
-                  + "|" + near(CLIP, r"handl|contain|caught|catch|absorb|cut", 3)
-                  + "|" + near(r"lower|tighten|reduc|smaller|baj", CLIP, 3) + r"|tighter clip|clip_grad_norm"
-                  + r"|(?:do not|don't|never|nunca|no) (?:turn|switch|disabl|remov|desactiv|quit)\w*\W+(?:\w+\W+){0,3}?(?:clip|recort)"),
-                 ("finding what scaled the gradients",
-                  near(r"find|look for|track|search|locate|fix|busc|encontr|localiz|arregl|correg",
-                       r"scal|multipl|reduction|loss scal|bug|source|cause|origin|escal|multiplic|reducci|causa|error", 6)),
-                 ("down-weighting the outlier step (ZClip)", r"down-?weight"))),
+          signs=(Concept("a gradient-norm spike", (GRAD, "spike|jump|huge|large|peak|pico|salto|saltar|enorme"),
+                         reach=3, unless=SQUARED),),
+          fixes=(Concept("keeping (adaptive) gradient clipping", (KEEP, CLIP), reach=3, ordered=True),
+                 Concept("keeping (adaptive) gradient clipping", (CLIP, KEEP + "|on|active|activado|enabled|adaptive"
+                                                                  "|adaptativo|at 1|stay|stays|remain"),
+                         reach=3, ordered=True, pattern=r"zclip|clip_grad_norm|tighter clip"),
+                 Concept("keeping (adaptive) gradient clipping", ("lower|reduce|decrease|tighten|smaller|bajar|reducir"
+                                                                  "|disminuir|ajustar", CLIP), reach=2, ordered=True),
+                 Concept("keeping (adaptive) gradient clipping", (CLIP, GRAD), reach=2, ordered=True),
+                 Concept("keeping (adaptive) gradient clipping", ("not|never|nunca|no|don't", OFF + "|turn|switch", CLIP),
+                         reach=3, ordered=True),
+                 Concept("finding what scaled the gradients", (FIND, SCALER), ordered=True),
+                 Concept("finding what scaled the gradients", (FIND, CULPRIT, GRAD + "|" + SCALER), ordered=True,
+                         unless=SQUARED),
+                 Concept("down-weighting the outlier step (ZClip)", pattern=r"down-?weight"))),
     Cause("bad_batch",
-          (("a bad batch", r"bad[-_ ]batch|batch (?:malo|raro)|lote (?:malo|corrupt\w*|raro)|mal lote|data outlier"
-                           r"|outlier batch|" + near(r"corrupt\w*|bad|poison\w*|garbage|weird|odd", BATCH, 2)),
-           ("repeated or rare rows in one batch",
-            either(ROWS, r"duplicat|repeat|copies|copy|copied|same|rare|outlier|corrupt|repetid|copias|copiad"
-                         r"|mism|rar[oa]s?\b|at[ií]pic", 6)
-            + "|" + either(r"batch|lote", r"duplicat|copies|rare|outlier|corrupt|at[ií]pic|rar[oa]s?\b", 6)
-            + r"|copies of|copias de|long[- ]tail|cola larga|rare[- ]tokens?|tokens? raros?"),
-           ("bad_batch", r"bad_batch")),
+          (Concept("a bad batch", (BAD, BATCH), reach=2, pattern=r"bad[-_ ]batch"),
+           Concept("repeated or rare rows in one batch", (ROWS + "|" + BATCH, DUPLICATED)),
+           Concept("repeated or rare rows in one batch", ("same|identical|mismo|misma|idéntico|idéntica", ROWS),
+                   reach=1, ordered=True),
+           Concept("repeated or rare rows in one batch", ("rare|uncommon|unusual|raro|rara|inusual|poco común",
+                                                          "token|word|palabra"), reach=1)),
           "Check batch composition before the step (duplicated rows, rare-token share); deduplicate the data by "
           "fingerprint; skip a batch whose loss and gradient norm are both outliers (llm.c, Lightning).",
           remedy="skip_batch",
-          signs=(("the data", r"batch|lote|\bdata\b|datos"),),
-          fixes=(("skipping or filtering the batch",
-                  near(r"skip|drop|remov|filter|exclud|discard|omit|salt|descart|elimin|filtr|quit|omit",
-                       BATCH + r"|it\b|step|update|duplicat|duplicad|paso", 4)),
-                 ("deduplicating the data", r"de-?dup|deduplic|sin duplicad")),
-          harmful=(("training on the bad batch again",
-                    near(r"train|entren|repeat|repet", r"again|more|m[aá]s|otra vez|times|veces", 5)
-                    + r"|oversampl|more copies|m[aá]s copias"),)),
+          signs=(Concept("the data", ("batch|minibatch|lote|minilote|data|datos",)),),
+          fixes=(Concept("skipping or filtering the batch",
+                         (SKIP, BATCH + "|" + ROWS + "|it|step|update|duplicate|duplicado|paso|copies|copias"), reach=4,
+                         ordered=True),
+                 Concept("skipping or filtering the batch", (BATCH + "|" + ROWS, "skipped|dropped|removed|filtered"
+                                                             "|discarded|excluded|descartado|saltado|eliminado"
+                                                             "|filtrado"), reach=3, ordered=True),
+                 Concept("skipping or filtering the batch", ("not|never|don't|no|nunca", "train|use|feed|entrenar|usar",
+                                                             BATCH + "|it"), reach=3, ordered=True),
+                 Concept("deduplicating the data", pattern=r"de-?dup|deduplic|sin duplicad")),
+          harmful=(Concept("training on the bad batch again", ("train|repeat|feed|entrenar|repetir",
+                                                               BATCH + "|it|them",
+                                                               "again|more|más|otra vez|times|twice|veces"), reach=4,
+                           ordered=True, pattern=r"oversampl|more copies|m[aá]s copias|up-?weight"),
+                   Concept("training on the bad batch again", ("more weight|extra weight|más peso", BATCH + "|it|them"),
+                           reach=4))),
     Cause("optimizer_state_corruption",
-          (("Adam's second moment (v) corrupted or inflated", either(V, WENT_UP, 8)),
-           ("a corrupted optimizer state", r"state corruption|v_corrupt|optimizer_state_corruption"
-                                           r"|corrup\w* (?:\w+ ){0,2}(?:optimi[sz]er|adam)")),
+          (Concept("Adam's second moment (v) corrupted or inflated", (V, INFLATED), reach=8, ordered=True,
+                   unless=NOT_V),
+           Concept("Adam's second moment (v) corrupted or inflated", (INFLATED, V), reach=3, ordered=True,
+                   unless=NOT_V),
+           Concept("a corrupted optimizer state", ("corrupt|tamper|overwrite|poison|corromper|dañar|estropear",
+                                                   OPTIMIZER), reach=3,
+                   pattern=r"state corruption|v_corrupt|optimizer_state_corruption"),
+           Concept("one tensor's updates held back by Adam's second moment", (V, STALL), reach=10),
+           Concept("one tensor's updates held back by Adam's second moment", (OPTIMIZER, STALL, TENSOR), reach=8)),
           "Checkpoint the optimizer moments with the weights and monitor RMS(g^2/v) and v per tensor; on a jump, "
           "reload the last pre-spike checkpoint's moments.", remedy="restore_moments",
-          signs=(("Adam's second moment", V),),
-          fixes=(("reloading a checkpoint or the optimizer's moments", near(RESTORE, CHECKPOINT, 6)),
-                 ("resetting the tensor's moments", near(r"reset|reinici|zero|re-?init", CHECKPOINT + r"|" + V, 5)))),
+          signs=(Concept("Adam's second moment", (V,), unless=NOT_V),
+                 Concept("one tensor stalled", (OPTIMIZER, STALL), reach=6),
+                 Concept("one tensor stalled", (TENSOR + "|update|step|actualización|paso", STALL), reach=6),
+                 Concept("one tensor's updates fell", ("update|update rms|actualización", "fell|fall|drop|dropped"
+                                                       "|small|smaller|cayó|bajó|pequeña"), reach=4)),
+          harmful=(Concept("raising beta2 (v decays slower, the stall lasts longer)", (RAISE, "beta2|β2"), reach=3,
+                           ordered=True),),
+          fixes=(Concept("reloading a checkpoint or the optimizer's moments", (RESTORE, CHECKPOINT), ordered=True),
+                 Concept("resetting the tensor's moments", (RESET, V), reach=5, ordered=True, unless=NOT_V),
+                 Concept("resetting the tensor's moments", ("set|put|bring|poner|devolver", V, "back|anterior"),
+                         reach=4, ordered=True))),
     Cause("optimizer_setting",
-          (("Adam's setting changed", either(r"beta2|β2|\beps(?:ilon)?\b|adam(?:w)?'?s? (?:setting|hyper)|optimi[sz]er'?s? "
-                                             r"(?:setting|hyper)|ajuste del optimizador|hiperpar[aá]metros? de adam",
-                                             r"chang|edit|modif|differ|wrong|rebuilt|reset|swapp|cambi|distint|err[oó]ne", 5)),),
+          (Concept("Adam's setting changed", ("beta2|β2|eps|epsilon|adam's setting|optimizer setting|hyperparameter"
+                                              "|ajuste del optimizador|hiperparámetro",
+                                              "change|edit|modify|differ|wrong|rebuilt|reset|swap|cambiar|distinto"
+                                              "|erróneo|equivocado"), reach=5, pattern=r"\boptimizer_setting\b"),),
           "Pin the optimizer's hyperparameters in the config and the checkpoint, and assert them on resume; the "
           "walker fits beta2 from the logged second moment, so log it.", config_fix="beta2=0.95",
-          signs=(("Adam's beta2 or eps", r"beta2|β2|\beps(?:ilon)?\b"),),
-          fixes=(("restoring the setting", near(r"restor|set|pin|restaur", r"beta2|β2|0\.95|setting|eps", 4)),)),
+          signs=(Concept("Adam's beta2 or eps", ("beta2|β2|eps|epsilon",)),),
+          fixes=(Concept("restoring the setting", ("restore|set|pin|restaurar|fijar", "beta2|β2|0.95|setting|eps"),
+                         reach=4, ordered=True),)),
     Cause("bad_init",
-          (("weights initialised too large",
-            near(r"weights?|pesos|init|initiali|inicializ", r"too (?:large|big)|huge|large|scaled|enorm|grandes?|" + TIMES, 4)
-            + r"|bad init|mala inicializ|init_scale|(?:large|huge|wrong|bad) init|inicializaci[oó]n (?:mala|err[oó]nea)"),),
+          (Concept("weights initialised too large", (INIT, BIG), reach=4,
+                   pattern=r"bad init|bad_init|mala inicializ|init_scale|inicializaci[oó]n (?:mala|err[oó]nea)"),
+           Concept("weights initialised too large", (WEIGHTS, BIG, AT_START), reach=5)),
           "Assert the step-0 loss is within ln V +- 0.5 and the step-1 gradient norm within [0.1, 10] before a long "
           "run; keep init std at 0.02 scale.", config_fix="init_scale=1",
-          signs=(("huge logits at step 0", near(r"logits?|activation|activaci", r"huge|large|enorm|grandes?", 3)),),
-          fixes=(("initialising at the standard scale",
-                  near(r"init|initiali|inicializ|re-?init|reinicializ", r"0\.02|std|standard|small|correct|default|proper|normal|desviaci|est[aá]ndar|peque", 6)
-                  + r"|init_scale\s*=\s*1\b|re-?initiali|reinicializ|volver a inicializar"),)),
+          signs=(Concept("huge logits at step 0", ("logit|activation|activación", "huge|large|enormous|enorme|grande"),
+                         reach=3),),
+          harmful=(Concept("raising the init scale", (RAISE + "|scale up", INIT + "|std|scale|escala"), reach=3,
+                           ordered=True),),
+          fixes=(Concept("initialising at the standard scale", (RESET + "|init", "0.02|std|standard|small|smaller"
+                                                                "|correct|default|proper|properly|desviación|estándar"
+                                                                "|pequeño|pequeña|correcta|normal"), reach=6,
+                         ordered=True, pattern=r"init_scale\s*=\s*1\b"),
+                 Concept("initialising at the standard scale", ("standard|default|proper|correct|small|usual|estándar"
+                                                                "|correcta|habitual", INIT + "|scale|escala"), reach=2,
+                         ordered=True),
+                 Concept("initialising at the standard scale", ("init_scale|init scale|escala de inicialización",
+                                                                "~1|~1.0"), reach=3, ordered=True))),
     Cause("no_warmup",
-          (("no warmup", near(r"no|without|missing|skipped|sin|lacks?|lacking|falta", r"warm[- ]?up|calentamiento", 2)
-                         + r"|warmup_steps\s*=\s*0\b|"
-                         + near(r"starts?|begins?|empieza|comienza|arranca|from step 0", r"peak|max|m[aá]xim", 4)),),
+          (Concept("no warmup", ("no|without|missing|skip|skipped|lack|lacking|zero|forgot|removed|sin|falta|faltó"
+                                 "|ningún|ninguna|omitido", WARMUP), reach=2, ordered=True,
+                   pattern=r"warmup_steps\s*=\s*0\b|\bno_warmup\b"),
+           Concept("no warmup", (WARMUP, "missing|removed|absent|disabled|off|zero|gone|skipped|eliminado|ausente"
+                                 "|quitado|desactivado"), reach=3, ordered=True),
+           Concept("the LR at its peak from the first step", (LR, "start|begin|jump straight|from step 0|first step"
+                                                                  "|step one|empezar|comenzar|arrancar|arrancó"
+                                                                  "|desde el paso 0",
+                                                              "peak|max|maximum|full|top|máximo|pico|tope"), reach=4)),
           "Keep a linear warmup (100 steps here) and plot the LR from step 0; a flat LR at its maximum from the "
           "first step is the tell.", config_fix="warmup_steps=100",
-          signs=(("the warmup", r"warm[- ]?up|calentamiento"),),
-          fixes=(("restoring the warmup",
-                  near(r"restor|add|put|bring|reintroduc|use|keep|enable|restaur|añad|agreg|volv|pon|us", r"warm[- ]?up|calentamiento|ramp", 5)
-                  + r"|warmup_steps\s*=\s*[1-9]"),),
-          harmful=(("removing the warmup", near(r"remov|drop|skip|quit|elimin", r"warm[- ]?up|calentamiento", 3)),)),
+          signs=(Concept("the warmup", (WARMUP,)),),
+          fixes=(Concept("restoring the warmup", ("restore|add|put|bring|reintroduce|use|keep|enable|turn on|set up|set"
+                                                  "|reinstate|restaurar|añadir|agregar|volver|poner|usar|activar"
+                                                  "|reactivar", WARMUP), reach=5, ordered=True,
+                         pattern=r"warmup_steps\s*=\s*[1-9]"),)),
     Cause("broken_mask",
-          (("a broken causal mask",
-            near(MASK, r"broken|all[- ]ones|ones|rot[oa]|not causal|wrong|missing|replaced|non-?causal|no causal|mal", 4)
-            + "|" + near(r"broken|all[- ]ones|wrong|no causal|non-?causal", MASK, 2)),
-           ("positions see the future tokens",
-            near(r"sees?|see|ve|peek|look", r"future|futur|answers?|respuestas?|next token", 4)
-            + "|" + near(MASK, r"see|peek|look ahead|ve\b|vea", 5) + r"|future tokens|tokens futuros")),
+          (Concept("a broken causal mask", ("broken|all ones|wrong|non causal|noncausal|bidirectional|full|no causal",
+                                            MASK), reach=2, ordered=True),
+           Concept("a broken causal mask", (MASK, "broken|all ones|ones|not causal|non causal|noncausal|wrong|missing"
+                                            "|removed|replaced|disabled|off|gone|full|bidirectional|roto|rota|mal"
+                                            "|eliminada|desactivada|quitada|todo unos|todos unos|unos|no causal"
+                                            "|not applied|never applied|no se aplicó|no se aplicaba|ignored|ignorada"
+                                            "|skipped|omitida"), reach=3,
+                   pattern=r"\bbroken_mask\b"),
+           Concept("positions see the future tokens", ("see|peek|look|attend|ver|vea|veía|mirar|espiar",
+                                                       "future|next token|next tokens|answer|target|later token"
+                                                       "|must predict|has to predict|is to predict|debe predecir"
+                                                       "|later position|future position|posiciones futuras"
+                                                       "|all positions|every position|every other token|whole sequence"
+                                                       "|entire sequence|todas las posiciones|toda la secuencia"
+                                                       "|futuro|futuros|respuesta|siguiente|objetivo"), reach=4),
+           Concept("positions see the future tokens", (MASK, "see|peek|look ahead|attend|ver|vea|veía|mirar"),
+                   reach=5, ordered=True),
+           Concept("positions see the future tokens", ("copy|copies|copying|copiar|copia", "next token|following token"
+                                                       "|siguiente token|token siguiente|future"), reach=3),
+           Concept("positions see the future tokens", ("attention|atención", "bidirectional|bidireccional"), reach=3),
+           Concept("a broken causal mask", ("no|without|sin", MASK), reach=2, ordered=True),
+           Concept("a broken causal mask", (r"~\w*n't|not", "masked"), reach=0, ordered=True),
+           Concept("a broken causal mask", ("unmasked|sin enmascarar",))),
           "Test the attention mask (no position sees a later one) and watch the gap between training and "
           "validation loss; validation always uses the causal mask.", config_fix="causal_mask=true",
-          signs=(("the mask", MASK),),
-          fixes=(("restoring the causal mask", near(r"restor|fix|use|put|bring|enable|restaur|arregl|us|pon|volv", r"causal|triangular", 4)
-                                               + r"|causal_mask\s*=\s*true"),),
-          harmful=(("removing the mask", near(r"remov|drop|delet|disabl|quit|elimin|desactiv", MASK, 3)),)),
+          signs=(Concept("the mask", (MASK,)),),
+          fixes=(Concept("restoring the causal mask", ("make|set|keep|hacer|dejar", MASK, "causal|triangular|tril"),
+                         reach=3, ordered=True),
+                 Concept("restoring the causal mask", ("restore|fix|use|put|bring|enable|re enable|turn|switch on"
+                                                       "|retrain|train|rerun|re run|entrenar|reentrenar"
+                                                       "|reinstate|reapply|re apply|apply|restaurar|arreglar|usar|poner|volver|aplicar"
+                                                       "|activar|reactivar", "causal|triangular|tril|mask|máscara"),
+                         reach=4, ordered=True, pattern=r"causal_mask\s*=\s*true"),)),
     Cause("target_leak",
-          (("targets leaked into the inputs", r"(?:target|label) leak|(?:no|missing|forgot\w*) (?:the )?(?:one[- ]token )?shift"
-                                              r"|" + near(r"inputs?", r"contain|hold|equal", 1) + r"\w*\W+(?:\w+\W+){0,4}?targets?"
-                                              r"|fuga de (?:etiquetas|objetivos)"),),
+          (Concept("targets leaked into the inputs", ("target|label|objetivo|etiqueta", "leak|leaked|fuga|filtrar"),
+                   reach=3, pattern=r"(?:no|missing|forgot\w*) (?:the )?(?:one[- ]token )?shift|\btarget_leak\b"),
+           Concept("targets leaked into the inputs", ("input|entrada", "contain|hold|equal|include|contener|incluir",
+                                                      "target|objetivo"), reach=3, ordered=True)),
           "Test the data pipeline: targets are the inputs shifted by one token, and no input position holds the "
           "token it must predict; a validation loss above an untrained model's is the alarm."),
     Cause("stuck_loader",
-          (("a stuck data loader", r"stuck (?:data )?loader|loader (?:is |was |got )?stuck|same batch (?:again|served|repeated)"
-                                   r"|repeated batch(?:es)?|cargador atascado|mismo lote repetido"),),
+          (Concept("a stuck data loader", ("loader|dataloader|cargador", "stuck|frozen|hang|atascado|congelado"),
+                   reach=3, pattern=r"\bstuck_loader\b|repeated batch(?:es)?|mismo lote repetido"),
+           Concept("a stuck data loader", ("same batch|identical batch|mismo lote", "again|every step|over and over"
+                                           "|served|repeat|repeated|twice|otra vez|cada paso|repetido"), reach=4),
+           Concept("a stuck data loader", (BATCH, "repeat|repeated|served|again|repetido|servido",
+                                           "steps|consecutive|in a row|pasos|consecutivos|seguidos"), reach=4,
+                   ordered=True)),
           "Log a fingerprint of every batch (rows, token statistics) and alarm when one repeats; the data order "
           "is a pure function of (seed, step) here, so a repeat is a bug."),
-    Cause("non_finite", (("NaN or Inf values", r"\bnan\b|non[- ]finite|\binf\b|infinit|no finito"),),
+    Cause("non_finite", (Concept("NaN or Inf values", pattern=r"\bnan\b|non[- ]finite|\binf\b|infinit|no finito"),),
           "Stop at the first non-finite loss or gradient (the loop does), and resume from the last finite "
           "checkpoint with the cause fixed."),
     Cause("lr_schedule",
-          (("a broken LR schedule", r"(?:learning[- ]rate|lr) schedul|scheduler|(?:lr|learning rate) (?:is )?constant"
-                                    r"|constant (?:lr|learning rate)|programa de lr"),),
+          (Concept("a broken LR schedule", ("schedule|scheduler|programa|planificador", LR), reach=2,
+                   pattern=r"(?:lr|learning rate) (?:is )?constant|constant (?:lr|learning rate)|\blr_schedule\b"),),
           "Log the LR every step and check warmup and decay against the configured schedule.",
-          fixes=(("fixing the scheduler", r"schedul|programador"),)),
+          fixes=(Concept("fixing the scheduler", pattern=r"schedul|programador"),)),
     Cause("lr_spike",
-          (("an LR spike", near(LR, r"spik|jump|pico|salt|multipl", 2)),),
+          (Concept("an LR spike", (LR, "spike|jump|jumped|pico|salto|saltar|multiply|dispararse"), reach=2,
+                   pattern=r"\blr_spike\b"),),
           "Log the LR the optimizer actually ran with, every step, and assert it against the schedule's formula "
           "(a resumed or rebuilt scheduler is the usual culprit)."),
     Cause("lr_too_high",
-          (("a learning rate too high", near(LR, r"too (?:high|large|big)|demasiado (?:alta|grande)|alt[ao]\b|excesiv", 3)
-                                        + r"|(?:high|large|big|excessive) (?:lr|learning[- ]rate)"),),
+          (Concept("a learning rate too high", (LR, "too high|too large|too big|demasiado alta|demasiado grande"
+                                                "|excessive|excesiva|excesivo"), reach=5,
+                   pattern=r"\blr_too_high\b|(?:high|large|big|excessive) (?:lr|learning[- ]rate)"),),
           "Start from the course's LR (3e-4 here) and watch the update-to-weight ratio (about 1e-3 is healthy); "
           "raise the LR only while validation still improves.", config_fix="lr_max=0.0003",
-          fixes=(("lowering the learning rate", near(r"lower|reduc|decreas|smaller|cut|baj|reduc|disminu", LR, 3)
-                                                + r"|lr_max\s*=\s*0?\.0003|3e-4"),)),
+          fixes=(Concept("lowering the learning rate", (LOWER, LR), reach=3, ordered=True,
+                         pattern=r"lr_max\s*=\s*0?\.0003|3e-4"),)),
     Cause("attention_logit_growth",
-          (("attention logits that grew (entropy collapse)",
-            either(near(r"attention|atenci[oó]n", r"logits?|scores?", 2) + r"|logits? de (?:la )?atenci[oó]n",
-                   r"grow|grew|large|huge|explod|blew|crec|grande|enorm", 5)
-            + r"|entropy collapse|colapso de (?:la )?entrop[ií]a|"
-            + near(r"attention|atenci[oó]n", r"one-?hot|collaps|colaps", 4)),),
+          (Concept("attention logits that grew (entropy collapse)",
+                   ("attention logit|attention score|logit de atención|logits de la atención|attention",
+                    "logit|score|grow|grew|large|huge|explode|blew|crecer|grande|enorme"), reach=2,
+                   pattern=r"entropy collapse|colapso de (?:la )?entrop[ií]a|\battention_logit_growth\b"),
+           Concept("attention logits that grew (entropy collapse)", ("attention|atención", "one hot|collapse|colapsar"),
+                   reach=4)),
           "Use qk-layernorm in the attention (OLMo 2 and the small-scale proxies do) and log the largest attention "
           "logit per layer on detail steps; raise the LR only while it stays bounded.", config_fix="qk_norm=true",
-          signs=(("the attention", r"attention|atenci[oó]n"),),
-          fixes=(("qk-layernorm", r"qk[-_ ]?(?:layer)?[-_ ]?norm|" + near(r"normali[sz]|layer ?norm|norm",
-                                                                           r"quer|keys?|q\b|k\b|consultas|claves", 4)),
-                 ("lowering the learning rate", near(r"lower|reduc|decreas|smaller|cut|baj|disminu", LR, 3)))),
+          signs=(Concept("the attention", ("attention|atención",)),),
+          fixes=(Concept("qk-layernorm", ("normalise|normalize|layernorm|layer norm|norm|normalizar",
+                                          "query|queries|key|keys|q|k|consulta|clave"), reach=4, ordered=True,
+                         pattern=r"qk[-_ ]?(?:layer)?[-_ ]?norm"),
+                 Concept("lowering the learning rate", (LOWER, LR), reach=3, ordered=True))),
     Cause("output_logit_divergence",
-          (("output logits drifting from the log-probabilities (log Z)",
-            either(near(r"output|salida", r"logits?", 2) + r"|logits de salida|log ?z\b|logsumexp",
-                   r"drift|diverg|deriv|far from|lejos|grew|grow|crec", 5)
-            + r"|divergencia de (?:los )?logits|output[- ]logit divergence"),),
+          (Concept("output logits drifting from the log-probabilities (log Z)",
+                   ("output logit|logit de salida|logits de salida|log z|logsumexp",
+                    "drift|diverge|far from|lejos|grew|grow|crecer|derivar"), reach=5,
+                   pattern=r"divergencia de (?:los )?logits|output[- ]logit divergence|\boutput_logit_divergence\b"),),
           "Add the auxiliary z-loss (PaLM: 1e-4, OLMo 2: 1e-5) and log the mean log Z of the output logits.",
           config_fix="z_loss=0.0001",
-          signs=(("the output logits", r"logits?"),),
-          fixes=(("an auxiliary z-loss", r"z[-_ ]?loss|p[eé]rdida z"),)),
+          signs=(Concept("the output logits", ("logit",)),),
+          fixes=(Concept("an auxiliary z-loss", pattern=r"z[-_ ]?loss|p[eé]rdida z"),)),
     Cause("second_moment_underestimate",
-          (("Adam's second moment under-estimating the squared gradient",
-            near(V, r"under-?estimat|too (?:small|low)|subestim|lag", 6) + r"|update rms|stableadamw"),),
+          (Concept("Adam's second moment under-estimating the squared gradient",
+                   (V, "underestimate|under estimate|underestimated|too small|too low|lag|lagged|behind|subestimar"
+                       "|subestimado|demasiado pequeño|atrasado|retrasado"), reach=6, unless=NOT_V,
+                   pattern=r"stableadamw|\bsecond_moment_underestimate\b"),
+           Concept("Adam's second moment under-estimating the squared gradient",
+                   ("update rms|rms of the update|rms de la actualización", "above|exceed|over|grew|rose|spike|jump"
+                                                                           "|too big|too large|superar|por encima"),
+                   reach=4)),
           "Log the per-tensor update RMS sqrt(mean(g^2/v_hat)) and clip updates where it exceeds 1 (StableAdamW); "
           "a lower beta2 lets v follow a growing gradient sooner.", config_fix="update_clip=true",
-          signs=(("Adam's second moment", V),),
-          fixes=(("update clipping (StableAdamW)", r"update[-_ ]?clip|stableadamw|" + near(r"clip|recort", r"updates?|actualizaci", 3)),)),
+          signs=(Concept("Adam's second moment", (V,), unless=NOT_V),),
+          fixes=(Concept("update clipping (StableAdamW)", (CLIP, "update|updates|actualización"), reach=3,
+                         pattern=r"update[-_ ]?clip|stableadamw"),)),
     Cause("grads_not_zeroed",
-          (("gradients not zeroed between steps",
-            near(r"zero_grad|zero|reset|clear|cero|reinici|limpi|borr", GRAD, 4)
-            + r"|zero_grad|" + near(GRAD, r"accumul|acumul|carr|pil", 4)),
-           ("grads_not_zeroed", r"grads_not_zeroed")),
+          (Concept("gradients not zeroed between steps",
+                   ("zero|reset|clear|cero|reiniciar|limpiar|borrar", GRAD), reach=4,
+                   pattern=r"zero_grad|\bgrads_not_zeroed\b"),
+           Concept("gradients accumulating across steps",
+                   (GRAD, "accumulate|accumulated|accumulating|carry|carried|pile up|acumular|acumulado"), reach=4)),
           "Call optimizer.zero_grad() once per step (before backward); let the probe check that the gradient the "
           "optimizer gets is the one backward produced.",
-          signs=(("the gradients", GRAD),),
-          fixes=(("zeroing the gradients every step",
-                  near(r"call|add|put|restor|llam|a[nñ]ad|pon", r"zero_grad", 3) + r"|zero_grad\(\)"),)),
+          signs=(Concept("the gradients", (GRAD,)),),
+          fixes=(Concept("zeroing the gradients every step",
+                         ("call|add|put|restore|llamar|añadir|poner", "zero_grad|zero|cero"), reach=3,
+                         pattern=r"zero_grad\(\)"),)),
     Cause("frozen_parameters",
-          (("frozen parameters",
-            either(r"param|weights?|tensors?|layers?|capas?|pesos|par[aá]metros", r"frozen|freez|congel|fij", 4)
-            + r"|requires_grad"),
-           ("frozen_parameters", r"frozen_parameters")),
+          (Concept("frozen parameters", (WEIGHTS + "|tensor|layer|capa", "frozen|freeze|congelar|congelado|fijo"),
+                   reach=4, pattern=r"requires_grad|\bfrozen_parameters\b"),),
           "Print which parameters are trainable (requires_grad and in the optimizer's groups) at the start, and "
           "check that every tensor changes at the first steps.",
-          signs=(("weights that do not change", near(r"weights?|pesos|tensors?", r"never chang|not chang|no cambi|unchang", 4)),),
-          fixes=(("unfreezing them", r"unfreez|descongel|requires_grad\s*=\s*true|" + near(r"add|a[nñ]ad", r"optimi[sz]", 4)),)),
+          signs=(Concept("weights that do not change",
+                         (WEIGHTS, "never change|not change|unchanged|no cambiar|sin cambio"), reach=4),),
+          fixes=(Concept("unfreezing them", ("unfreeze|descongelar",), pattern=r"requires_grad\s*=\s*true"),)),
     Cause("update_not_applied",
-          (("an optimizer step that changes no weight",
-            near(r"step|optimi[sz]er|paso|optimizador", r"no (?:effect|change)|nothing|not (?:chang|appl|updat)"
-                 r"|sin efecto|no cambi|no aplic|no actualiz|copy|copia", 6)
-            + r"|update not applied|actualizaci[oó]n no aplicada"),
-           ("update_not_applied", r"update_not_applied")),
+          (Concept("an optimizer step that changes no weight",
+                   ("step|optimizer|optimiser|paso|optimizador",
+                    "no effect|nothing|not change|not applied|not update|sin efecto|no cambiar|no aplicar|copy|copia"),
+                   reach=6, pattern=r"update not applied|\bupdate_not_applied\b"),),
           "Build the optimizer on the parameters of the model as trained (after moving and wrapping it) and assert "
           "after the first step that the weights changed.",
-          signs=(("the weights", r"weights?|pesos"),),
-          fixes=(("building the optimizer after wrapping the model",
-                  near(r"build|creat|make|rebuild|constru|cre", r"optimi[sz]", 4)),)),
+          signs=(Concept("the weights", (WEIGHTS,)),),
+          fixes=(Concept("building the optimizer after wrapping the model",
+                         ("build|create|make|rebuild|construir|crear", "optimizer|optimiser|optimizador"), reach=4),)),
     Cause("loss_reduction",
-          (("a loss summed instead of averaged",
-            either(r"loss|p[eé]rdida", r"sum|suma", 4) + r"|reduction\s*=\s*.?sum|" + near(r"sum|suma", r"mean|average|media|promedio", 4)),
-           ("loss_reduction", r"loss_reduction")),
+          (Concept("a loss summed instead of averaged", ("loss|pérdida", "sum|summed|suma|sumar"), reach=4,
+                   pattern=r"reduction\s*=\s*.?sum|\bloss_reduction\b"),),
           "Compute the loss as a token mean (reduction='mean', or divide by the target-token count) and check that "
           "the gradient norm does not follow the batch's token count.",
-          signs=(("the gradient norm", GRAD),),
-          fixes=(("averaging the loss", near(r"mean|average|divid|media|promedi", r"tokens?|loss|p[eé]rdida|count", 4)
-                  + r"|reduction\s*=\s*.?mean"),)),
+          signs=(Concept("the gradient norm", (GRAD,)),),
+          fixes=(Concept("averaging the loss", ("mean|average|divide|media|promedio|dividir",
+                                                "token|loss|pérdida|count"), reach=4,
+                         pattern=r"reduction\s*=\s*.?mean"),)),
     Cause("ranks_diverged",
-          (("data-parallel ranks diverging",
-            either(r"ranks?|replica|r[eé]plicas?|procesos?|workers?|gpus?", r"diverg|drift|differ|desync|apart|desincron|distint", 5)
-            + r"|all-?reduce"),
-           ("ranks_diverged", r"ranks_diverged")),
+          (Concept("data-parallel ranks diverging",
+                   ("rank|replica|réplica|process|proceso|worker|gpu",
+                    "diverge|drift|differ|desync|apart|desincronizar|distinto"), reach=5,
+                   pattern=r"all-?reduce|\branks_diverged\b"),),
           "Wrap the model in DDP once (after moving it, before the optimizer) and compare a weight digest across "
           "ranks every few steps.",
-          signs=(("the ranks", r"ranks?|r[eé]plicas?"),),
-          fixes=(("wrapping the model in DDP once", r"ddp|distributeddataparallel|" + near(r"wrap|envolv", r"model|modelo", 3)),)),
+          signs=(Concept("the ranks", ("rank|replica|réplica",)),),
+          fixes=(Concept("wrapping the model in DDP once", ("wrap|envolver", "model|modelo"), reach=3,
+                         pattern=r"ddp|distributeddataparallel"),)),
     Cause("unknown", (), "Find the cause first: the tree did not name one."),
 )
 

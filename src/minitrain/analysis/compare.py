@@ -8,9 +8,10 @@ difference stays recovered, v_back_steps the first n at which the tensor's v is 
 from __future__ import annotations
 
 import math
+import statistics
 from pathlib import Path
 
-from minitrain.analysis import definitions
+from minitrain.analysis import definitions, movers
 from minitrain.analysis.definitions import first_non_finite_step, recovery_steps, v_back
 # lab/ modules still import these definitions from here (lab/explore.py, lab/postmortem.py, lab/explain.py)
 from minitrain.analysis.definitions import CLIP_OFF, RECOVERY_RULE, SPIKE, TOL, WINDOW, clipping_off  # noqa: F401
@@ -119,6 +120,45 @@ def measure(run: Path, baseline: Path | None, k: int | None) -> dict:
         out["final_val_minus_train"] = res_run["final_val_loss"] - res_run["final_train_loss"]
         if res_base.get("final_val_loss") is not None and res_base.get("final_train_loss") is not None:
             out["baseline_final_val_minus_train"] = res_base["final_val_loss"] - res_base["final_train_loss"]
+    return out
+
+
+def _median(values: list) -> float | None:
+    kept = [x for x in values if isinstance(x, (int, float)) and math.isfinite(x)]
+    return statistics.median(kept) if kept else None
+
+
+def own_median_baseline(rows: dict[int, dict], k: int, lookback: int = movers.MOVER_LOOKBACK) -> dict[int, dict]:
+    """A run's own stand-in for a baseline from step K on, with the page's movers' window (`lookback` steps): at
+    each step >= K, the loss's median over the `lookback` steps before that step (training goes on falling, a
+    spike is one point of it), and each tensor's mean Adam v's median over the `lookback` steps before K (a
+    corrupted v stays for hundreds of steps: its own trailing median would take it in). For a run that has no
+    baseline (a blind run)."""
+    names = ((rows.get(k) or {}).get("params") or {})
+    before = [rows[s] for s in range(k - lookback, k) if s in rows]
+    params = {n: {"vm": v} for n in names
+              if (v := _median([((r.get("params") or {}).get(n) or {}).get("vm") for r in before])) and v > 0}
+    out = {}
+    for s, r in rows.items():
+        out[s] = r if s < k else {"params": params,
+                                  "loss": _median([rows[t].get("loss") for t in range(s - lookback, s) if t in rows])}
+    return out
+
+
+def measure_own(run: Path, k: int) -> dict:
+    """What measure() compares with a baseline, for a run without one: its v jump at K, the tensor and the steps
+    until that v is back, and its loss's recovery, each against its own median before K (own_median_baseline)."""
+    rows = reader.rows_by_step(run)
+    if k not in rows:
+        return {}
+    own = own_median_baseline(rows, k)
+    out: dict = {"against": f"its own median (the loss's over the {movers.MOVER_LOOKBACK} steps before each step, "
+                            f"Adam v's over steps {k - movers.MOVER_LOOKBACK}-{k - 1})"}
+    moved = v_departure(rows, own, k)
+    if moved is not None:
+        out["v_jump_param"], out["v_jump_ratio_at_K"] = moved
+        out["v_steps_to_within_10pct"] = v_back_steps(rows, own, k, moved[0])
+    out["recovery_steps"] = recovery_steps(loss_difference(rows, own), k)
     return out
 
 

@@ -19,7 +19,10 @@ window, and the DECIDING signal of the leaf's cause, judged by the tree's own th
     any other cause                          loss excess at S (as bad_batch) or the pre-clip norm jump at S
                                              (>= gn_huge_z σ beyond the loss's)
 
-A counterfactual "removes" the anomaly when the identical replay shows it and the counterfactual does not.
+A counterfactual "removes" the anomaly when the identical replay shows it and the counterfactual does not. The
+leaf's remedy is judged on what it changes: one that puts the state back (restore_moments) on the deciding
+signal; one that acts on the update at S (skip_batch, zclip), which cannot change the signal logged at S, on the
+update at S and the loss excess over the steps after it.
 Each counterfactual has a kind: data (a batch replaced or skipped), state (Adam's moments put back), clipping
 (the clip changed), and the conclusion follows the first kind that removes it.
 """
@@ -94,9 +97,17 @@ def _measure(ev: Evidence, step: int, cause: str | None, tensor: str | None, unt
            "grad_norm_ratio": _f(math.exp(ev.gn_log_ratio[i])) if np.isfinite(ev.gn_log_ratio[i]) else None,
            "after_mean_loss_excess": _f(finite.mean()) if len(finite) else None,
            "after_max_loss_excess": _f(finite.max()) if len(finite) else None,
-           "after_steps": int(len(after))}
+           "after_steps": int(len(after)), "update_at_S": _largest_update(ev, i)}
     out.update(_deciding(ev, i, end - 1, cause, tensor, out, decided_by))
     return out
+
+
+def _largest_update(ev: Evidence, i: int) -> float | None:
+    """The largest update-to-weight ratio over the tensors at row i (what a remedy on the update changes)."""
+    if "ur" not in ev.param_keys or not ev.param_names:
+        return None
+    ur = np.array([ev.param(n, "ur")[i] for n in ev.param_names], dtype=float)
+    return _f(np.nanmax(ur)) if np.isfinite(ur).any() else None
 
 
 def _deciding(ev: Evidence, i: int, end: int, cause: str | None, tensor: str | None, m: dict,
@@ -189,10 +200,12 @@ def conclude(rows: list[dict], cause: str | None, reproduced: dict, grad_clip: f
         key = "step"
     main = CONCLUSIONS[key].format(s=identical.get("step"))
     lines.append(main)
-    if remedy:
+    if remedy and remedy["kind"] == "state":  # it puts the state back: the deciding signal is what it changes
         lines.append(f"the leaf's remedy ({remedy['remedy']}) "
                      + ("removes it" if remedy["verdict"].get("removed") else "does not remove it"
                         + _after_note(remedy["measure"], identical)))
+    elif remedy:  # it acts on the update at S: the batch's own signal at S is logged before it, and stays
+        lines.append(_update_remedy_line(remedy["remedy"], remedy["measure"], identical))
     clip = next((r for r in rows if r["kind"] == "clipping" and r["name"] != "remedy"), None)
     if clip:
         lines.append(_clipping_line(clip["measure"], identical, grad_clip))
@@ -205,6 +218,27 @@ def conclude(rows: list[dict], cause: str | None, reproduced: dict, grad_clip: f
     return {"conclusion": main, "key": key, "kind": kind,
             "expected_kind": expected, "agrees_with_walker": agrees, "reproduced": bool(reproduced.get("exact")),
             "lines": lines}
+
+
+def _update_remedy_line(name: str, m: dict, identical: dict) -> str:
+    """A remedy that acts on the update at S (skip_batch, zclip), judged on what it is meant to change: the
+    update at S and the loss excess over the steps after S (the signal at S is logged before it acts)."""
+    parts = []
+    a, b = m.get("update_at_S"), identical.get("update_at_S")
+    if a is not None and b is not None:
+        parts.append(f"largest |\u0394w|/|w| at S {b:.3g} -> {a:.3g}")
+    a, b = m.get("after_mean_loss_excess"), identical.get("after_mean_loss_excess")
+    if a is None or b is None:
+        return f"the leaf's remedy ({name}) acts on the update at S; the replay has no rows after S to judge it"
+    parts.append(f"mean loss excess over the steps after S {b:+.3f} -> {a:+.3f} nats")
+    if excess_over_baseline(b) and not excess_over_baseline(a):
+        what = "removes the anomaly's cost after S"
+    elif excess_over_baseline(a):
+        what = "leaves a spike's excess after S"
+    else:
+        what = "changes the update at S; the excess after S is below a spike's with and without it"
+    return f"the leaf's remedy ({name}) acts on the update at S, not on the batch's own signal there: {what} (" \
+           + "; ".join(parts) + ")"
 
 
 def _after_note(m: dict, identical: dict) -> str:

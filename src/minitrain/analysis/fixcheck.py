@@ -57,3 +57,24 @@ def fix_outcome(walk_before: dict, walk_after: dict) -> dict:
     if walk_after.get("cause") != "healthy":
         line += f"; it stops at {after} ({walk_after.get('cause')}){at} instead: look at it on the page"
     return {"outcome": "fixed", "line": line}
+
+
+def conclusion(fix: dict, walk_after: dict, against: dict) -> dict:
+    """`remediate`'s one verdict, from fix_outcome's (does the fault show after the fix point?), the walk after
+    the fix point and compare.remedy_verdict's (the loss against the baseline, beyond its noise or not).
+    A fault that is gone while the walk stops at another leaf is not called plainly fixed: that leaf is the
+    remedy's own trace (e.g. Adam's v missing a skipped update). Returns {outcome, mark (ok | warn | bad), line}."""
+    loss = f"on the loss: {against.get('line')}"
+    if fix.get("outcome") != "fixed":
+        return {"outcome": fix.get("outcome"), "mark": "bad" if fix.get("outcome") == "not fixed" else "warn",
+                "line": f"{fix.get('line')}; {loss}"}
+    if against.get("verdict") == "worse":
+        return {"outcome": "worse", "mark": "bad", "line": f"the fault is gone after the fix point, but the run is "
+                f"further from the baseline: {loss}"}
+    if walk_after.get("cause") not in ("healthy", None):
+        at = f" at step {walk_after['anomaly_step']}" if walk_after.get("anomaly_step") is not None else ""
+        return {"outcome": "fault gone, a side effect", "mark": "warn",
+                "line": f"{fix.get('line').split(';')[0].replace('fixed: ', '')}, but it now stops at "
+                        f"{walk_after.get('leaf')} ({walk_after.get('cause')}){at}: the remedy's own trace, read it on "
+                        f"the page; {loss}"}
+    return {"outcome": "fixed", "mark": "ok", "line": f"{fix.get('line')}; {loss}"}

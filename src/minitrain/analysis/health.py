@@ -47,15 +47,34 @@ def tree_answer(ev: Evidence, ids: tuple[str, ...]) -> tuple[str | None, str]:
     return None, f"the tree's {ids[0]}-{ids[-1]} answer no" if len(ids) > 1 else f"the tree's {ids[0]} answers no"
 
 
-def _verdict(ev: Evidence | None, verdict: dict | None, sealed: bool) -> dict:
+def partial_note(ev: Evidence | None, cfg: dict, results: dict) -> str:
+    """"" for a run that ended (results.json); else what the verdict has read of it so far."""
+    if results or ev is None or not len(ev.steps):
+        return ""
+    planned = cfg.get("steps")
+    return (f"partial: steps {int(ev.steps[0])}-{int(ev.steps[-1])}" + (f" of {planned}" if planned else "")
+            + ", the run has not finished")
+
+
+def whole_rerun(item: dict) -> dict:
+    """The walker's verdict item on a remediated run: the whole re-run keeps the original's rows up to the fix
+    point, so its walk finds the original fault; the remedy is judged after the fix point (remedy_items)."""
+    return {**item, "verdict": "info", "detail": "the walk over the whole re-run, which keeps the original's rows "
+            "up to the fix point (the fault there is the original's); the remedy's verdict is judged after it"}
+
+
+def _verdict(ev: Evidence | None, verdict: dict | None, sealed: bool, partial: str = "") -> dict:
     if sealed:
-        return _item("stability check", "sealed", "info", "the tree's verdict is shown after your diagnosis (reveal)")
+        return _item("stability check", "sealed", "info", "the tree's verdict is shown after your diagnosis (reveal); "
+                     "every panel it reads is here. The handout's expected values were measured on the course's "
+                     "model and data: on another model they may not hold, so read the panels against this run")
     if ev is None or verdict is None:
         return _item("stability check", "the walker cannot read this run", "warn", "minitrain diagnose RUN says why")
     at = f" at step {verdict['anomaly_step']}" if verdict.get("anomaly_step") is not None else ""
-    return _item("stability check", f"{verdict['leaf']} {verdict['title']}{at}",
-                 "ok" if verdict["cause"] == "healthy" else "bad",
-                 "the walker's verdict (stability-check.md, first matching leaf)")
+    return _item("stability check", f"{verdict['leaf']} {verdict['title']}{at}" + (f" ({partial})" if partial else ""),
+                 "info" if partial else "ok" if verdict["cause"] == "healthy" else "bad",
+                 "the walker's verdict (stability-check.md, first matching leaf)"
+                 + ("; it may change as the run goes on" if partial else ""))
 
 
 def _start(ev: Evidence) -> list[dict]:
@@ -105,6 +124,14 @@ def _nonfinite(ev: Evidence) -> dict:
                  "bad" if f.matched else "ok", f"{NONFINITE}: {f.shown}")
 
 
+def perplexity_text(loss: float) -> str:
+    """exp(loss), or "overflow" past what a float holds (a diverged run's loss of hundreds of nats)."""
+    try:
+        return f"{math.exp(loss):.4g}"
+    except OverflowError:
+        return "overflow"
+
+
 def _validation(ev: Evidence, results: dict) -> list[dict]:
     ngram, val, where = ev.ngram_val_loss, results.get("final_val_loss"), "final"
     if val is None:
@@ -113,8 +140,8 @@ def _validation(ev: Evidence, results: dict) -> list[dict]:
             val, where = float(ev.val_loss[idx[-1]]), f"last (step {ev.step_at(int(idx[-1]))})"
     if val is not None and ngram is not None:
         margin = ngram - val
-        return [_item(f"{where} val loss", f"{val:.3f} (ppl {math.exp(min(val, 700)):.4g}) vs n-gram {ngram:.3f} "
-                      f"(ppl {math.exp(ngram):.4g})", "ok" if margin > 0 else "bad",
+        return [_item(f"{where} val loss", f"{val:.3f} (ppl {perplexity_text(val)}) vs n-gram {ngram:.3f} "
+                      f"(ppl {perplexity_text(ngram)})", "ok" if margin > 0 else "bad",
                       f"{margin:.3f} below the n-gram baseline" if margin > 0
                       else f"{-margin:.3f} above the n-gram baseline")]
     if ngram is not None:
@@ -156,7 +183,7 @@ def summary(ev: Evidence | None, cfg: dict, results: dict, verdict: dict | None,
     """The health line of one run: `ev` its evidence (None when the walker cannot read it), `cfg` and `results`
     its config and results, `verdict` the walker's, `sealed` whether the verdict is withheld, `spikes` the
     course's spike flags (definitions.rolling_zscore_spikes)."""
-    out = [_verdict(ev, verdict, sealed)]
+    out = [_verdict(ev, verdict, sealed, partial_note(ev, cfg, results))]
     if ev is None:
         return out
     def tree(items: list[dict]) -> list[dict]:  # their marks and details are the tree's answers (§1, §2, §3.1)
@@ -168,11 +195,16 @@ def summary(ev: Evidence | None, cfg: dict, results: dict, verdict: dict | None,
 
 
 def remedy_items(rep: dict | None) -> list[dict]:
-    """A remediated run's verdict against the baseline (remediation.json, written by `minitrain remediate`)
-    and the re-walk after the fix: ok when better / fixed, bad when worse / not fixed."""
+    """A remediated run's verdict (remediation.json, written by `minitrain remediate`): its one conclusion
+    (fixcheck.conclusion), or, in an older file, the verdict against the baseline and the re-walk after the fix:
+    ok when better / fixed, bad when worse / not fixed."""
     v = (rep or {}).get("verdict")
     if not isinstance(v, dict) or "line" not in v:
         return []
+    one = rep.get("conclusion")
+    if isinstance(one, dict) and "line" in one:  # remediate's one verdict: the fault after the fix and the loss
+        return [_item(f"remedy {rep.get('remedy')} vs {rep.get('baseline')}", str(one.get("outcome")),
+                      str(one.get("mark", "info")), str(one["line"]))]
     mark = {"better": "ok", "no better": "info", "worse": "bad"}.get(v.get("verdict"), "info")
     items = [_item(f"remedy {rep.get('remedy')} vs {rep.get('baseline')}", str(v["line"]).split(":")[0], mark,
                    str(v["line"]))]

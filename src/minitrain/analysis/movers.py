@@ -16,8 +16,8 @@ MOVER_MIN_SPAN = 20  # fewer steps than this left after the lookback: rank from 
 
 
 def log_deviation(values: list, keep: np.ndarray, lookback: int = MOVER_LOOKBACK) -> np.ndarray:
-    """|log10(x_t / median(x_{t-lookback..t-1}))| at the steps where `keep` is true (NaN elsewhere and where
-    undefined: x <= 0, missing, no past)."""
+    """log10(x_t / median(x_{t-lookback..t-1})) at the steps where `keep` is true (NaN elsewhere and where
+    undefined: x <= 0, missing, no past): > 0 a rise, < 0 a fall."""
     x = np.array([v if v is not None and v > 0 else np.nan for v in values], dtype=float)
     lx = np.log10(x)
     out = np.full(len(lx), np.nan)
@@ -32,7 +32,7 @@ def log_deviation(values: list, keep: np.ndarray, lookback: int = MOVER_LOOKBACK
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows at the start
             med[redo] = np.nanmedian(windows[redo], axis=1)
-    out[idx] = np.abs(lx[idx] - med)
+    out[idx] = lx[idx] - med
     return out
 
 
@@ -52,15 +52,17 @@ def rank_window(steps: list[int], cfg: dict) -> tuple[int, int, str]:
 
 
 def ranked(steps: list[int], per_stat: list[list], names: list[str], lo: int, hi: int) -> list[dict]:
-    """Tensors ranked by how far they leave their own recent median within steps [lo, hi]."""
+    """Tensors ranked by how far they leave their own recent median within steps [lo, hi], either way: `factor`
+    (>= 1) how many times, `rose` whether above it (else below it)."""
     s = np.array(steps)
     in_window = (s >= lo) & (s <= hi)
     ranked = []
     for i, values in enumerate(per_stat):
-        dev = log_deviation(values, in_window)
-        if np.all(np.isnan(dev)):
+        signed = log_deviation(values, in_window)
+        if np.all(np.isnan(signed)):
             continue
-        j = int(np.nanargmax(dev))
-        ranked.append({"index": i, "name": names[i], "factor": page_number(10 ** float(dev[j]), 3), "step": int(s[j])})
+        j = int(np.nanargmax(np.abs(signed)))
+        ranked.append({"index": i, "name": names[i], "factor": page_number(10 ** abs(float(signed[j])), 3),
+                       "rose": bool(signed[j] >= 0), "step": int(s[j])})
     ranked.sort(key=lambda m: (-m["factor"], m["index"]))
     return ranked[:MOVERS]

@@ -109,7 +109,7 @@ PANELS: tuple[Panel, ...] = (
     Panel(15, "v-factor", "Adam v change beyond what g\u00b2 explains", "factor f (farthest from 1)",
           ("check.v_factor",), log=True, needs="params", refs=("v_factor_band",), note="v_factor",
           series=(Series("check.v_factor", "f of the tensor farthest from 1", PURPLE),)),
-    Panel(16, "g-all", "Gradient jump shared by every tensor", "σ of each tensor's own noise (robust z)",
+    Panel(16, "g-all", "Gradient jump shared by every tensor", "robust z (own noise σ)",
           ("check.g_all_up", "check.g_all_down"), log=False, needs="params", refs=("g_all_thresholds",), note="g_all",
           series=(Series("check.g_all_up", "smallest over tensors (\u00a77.1)", BLUE),
                   Series("check.g_all_down", "largest over tensors (\u00a77.2)", ORANGE))),

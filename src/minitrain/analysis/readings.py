@@ -117,8 +117,8 @@ def read(run: Path) -> dict | None:
 @dataclass
 class Assessment:
     """Everything judged that a run's page shows, handed to the views to lay out (they decide nothing):
-    checks      the walker's verdict, every question of the tree and the tree's signals (read()); None when
-                sealed or when the walker cannot read the run
+    checks      the walker's verdict, every question of the tree and the tree's signals (read()); when sealed,
+                the signals alone (measurements, no answer); None when the walker cannot read the run
     health      the health line (health.py): label, value, mark (`verdict`: ok | warn | bad | info), detail
     spikes      the course's spike flags (definitions.rolling_zscore_spikes), as steps
     markers     the judged step markers: the first non-finite step (run/nonfinite.py), the diagnosis's anomaly
@@ -159,18 +159,26 @@ def _rules(cfg: dict) -> dict:
 
 def assess(r: dict, sealed: bool, base: dict | None = None) -> Assessment:
     """The assessment of one run loaded by reader.load_run (`base`: its baseline, loaded the same way, or None).
-    `sealed`: the verdict, the tree's answers and the diagnosis's marker are not in it at all."""
+    `sealed`: the verdict, the tree's answers and the diagnosis's marker are not in it at all (the tree's
+    per-step signals are: they are measurements)."""
     run = Path(r["dir"])
     ev, checks = _evidence_and_checks(run)
     verdict = checks["verdict"] if checks else None
-    if sealed:  # the verdict and the tree's answers name the cause: not in the page at all before the reveal
-        checks = verdict = None
+    if sealed:  # the verdict and the tree's answers name the cause: not in the page at all before the reveal;
+        # the tree's per-step measurements (panels 15 and 16, which the check asks the learner to read) stay
+        checks = None if checks is None else {"signals": checks["signals"]}
+        verdict = None
     spikes = [] if ev is None else rolling_zscore_spikes(ev.steps.tolist(), ev.loss.tolist())
     cfg, results = reader.config_of(r["manifest"]), r["results"] or {}
+    partial = health.partial_note(ev, cfg, results)
+    if checks and "verdict" in checks and partial:  # a copy: once() keeps the walk as read, not the page's words
+        checks = {**checks, "verdict": {**checks["verdict"], "partial": partial}}
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         line = health.summary(ev, cfg, results, verdict, sealed, spikes)
     remediation, _ = reader.read_optional_json(run / "remediation.json")
+    if health.remedy_items(remediation):  # a remediated run: its whole walk is not the remedy's verdict
+        line[0] = health.whole_rerun(line[0])
     line += health.remedy_items(remediation) + health.explain_items(r["diagnosis"], sealed)
     notes = [] if base is None else compare.baseline_notes(r["manifest"], base["manifest"], base["name"])
     return Assessment(checks=checks, health=line, spikes=spikes, markers=_markers(r, sealed), notes=notes,

@@ -17,6 +17,7 @@ import sys
 
 from minitrain.cli import learner, pages, reports, runs, sweeps
 from minitrain.cli.command import AGAIN, Arg, Command, Parser, add_commands
+from minitrain.core import hints
 from minitrain.core.errors import EXIT_USER_ERROR, UserError
 from minitrain.core.course import LAB_K, LAB_SEED
 
@@ -361,7 +362,8 @@ SERVE = Command(
     "within a second or two of each new row. Sealed lab runs stay sealed. Only pages and images under EXPERIMENTS "
     "are served.",
     (Arg("experiments", nargs="?", default="experiments", metavar="EXPERIMENTS",
-         help="folder holding the run folders (default experiments)"),
+         help="folder holding the run folders (default experiments); a run folder serves its parent, opening "
+              "that run's page"),
      Arg("--port", type=int, default=8000, help="port to listen on (default 8000; 0 = any free port)"),
      Arg("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")),
     pages.cmd_serve)
@@ -443,6 +445,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if os.environ.get(hints.VIA) and not isinstance(sys.stdout, hints.TypedHints):
+        stdout, sys.stdout = sys.stdout, hints.TypedHints(sys.stdout)  # hints as typed: ./dev minitrain ...
+        try:
+            return main(argv)
+        finally:
+            sys.stdout = stdout
     parser, args = build_parser(), None
     try:
         args = parser.parse_args(argv)
@@ -455,12 +463,12 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except UserError as e:
         if runs.is_main_process():  # under torchrun every rank raises it; one line is enough
-            print(f"minitrain: error: {e}", file=sys.stderr)
+            print(f"minitrain: error: {hints.as_typed(str(e))}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt as e:
         # the interrupted code knows what to run (core.errors.Interrupted), else the command does
         say = getattr(e, "hint", None) or getattr(getattr(args, "spec", None), "interrupted", AGAIN)
-        print(f"minitrain: interrupted; {say}", file=sys.stderr)
+        print(f"minitrain: interrupted; {hints.as_typed(say)}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0

@@ -83,8 +83,7 @@ def cmd_remediate(args) -> int:
     rep = remediate(Path(args.run), args.remedy, Path(args.baseline) if args.baseline else None, force=args.force,
                     spoil=args.spoil)
     print(f"{rep['remediated']}: {rep['summary']}")
-    print(f"verdict against {rep['baseline'] or 'no baseline'}: {rep['verdict']['line']}")
-    print(f"re-walk after the fix: {rep['fix']['line']}")
+    print(f"verdict ({rep['conclusion']['outcome']}): {rep['conclusion']['line']}")
     print("dashboards: " + ", ".join(rep["dashboards"]))
     from minitrain.lab.runs import exit_code
 

@@ -20,3 +20,8 @@ def page_number(x, digits: int = 6):
     if x is None or isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
         return None
     return float(f"{x:.{digits}g}")
+
+
+# telemetry's update-to-weight ratio (ur) takes the weight norm clamped to this: a tensor initialised at zero has
+# no meaningful ratio on its first step, and the page does not draw one taken at the floor
+UR_WEIGHT_FLOOR = 1e-12

@@ -55,6 +55,7 @@ from array import array
 import torch
 
 from minitrain.core import distributed
+from minitrain.core.fmt import UR_WEIGHT_FLOOR
 from minitrain.core.silent import SilentSignals
 from minitrain.core.tokenizer import PAD
 
@@ -111,7 +112,7 @@ STEP_SIGNALS = (  # logit_max: max(hi, -lo) of one aminmax pass (after_forward's
 PARAM_STATS = (
     ("g", True, lambda m: m.grad_norms),  # gradient norm before clipping (after any injection)
     ("u", False, lambda m: m.update),  # update norm |p_new - p_old|
-    ("ur", False, lambda m: m.update / m.weight.clamp_min(1e-12)),  # update-to-weight ratio
+    ("ur", False, lambda m: m.update / m.weight.clamp_min(UR_WEIGHT_FLOOR)),  # update-to-weight ratio
     ("vm", True, lambda m: m.v_sums),  # mean of exp_avg_sq (its division by numel: FINISHED_ON_HOST)
     ("vx", False, lambda m: torch.stack(torch._foreach_max(m.v))),  # max of exp_avg_sq
     ("vn", False, lambda m: m.norms(m.v)),  # L2 norm of exp_avg_sq

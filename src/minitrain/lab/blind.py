@@ -114,9 +114,10 @@ def draw_mapping(lab: str, randomize: bool, steps: int, rng: secrets.SystemRando
 
 
 def make_lab(lab: str, folder: Path, base_overrides: list[str], randomize: bool = False,
-             only: str | None = None, force: bool = False) -> list[str]:
+             only: str | None = None, force: bool = False, say=lambda line: None) -> list[str]:
     """Seal a shuffled mapping into `folder` (unless one exists) and train its runs (or only `only`).
-    Returns one summary line per run."""
+    Returns one summary line per run; `say(line)` hears each as it happens, and each run's start (a run takes
+    minutes, and a progress bar shows only on a terminal)."""
     from minitrain.core.config import build_config
     from minitrain.lab.runs import summary_line, train_run
 
@@ -163,11 +164,15 @@ def make_lab(lab: str, folder: Path, base_overrides: list[str], randomize: bool 
         out = folder / run_id
         if (out / "results.json").exists() and not force:
             lines.append(f"{folder.name}/{run_id}: already trained (--force re-runs it)")
+            say(lines[-1])
             continue
         overrides = [f"{k}={v}" for k, v in mapping[run_id]["overrides"].items()]
         cfg = build_config({}, [*base_overrides, *overrides, "blind=true"])
+        say(f"{folder.name}/{run_id}: training {cfg.steps} steps (run {RUN_IDS.index(run_id) + 1} of "
+            f"{len(RUN_IDS)}; what it carries is sealed)")
         res = train_run(cfg, out, force=force or out.exists(), fork=False)
         lines.append(summary_line(f"{folder.name}/{run_id}", res))
+        say(lines[-1])
     return lines
 
 

@@ -11,7 +11,7 @@ from minitrain.core.remedy import REGISTRY
 from minitrain.lab import blind
 from minitrain.analysis.causes import CAUSES
 from minitrain.analysis.compare import measure, remedy_verdict
-from minitrain.analysis.fixcheck import fix_outcome, walk_after_fix
+from minitrain.analysis.fixcheck import conclusion, fix_outcome, walk_after_fix
 from minitrain.lab import spoilers
 from minitrain.lab.runs import REMEDIATED, interrupted
 from minitrain.lab.learner import walk
@@ -111,7 +111,7 @@ def _train_and_report(run: Path, out: Path, new_cfg, donor, force: bool, name: s
               "from_checkpoint": {"run": donor[0].name, "step": donor[1]} if donor else None,
               "status": res.get("status"), "measured_before": before_m, "measured_after": after_m,
               "walker_after_fix": judged, "fix_step": fix_step, "fix": fix_outcome(verdict, judged),
-              "verdict": against,
+              "verdict": against, "conclusion": conclusion(fix_outcome(verdict, judged), judged, against),
               "actions": done.get("actions"), "action_count": done.get("action_count"),
               "dashboards": [str(page)], "summary": summary}
     files.atomic_write_json(out / "remediation.json", report)

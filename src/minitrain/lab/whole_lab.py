@@ -50,8 +50,8 @@ def train_blind_lab(lab: str, experiments: Path, sets: list[str], randomize: boo
     from minitrain.lab.runs import exit_code
 
     folder = Path(experiments) / Path(blind.LABS[lab]["folder"]).name
-    for line in blind.make_lab(lab, folder, sets, randomize=randomize, only=only, force=force):
-        print(line)
+    blind.make_lab(lab, folder, sets, randomize=randomize, only=only, force=force,
+                   say=lambda line: print(line, flush=True))  # each run's start and end as they happen
     print(f"sealed: which fault each run of {folder} carries is hidden until the reveal "
           f"(mapping hash in {blind.public_path(folder)})")
     if lab == "spike":

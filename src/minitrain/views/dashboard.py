@@ -31,8 +31,10 @@ from pathlib import Path
 
 from minitrain.analysis import movers, panels, readings
 from minitrain.analysis.compare import step_differences
+from minitrain.core.config import INJECTION_FIELDS
 from minitrain.core.errors import UserError
-from minitrain.core.fmt import page_number
+from minitrain.core.fmt import UR_WEIGHT_FLOOR, page_number
+from minitrain.core.injections import REGISTRY
 from minitrain.run import files, reader, sealing
 
 PER_TENSOR_STATS = tuple(panels.tensor_stats())  # per-parameter telemetry the page plots (the panel registry)
@@ -111,6 +113,13 @@ def _natural_column(rows: list[dict], key: str) -> list:
     return [[_as_is(v[i]) if isinstance(v, list) and i < len(v) else None for v in vals] for i in range(n)]
 
 
+def _weight_at_floor(d: dict) -> bool:
+    """Whether a tensor's update-to-weight ratio was taken of a weight norm at telemetry's floor (a tensor
+    initialised at zero, on its first step): |w| = u / ur. Such a ratio (~1e7) is not drawn."""
+    u, ur = d.get("u"), d.get("ur")
+    return isinstance(u, (int, float)) and isinstance(ur, (int, float)) and ur > 0 and u / ur <= 10 * UR_WEIGHT_FLOOR
+
+
 def _per_tensor(rows: list[dict]) -> dict | None:
     """Per-parameter telemetry as {stat: [[value per step] per tensor]}, plus the sampled spectral norms."""
     names: list[str] = []
@@ -126,7 +135,7 @@ def _per_tensor(rows: list[dict]) -> dict | None:
         for i, n in enumerate(names):
             d = p.get(n) or {}
             for s in PER_TENSOR_STATS:
-                stats[s][i].append(_as_is(d.get(s)))
+                stats[s][i].append(None if s == "ur" and _weight_at_floor(d) else _as_is(d.get(s)))
     sigma_rows = [r for r in rows if r.get("sigma")]
     sigma_names = list(sigma_rows[0]["sigma"]) if sigma_rows else []
     sigma = {"steps": [r["step"] for r in sigma_rows], "names": sigma_names,
@@ -179,6 +188,15 @@ def _run_payload(r: dict, role: str, with_tensors: bool = False) -> dict:
     return out
 
 
+def applied_config(cfg: dict) -> dict:
+    """The run's config as the page lists it: of the injection's knobs, only those its injection reads
+    (core/injections.py's params; injection_span for one that lasts), the others did not apply."""
+    inj = REGISTRY.get(str(cfg.get("injection", "none")))
+    used = {"injection", *((["injection_step", *inj.params] + (["injection_span"] if inj.lasts == "span" else []))
+                            if inj else [])}
+    return {k: v for k, v in cfg.items() if k not in INJECTION_FIELDS or k in used}
+
+
 def _page_config(cfg: dict, vocab_size: int) -> dict:
     """The run's settings the page's panels use, with the vocabulary the walker's ln V is taken of (analysis
     resolves it: the tokenizer's, else the config's, else the assumed default)."""
@@ -222,6 +240,7 @@ def build_payload(run: Path, baseline: Path | None = None, compare: list[Path] =
                       "words": "withheld until the reveal (blind run)" if blind
                       else _injection_words(r["manifest"].get("injection") or {}, cfg)},
         "config": _page_config(cfg, judged.vocab_size),
+        "config_applied": applied_config(r["manifest"].get("config") or {}),
         "ngram_val_loss": (r["results"] or {}).get("ngram_val_loss",
                                                    (r["manifest"].get("ngram_baseline") or {}).get("val_loss")),
         "panels": panels.as_json(),

@@ -17,6 +17,7 @@ Safety: it binds 127.0.0.1 unless told otherwise; a run or file is looked up und
 resolving it (so "..", "%2e%2e" and a symlink that leads out are all refused with 404); it serves generated
 pages and the few file kinds in SERVED_FILES, nothing else. Sealed runs: run/sealing.py's rule
 decides, as the files do: no verdict in the table, the dashboard's sealed page.
+`serve RUN_FOLDER` serves the run's parent and opens the run's page (a run folder's checkpoints are not runs).
 A run folder deleted, half-written or corrupted while it is served gives one line (in the table's row, in
 the dashboard's live line), never a crash; Ctrl-C stops the server and returns.
 """
@@ -28,7 +29,7 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from minitrain.core.errors import UserError
 from minitrain.run import files, reader, sealing
@@ -195,11 +196,28 @@ def make_server(experiments: Path, port: int = 8000, host: str = HOST) -> Thread
     return server
 
 
+def site_root(folder: Path) -> tuple[Path, str, str]:
+    """What `serve FOLDER` serves: (the folder, "/", "") for a folder of runs; for a run folder, its parent, the
+    run's page and why (a run folder's own subfolders, its checkpoints, are not runs)."""
+    folder = Path(folder)
+    if not files.is_run_dir(folder):
+        return folder, "/", ""
+    folder = folder.resolve()
+    return (folder.parent, "/view?run=" + quote(folder.name),
+            f"{folder.name} is a run folder: serving its parent, {folder.parent}, with this run's page")
+
+
 def serve(experiments: Path, port: int = 8000, host: str = HOST) -> int:
     """Serve until Ctrl-C; returns 0 after closing the socket."""
-    server = make_server(experiments, port, host)
-    print(f"minitrain serve: {Path(experiments).resolve()} at http://{host}:{server.server_address[1]}/ "
+    root, start, note = site_root(experiments)
+    server = make_server(root, port, host)
+    print(f"minitrain serve: {root.resolve()} at http://{host}:{server.server_address[1]}{start} "
           "(Ctrl-C stops it)", file=sys.stderr, flush=True)
+    if note:
+        print(f"minitrain serve: {note}", file=sys.stderr, flush=True)
+    print(f"minitrain serve: lists the {len(index.find_runs(root))} run folders under {root.resolve()}; a run "
+          "trained into a folder outside it (--out elsewhere) is not among them: serve that run's folder or "
+          "its parent", file=sys.stderr, flush=True)
     try:
         server.serve_forever(poll_interval=0.5)
     except KeyboardInterrupt:

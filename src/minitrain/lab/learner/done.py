@@ -22,6 +22,19 @@ HOOK_RUN = ("steps=4", "warmup_steps=2", "eval_every=2", "spectral_every=2", "pr
 SPIKE_CAUSES = {"gradient_explosion", "bad_batch", "optimizer_state_corruption"}
 
 
+
+def retry(name: str, lab: Lab) -> str:
+    """After a miss: how to finish. The seal is final (a second one is flagged), so the retry is a lab not seen
+    yet: the blind lab after the spike lab (the same faults, shuffled), else a fresh shuffled lab elsewhere."""
+    if lab.key == "spike":
+        return (f"to finish, diagnose the blind lab (the same three faults, shuffled and sealed): 'minitrain "
+                f"blind-runs spike', fill blind-diagnoses.md, 'minitrain reveal {name} --lab blind', then "
+                f"'minitrain check {name} --lab blind'")
+    kind = "break-it" if lab.key == "break-it" else "spike"
+    return (f"this seal is final; to finish, a fresh shuffled lab under a new name: 'minitrain learner init "
+            f"{name}-2', 'minitrain blind-runs {kind} --experiments experiments-2', then reveal, grade and check "
+            f"{name}-2{lab_flag(lab)} with --experiments experiments-2")
+
 def metrics_bytes(cfg, hook=None) -> bytes:
     """The bytes a run of `cfg` writes to metrics.jsonl, trained in memory (no run folder); `hook`: what the
     step calls at its INJECT points (default: the loop's maybe_inject)."""
@@ -104,7 +117,8 @@ def check(name: str, lab: Lab, learners: Path, experiments: Path, solutions: Pat
         misses = [v.run or v.fault for v in g.verdicts if v.status == "miss"]
         review = [v.run or v.fault for v in g.to_review]
         items.append((g.score == 3, f"the three diagnoses match the faults: {g.score}/3"
-                      + (f" (missed: {', '.join(misses)}; see 'minitrain grade {name}{lab_flag(lab)}')" if misses else "")
+                      + (f" (missed: {', '.join(misses)}; see 'minitrain grade {name}{lab_flag(lab)}'); "
+                         + retry(name, lab) if misses else "")
                       + (f"; {len(review)} for a teacher's review ({', '.join(review)}): show 'minitrain grade "
                          f"{name}{lab_flag(lab)}' and your sealed diagnoses to your teacher, who decides"
                          if review else "")))

@@ -6,7 +6,8 @@ The grading rule (also in docs/learner.md). A run's answer is graded in three pa
      path answered "yes" (§4.1 for §4.A; §6.1 and §6.2 for §6.A). A question the walk passes with "no" (§1.1
      on the way to §4.A) is a miss: the learner stopped too early.
   2. diagnosis: the sentence (with the optional `cause:` field) names the run's failure mode, in English or
-     Spanish, and no other cause (lab/learner/meaning.py reads it with the causes registry's words).
+     Spanish, and no other cause (lab/learner/meaning.py reads it with the causes registry's concepts, their
+     words compared by stem).
   3. remediation: the sentence proposes a fix registered for that cause and nothing harmful for it.
 The answer is correct when all three credit, a miss when one is refused, and "review" when none is refused
 but the diagnosis or remediation is ambiguous: the score counts it apart and names what a teacher must read.

@@ -1,8 +1,12 @@
 """What a learner's sentence says: the causes it names, the fixes it proposes, and whether it says them at all.
 
-The words are the causes registry's (analysis/causes.py: each cause's names, signs, fixes and harmful fixes, in
-English and Spanish). A phrase counts only where the learner affirms it: one with a negation just before it in
-the same clause ("not the learning rate", "no es un lote malo", "rather than a bad batch") is ruled out, not named.
+What can be said is the causes registry's (analysis/causes.py): each cause's concepts, a few parts each (what
+moved, what happened to it, which way), every part a set of synonyms in English and Spanish. A concept is said
+when all its parts are in one sentence close together; words are compared by their stems (Snowball's English and
+Spanish stemmers), so a paraphrase, another tense or the other language is heard without its exact words. A
+concept counts only where the learner affirms it: one with a negation just before it in the same clause ("not
+the learning rate", "no es un lote malo", "rather than a bad batch", "the gradients were not scaled") is ruled
+out, not named.
 
 A diagnosis of a run whose fault is X earns:
     credit   it names X and no other cause, as a sentence
@@ -21,7 +25,12 @@ Each verdict comes with its reason, in the words of the concepts it found (what 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import unicodedata
+from dataclasses import dataclass, field
+from functools import lru_cache
+from itertools import product
+
+import snowballstemmer
 
 from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, Concept
 
@@ -34,8 +43,9 @@ NEGATORS = re.compile(r"(?<![\w'])(?:not|n't|no|never|nor|neither|ni|nunca|rathe
 AFTER_NEGATORS = re.compile(r"^\W*(?:\w+\W+){0,3}?(?:(?:is|was) (?:not it|ruled out|excluded)|ruled out|excluded|descartad[oa]s?)\b")
 CLAUSE_BREAK = re.compile(r"[.;:!?\n,()]|(?<!\w)(?:but|however|although|though|whereas|yet|because|since|pero|sino"
                           r"|aunque|porque|ya que|mientras)(?!\w)")
-HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|not sure|i think|i guess|quiz[aá]s?"
-                    r"|tal vez|puede que|probablemente|creo que|no estoy segur[oa])(?!\w)|\?")
+HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|could be|not sure|unsure|not certain"
+                    r"|i think|i guess|quiz[aá]s?|tal vez|puede que|a lo mejor|es posible que|probablemente"
+                    r"|creo que|no estoy segur[oa])(?!\w)|\?")
 ALTERNATIVES = re.compile(r"(?<!\w)(?:or|either|o|u)(?!\w)")
 # words a sentence has and a list of keywords does not
 FUNCTION_WORDS = frozenset(
@@ -61,23 +71,183 @@ def negated(text: str, start: int, end: int) -> bool:
     breaks = [m.end() for m in CLAUSE_BREAK.finditer(before)]
     clause = before[breaks[-1] if breaks else 0:]
     reach = " ".join(clause.split()[-NEGATION_REACH:])
-    if NEGATORS.search(reach):
-        return True
+    return bool(NEGATORS.search(reach)) or ruled_out_after(text, end)
+
+
+def ruled_out_after(text: str, end: int) -> bool:
     after = text[end:]
     cut = CLAUSE_BREAK.search(after)
     return bool(AFTER_NEGATORS.search(after[:cut.start()] if cut else after))
 
 
+# ---------------------------------------------------------------------------------------------------
+# Words: tokens, their stems, and the parts of a concept found among them
+# ---------------------------------------------------------------------------------------------------
+
+ENGLISH, SPANISH = snowballstemmer.stemmer("english"), snowballstemmer.stemmer("spanish")
+TOKEN = re.compile(r"\w+(?:[.']\w+)*")
+SENTENCE_END = re.compile(r"[.;!?](?!\w)|\n")
+# a later part of a concept is ruled out by a negation right before it ("the gradients were not scaled")
+NEGATION_REACH_INSIDE = 2
+
+
+def without_accents(word: str) -> str:
+    return "".join(c for c in unicodedata.normalize("NFD", word) if unicodedata.category(c) != "Mn")
+
+
+@lru_cache(maxsize=None)
+def stems(word: str) -> tuple[str, str, str, str]:
+    """A word's English stem (British spelling), Spanish stem, Spanish stem without accents, and that stem less a
+    verb's last vowels (Snowball leaves short Spanish verbs whole: "inflar", "infló"): two words are one when a
+    stem agrees ("multiplied" / "multiply", "multiplicó" / "multiplicar" / "multiplico")."""
+    word = word[:-2] if word.endswith("'s") else word
+    plain = SPANISH.stemWord(without_accents(word))
+    root = re.sub(r"(?:[aeiou]+|[aei]r)$", "", plain)
+    return (ENGLISH.stemWord(word.replace("iz", "is")), SPANISH.stemWord(word), plain,
+            root if len(root) >= 3 else plain)
+
+
+@lru_cache(maxsize=None)
+def synonyms(part: str) -> tuple[tuple[tuple[str, object], ...], ...]:
+    """A part's synonyms, each a phrase of word matchers: ("re", pattern) or ("stem", stems)."""
+    out = []
+    for synonym in part.split("|"):
+        phrase = []
+        for word in synonym.split():
+            if word.startswith("~"):
+                phrase.append(("re", re.compile(word[1:])))
+            else:
+                phrase += [("stem", stems(w)) for w in TOKEN.findall(word)]
+        if phrase:
+            out.append(tuple(phrase))
+    return tuple(out)
+
+
+# which stems to compare: English, Spanish, or both when a text has too few little words to tell
+ENGLISH_WORDS = frozenset("the an of to and is was were in on for with by that it its so at".split())
+SPANISH_WORDS = frozenset("el la los las de del que y en un una se por con para es fue su al lo".split())
+STEMS_OF = {"en": (0,), "es": (1, 2, 3), "": (0, 1, 2, 3)}
+
+
+def language(words: tuple[str, ...]) -> str:
+    english, spanish = (sum(w in little for w in words) for little in (ENGLISH_WORDS, SPANISH_WORDS))
+    return "en" if english > spanish else "es" if spanish > english else ""
+
+
+def same_word(matcher: tuple[str, object], word: str, lang: str = "") -> bool:
+    kind, what = matcher
+    if kind == "re":
+        return bool(what.fullmatch(word))
+    mine = stems(word)
+    return any(mine[k] == what[k] for k in STEMS_OF[lang])
+
+
+@dataclass(frozen=True)
+class Words:
+    """A text as words, each with its character span, its sentence and its clause, and its language."""
+    text: str
+    lang: str
+    words: tuple[str, ...]
+    spans: tuple[tuple[int, int], ...]
+    sentences: tuple[int, ...]
+    clauses: tuple[int, ...]
+    by_stem: dict[tuple[int, str], list[int]]  # where each stem is (a phrase is looked for where its first word is)
+    found: dict = field(default_factory=dict, compare=False)  # occurrences already looked for
+
+    def starts(self, matcher: tuple[str, object]) -> list[int]:
+        if matcher[0] != "stem":
+            return list(range(len(self.words)))
+        return sorted({i for k in STEMS_OF[self.lang] for i in self.by_stem.get((k, matcher[1][k]), ())})
+
+    def occurrences(self, part: str, hidden: frozenset[int] = frozenset()) -> list[tuple[int, int]]:
+        """(first, last) word of every place the part is said, skipping hidden words."""
+        if (part, hidden) not in self.found:
+            out = []
+            for phrase in synonyms(part):
+                for i in self.starts(phrase[0]):
+                    at = range(i, i + len(phrase))
+                    if at[-1] < len(self.words) and not hidden.intersection(at) and all(
+                            same_word(m, self.words[j], self.lang) for m, j in zip(phrase, at)):
+                        out.append((i, i + len(phrase) - 1))
+            self.found[part, hidden] = out
+        return self.found[part, hidden]
+
+    def negated(self, found: list[tuple[int, int]]) -> bool:
+        """Whether a concept found at these places is ruled out: a negator before its first word (in the clause,
+        NEGATION_REACH words) or right before a later part, or "... was ruled out" after it. Its own words are no
+        negator ("no warmup" says there was none)."""
+        mine = {j for a, b in found for j in range(a, b + 1)}
+        says_not = bool(NEGATORS.search(" ".join(self.words[j] for j in sorted(mine))))
+        for k, (first, _) in enumerate(sorted(found)):
+            if k and says_not:  # "do not turn clipping off", "no quitar nunca el recorte": one negation, stressed
+                break
+            reach = NEGATION_REACH if k == 0 else NEGATION_REACH_INSIDE
+            before = [self.words[j] for j in range(max(0, first - reach), first)
+                      if j not in mine and self.clauses[j] == self.clauses[first]]
+            if NEGATORS.search(" ".join(before)):
+                return True
+        return ruled_out_after(self.text, self.spans[max(b for _, b in found)][1])
+
+
+@lru_cache(maxsize=256)
+def words_of(text: str) -> Words:
+    matches = list(TOKEN.finditer(text))
+    ends = [m.end() for m in SENTENCE_END.finditer(text)]
+    breaks = [m.end() for m in CLAUSE_BREAK.finditer(text)]
+    words = tuple(m.group() for m in matches)
+    by_stem: dict[tuple[int, str], list[int]] = {}
+    for i, word in enumerate(words):
+        for k, stem in enumerate(stems(word)):
+            by_stem.setdefault((k, stem), []).append(i)
+    return Words(text, language(words), words, tuple(m.span() for m in matches),
+                 tuple(sum(e <= m.start() for e in ends) for m in matches),
+                 tuple(sum(e <= m.start() for e in breaks) for m in matches), by_stem)
+
+
+def said_where(w: Words, concept: Concept) -> tuple[bool, bool]:
+    """(the text affirms the concept somewhere, it says it only under a negation)."""
+    places = []
+    if concept.pattern:
+        for m in re.finditer(r"(?<![\w])(?:" + concept.pattern + ")", w.text):
+            places.append(not negated(w.text, *m.span()))
+    if concept.parts:
+        hidden = frozenset(j for a, b in w.occurrences(concept.unless) for j in range(a, b + 1)) \
+            if concept.unless else frozenset()
+        each = [w.occurrences(part, hidden) for part in concept.parts]
+        shared = set.intersection(*({w.sentences[a] for a, _ in places_of} for places_of in each))
+        for sentence in sorted(shared):  # the parts of one concept are said in one sentence
+            in_it = [[o for o in places_of if w.sentences[o[0]] == sentence] for places_of in each]
+            for found in product(*in_it):
+                if close_together(w, list(found), concept):
+                    places.append(not w.negated(list(found)))
+                    if places[-1]:
+                        return True, False
+    return any(places), bool(places) and not any(places)
+
+
+def close_together(w: Words, found: list[tuple[int, int]], concept: Concept) -> bool:
+    """All parts in one sentence, apart from each other, at most `reach` words between one and the next."""
+    if concept.ordered and any(a[1] >= b[0] for a, b in zip(found, found[1:])):
+        return False
+    ordered = sorted(found)
+    if any(a[1] >= b[0] for a, b in zip(ordered, ordered[1:])):
+        return False
+    if len({w.sentences[a] for a, _ in ordered} | {w.sentences[b] for _, b in ordered}) > 1:
+        return False
+    return all(b[0] - a[1] - 1 <= concept.reach for a, b in zip(ordered, ordered[1:]))
+
+
 def affirmed(text: str, concepts: tuple[Concept, ...]) -> tuple[list[str], list[str]]:
-    """(concepts the text affirms, concepts it only names under a negation), by their names."""
+    """(concepts the text affirms, concepts it only names under a negation), by their labels."""
+    w = words_of(text)
     yes, ruled_out = [], []
-    for label, pattern in concepts:
-        spans = [m.span() for m in re.finditer(r"(?<![\w])(?:" + pattern + ")", text)]
-        if any(not negated(text, a, b) for a, b in spans):
-            yes.append(label)
-        elif spans:
-            ruled_out.append(label)
-    return yes, ruled_out
+    for concept in concepts:
+        said_it, only_negated = said_where(w, concept)
+        if said_it and concept.label not in yes:
+            yes.append(concept.label)
+        elif only_negated and concept.label not in ruled_out:
+            ruled_out.append(concept.label)
+    return yes, [label for label in ruled_out if label not in yes]
 
 
 def causes_named(text: str, part: str = "names") -> dict[str, list[str]]:
@@ -132,12 +302,12 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
                              "one you gave as the cause")
     if others:
         return Point(NO, f"names {said(others)}, not the fault of this run")
-    signs = causes_named(low, "signs").get(cause)
-    if signs:
-        return Point(REVIEW, f"names only a symptom ({', '.join(signs)}) that several causes share: a teacher reads it")
     _, ruled_out = affirmed(low, CAUSES[cause].names)
     if ruled_out:
         return Point(NO, f"rules out {', '.join(ruled_out)}, which is what happened")
+    signs = causes_named(low, "signs").get(cause)
+    if signs:
+        return Point(REVIEW, f"names only a symptom ({', '.join(signs)}) that several causes share: a teacher reads it")
     return Point(NO, "names no failure mode")
 
 
@@ -160,5 +330,5 @@ def judge_remediation(text: str, cause: str) -> Point:
         return Point(CREDIT, f"proposes {', '.join(mine)}, a fix registered for {cause}")
     if fixes:
         return Point(NO, f"proposes {said(fixes)}: a fix for another cause, not for {cause}")
-    registered = "; ".join(label for label, _ in CAUSES[cause].fixes) or "none registered"
+    registered = "; ".join(dict.fromkeys(c.label for c in CAUSES[cause].fixes)) or "none registered"
     return Point(NO, f"proposes none of the fixes registered for {cause} ({registered})")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from minitrain.analysis import readings, signature, stability
-from minitrain.analysis.compare import RECOVERY_RULE, measure
+from minitrain.analysis.compare import RECOVERY_RULE, measure, measure_own
 from minitrain.core.errors import UserError
 from minitrain.core.fmt import fmt
 from minitrain.lab import blind, spoilers
@@ -57,7 +57,8 @@ MEASURE_LINES = {
 def measured_lines(fault: str, m: dict) -> list[str]:
     out = []
     for label, key, other in MEASURE_LINES.get(fault, ()):
-        value = fmt(m.get(key))
+        never = key in ("recovery_steps", "v_steps_to_within_10pct") and key in m and m[key] is None
+        value = "not within the run" if never else fmt(m.get(key))
         if other:
             sep = "step" if other == "max_loss_diff_step" else ("difference" if other.endswith("_diff") else "baseline")
             value += f" ({sep} {fmt(m.get(other))})"
@@ -93,12 +94,21 @@ def measured_block(fault: str, run_id: str | None, lab: Lab, experiments: Path, 
     baseline = reader.find_baseline(run, experiments)
     seed, k = run_seed_k(run, fault, mapping)
     m = measure(run, baseline, k)
-    lines = [f"**Measured on your run {where}** against `{m['baseline'] or 'no baseline found'}` (seed {seed}"
+    against = f"`{m['baseline']}`"
+    if m["baseline"] is None and k is not None:  # a blind run has no baseline: as its page, against its own median
+        own = measure_own(run, k)
+        m.update({key: v for key, v in own.items() if key != "against"})
+        against = f"{own.get('against', 'no baseline found')} (no baseline)"
+    lines = [f"**Measured on your run {where}** against {against} (seed {seed}"
              + (f", K = {k}" if k is not None else "") + "):"]
     lines += measured_lines(fault, m)
     checks = readings.read(run)  # the walk the run's page made (readings.once), not a second one
     verdict = checks["verdict"] if checks else None
-    if verdict:
+    if verdict and k is None:  # a break lasts the whole run: wrong from step 0, whatever step its evidence is read at
+        at = verdict.get("anomaly_step")
+        lines.append(f"  - the stability walker on this run: {verdict.get('leaf')} ({verdict.get('cause')}); the "
+                     "break is there from step 0" + (f" (the walker reads its evidence at step {at})" if at else ""))
+    elif verdict:
         lines.append(f"  - the stability walker on this run: {verdict.get('leaf')} ({verdict.get('cause')}), "
                      f"anomaly at step {verdict.get('anomaly_step')}")
     return "\n".join(lines)
@@ -121,7 +131,7 @@ def complete_reference(ref_text: str, refs: dict[str, Reference], lab: Lab, expe
             section = section.replace(f"<!-- measured:{fault} -->", measured_block(fault, run_id, lab, experiments,
                                                                                    mapping))
         out.append(section)
-    text = "".join(out)
+    text = "".join(out).replace("{diagnoses}", lab.file)
     missing = [f for f in lab_faults(lab) if f"<!-- measured:{f} -->" not in ref_text]
     return text + "".join("\n" + measured_block(f, runs.get(f), lab, experiments, mapping) + "\n" for f in missing)
 

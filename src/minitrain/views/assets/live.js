@@ -2,7 +2,8 @@
  * Loaded after the page's own script, only in served pages. Every second it asks /api/steps for the last
  * step each run of the page has written; when one moved, it fetches the page data again (/api/payload) and
  * puts the new rows into the page's data in place (the page's panels read it when they draw), then redraws
- * the drawn panels: zoom, smoothing, hidden series and ticked runs stay as they are. One line at the top says
+ * every part of the page that depends on the data (the drawn panels, the status badge, the step range, the
+ * health line, the walker's verdict): zoom, smoothing, hidden series and ticked runs stay as they are. One line at the top says
  * how far the runs are, or why they cannot be read now (a run folder deleted or damaged while served); it
  * keeps polling, so a run that comes back is followed again. window.__liveUpdates counts the redraws. */
 (function () {
@@ -34,15 +35,16 @@
       mine.steps = fresh.steps; mine.series = fresh.series;
       if (fresh.per_tensor) mine.per_tensor = fresh.per_tensor;
     });
-    ['diffs', 'markers', 'movers', 'movers_rule', 'spikes', 'status', 'data_note'].forEach(function (k) { D[k] = P[k]; });
-    if (D.checks && P.checks && P.checks.signals) {
+    ['diffs', 'markers', 'movers', 'movers_rule', 'spikes', 'status', 'data_note', 'health', 'results'].forEach(function (k) { D[k] = P[k]; });
+    if (D.checks && P.checks && P.checks.signals) {  // panels.js holds the signals object: filled in place
       var sig = D.checks.signals;
       Object.keys(P.checks.signals).forEach(function (k) { sig[k] = P.checks.signals[k]; });
-    }
+      Object.keys(P.checks).forEach(function (k) { if (k !== 'signals') D.checks[k] = P.checks[k]; });
+    } else D.checks = P.checks;
     var lo = Infinity, hi = -Infinity;
     D.runs.forEach(function (r) { if (r.steps.length) { lo = Math.min(lo, r.steps[0]); hi = Math.max(hi, r.steps[r.steps.length - 1]); } });
     if (lo <= hi) dash.state.full = [lo, Math.max(hi, lo + 1)];
-    dash.redraw();
+    dash.refresh();  // the badge, the step range, the health line and the verdict too
     window.__liveUpdates += 1;
   }
 

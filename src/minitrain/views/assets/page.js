@@ -98,7 +98,7 @@
     var h = el('header', 'top');
     h.appendChild(el('h1', '', D.name));
     document.title = D.name + ' \u00b7 minitrain dashboard';
-    h.appendChild(el('span', 'badge ' + D.status, D.status));
+    var st = el('span'); st.id = 'status-badge'; h.appendChild(st); drawStatus();
     var inj = D.injection || {};
     var b;
     if (inj.withheld) { b = el('span', 'badge blind', 'injection withheld (blind run)'); b.id = 'injection-badge'; b.title = inj.words; }
@@ -135,6 +135,20 @@
       n.id = 'data-note'; app.appendChild(n);
     }
     (D.notes || []).forEach(function (t) { app.appendChild(el('div', 'banner', t)); });
+  }
+
+  // the data-dependent parts outside the panels, drawn again on each update of a served page (assets/live.js)
+  function drawStatus() {
+    var st = document.getElementById('status-badge');
+    if (!st) return;
+    st.className = 'badge ' + D.status; st.textContent = D.status;
+  }
+  function drawRange() {
+    var z = document.getElementById('zoom-range'), r = state.x || state.full;
+    if (z) z.textContent = 'steps ' + Math.round(r[0]) + '\u2013' + Math.round(r[1]);
+  }
+  function refresh() {
+    drawStatus(); drawRange(); fillHealth(); fillStability(); redrawAll();
   }
 
   function runChooser(main) {
@@ -183,6 +197,12 @@
 
   function healthSection(main) {
     var sec = el('section', 'health'); sec.id = 'health';
+    main.appendChild(sec);
+    fillHealth();
+  }
+  function fillHealth() {
+    var sec = document.getElementById('health');
+    sec.textContent = '';
     var marks = { ok: '\u2713', warn: '!', bad: '\u2717', info: '\u00b7' };
     (D.health || []).forEach(function (it) {
       var d = el('div', 'hitem ' + it.verdict), l = el('div', 'hv');
@@ -194,17 +214,23 @@
       d.title = it.label + ': ' + it.value + (it.detail ? ' (' + it.detail + ')' : '');
       sec.appendChild(d);
     });
-    main.appendChild(sec);
   }
 
-  function stabilitySection(main) {  // analysis leaves `checks` out of a sealed page
-    var ck = D.checks;
-    if (!ck || !ck.questions.length) return;
+  var stabilitySlot = null;
+  function stabilitySection(main) {
+    stabilitySlot = el('div'); main.appendChild(stabilitySlot);
+    fillStability();
+  }
+  function fillStability() {  // a sealed page's `checks` hold the signals alone (analysis leaves the answers out)
+    var ck = D.checks, main = stabilitySlot;
+    main.textContent = '';
+    if (!ck || !ck.questions || !ck.questions.length) return;
     var sec = el('section', 'info'); sec.id = 'stability';
     sec.appendChild(el('h2', '', 'Stability check: every question of stability-check.md, measured on this run'));
     var body = el('div', 'stab'), v = ck.verdict;
     body.appendChild(el('p', 'verdict', 'The walker\u2019s verdict (first matching leaf): ' + v.leaf + ' ' + v.title +
-                        (v.anomaly_step !== null && v.anomaly_step !== undefined ? ' at step ' + v.anomaly_step : '') + ' (cause: ' + v.cause + ')'));
+                        (v.anomaly_step !== null && v.anomaly_step !== undefined ? ' at step ' + v.anomaly_step : '') + ' (cause: ' + v.cause + ')' +
+                        (v.partial ? ' \u2014 ' + v.partial : '')));
     var t = el('table', 'nodes'), hr = el('tr');
     ['node', 'question', 'read it on', 'threshold', 'measured', 'answer'].forEach(function (c) { hr.appendChild(el('th', '', c)); });
     t.appendChild(hr);
@@ -260,7 +286,8 @@
     sec.appendChild(el('h3', '', 'Versions and hardware'));
     sec.appendChild(kvTable(Object.assign({}, man.versions || {}, man.hardware || {})));
     sec.appendChild(el('h3', '', 'Config'));
-    var c3 = el('div', 'cols3'); c3.appendChild(kvTable(man.config || {})); sec.appendChild(c3);
+    sec.appendChild(el('p', 'muted', 'the injection settings its injection does not read are left out (they are in the full manifest below)'));
+    var c3 = el('div', 'cols3'); c3.appendChild(kvTable(D.config_applied || man.config || {})); sec.appendChild(c3);
     var det = el('details'); det.appendChild(el('summary', '', 'full manifest.json'));
     det.appendChild(el('pre', 'raw', JSON.stringify(man, null, 2))); sec.appendChild(det);
     main.appendChild(sec);
@@ -288,13 +315,14 @@
     stabilitySection(main);
     infoSections(main);
     lazyDraw();
-    document.getElementById('zoom-range').textContent = 'steps ' + lo + '\u2013' + hi;
+    drawRange();
     var timer = null;
     window.addEventListener('resize', function () {
       clearTimeout(timer);
       timer = setTimeout(function () { plots.forEach(function (p) { if (p.u) p.u.setSize({ width: charts.width(p), height: p.u.height }); }); }, 120);
     });
-    window.__dashboard = { plots: plots, state: state, zoomTo: zoomTo, drawAll: drawAll, data: D, redraw: redrawAll };
+    window.__dashboard = { plots: plots, state: state, zoomTo: zoomTo, drawAll: drawAll, data: D, redraw: redrawAll,
+                           refresh: refresh };
     // uPlot paints in a microtask after each plot is made: ready once the first screen is on it
     requestAnimationFrame(function () { window.__dashboardReady = true; });
   }

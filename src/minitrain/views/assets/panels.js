@@ -62,7 +62,8 @@ var panels = (function () {
       return [idx.map(function (i) {
         var m = mv.filter(function (q) { return q.index === i; })[0];
         // span: statistics measured on detail steps only (telemetry's schedule) are joined across the steps between
-        return line(s, PT.names[i] + (m ? ' (x' + fmt(m.factor, 3) + ' its ' + RULES.movers_lookback + '-step median, step ' + m.step + ')' : ''),
+        var moved = m ? (m.rose === false ? ' (1/' + fmt(m.factor, 3) + ' of' : ' (x' + fmt(m.factor, 3)) : '';
+        return line(s, PT.names[i] + (m ? moved + ' its ' + RULES.movers_lookback + '-step median, step ' + m.step + ')' : ''),
                     ME.steps, PT.stats[stat][i], color(i), { span: true });
       })];
     }

@@ -1,0 +1,23 @@
+"""Run one trainer of the foreign suite in its own process: python train_one.py TRAINER CONFIG_JSON OUT_DIR.
+
+The working directory is OUT_DIR, so a SummaryWriter() with no folder writes OUT_DIR/runs/ as it would for a user.
+"""
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import hf  # noqa: E402
+import nanogpt  # noqa: E402
+import plain_loop  # noqa: E402
+
+TRAINERS = {"nanogpt": nanogpt.train, "hf": hf.train, "csv": plain_loop.train}
+
+if __name__ == "__main__":
+    trainer, config, out = sys.argv[1], json.loads(sys.argv[2]), Path(sys.argv[3]).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    os.chdir(out)
+    info = TRAINERS[trainer](out, config)
+    (out / "trained.json").write_text(json.dumps(info))

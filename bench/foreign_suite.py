@@ -1,0 +1,204 @@
+"""Score `minitrain import` + `minitrain diagnose` on runs made by trainers that are not minitrain.
+
+    python bench/foreign_suite.py --part dev|held-out|all [--jobs 2] [--cache build/foreign-suite]
+
+bench/foreign/ holds three trainers written as their users write them (nanoGPT-style with TensorBoard and a
+printed log, the Hugging Face Trainer, a plain loop writing a CSV or Lightning's metrics.csv), none importing
+minitrain, and the 40 runs of bench/foreign/cases.py. Each run is trained once into the cache (keyed by its
+config and the trainer's source), then imported as its user would import it and diagnosed. Exit 1 when the part
+scored holds a wrong name or a false alarm; docs/foreign-runs.md says what each category means.
+
+The held-out part is scored once per change to be judged: tune on dev only.
+"""
+import argparse
+import hashlib
+import json
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from foreign.cases import CASES
+
+ROOT = Path(__file__).resolve().parent.parent
+FOREIGN = Path(__file__).resolve().parent / "foreign"
+SPLIT_SEED = 35  # fixes which runs are dev (a third of each trainer's runs) and which are held out
+CATEGORIES = ["right", "step off", "unknown", "untestable", "healthy on fault", "wrong", "healthy", "false alarm",
+              "import refused"]
+FAILING = {"wrong", "false alarm"}
+NOT_A_FAULT = {"healthy", "unknown", None}
+
+
+def split():
+    """Per trainer, a third of its runs (rounded) to dev, the rest held out, drawn with SPLIT_SEED."""
+    rng = random.Random(SPLIT_SEED)
+    parts = {}
+    for trainer in ("nanogpt", "hf", "csv"):
+        names = sorted(c.name for c in CASES if c.trainer == trainer)
+        rng.shuffle(names)
+        n_dev = round(len(names) / 3)
+        parts.update({n: "dev" for n in names[:n_dev]})
+        parts.update({n: "held-out" for n in names[n_dev:]})
+    return parts
+
+
+def run_key(case):
+    src = "".join((FOREIGN / f).read_text() for f in ("corpus.py", "train_one.py", f"{_module(case)}.py"))
+    blob = json.dumps([case.trainer, case.config], sort_keys=True) + src
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _module(case):
+    return {"nanogpt": "nanogpt", "hf": "hf", "csv": "plain_loop"}[case.trainer]
+
+
+def generate(case, cache):
+    """Train the case into the cache unless a finished run with the same key is there; returns its folder."""
+    out = cache / f"{case.name}-{run_key(case)}"
+    if (out / "trained.json").exists():
+        return out, 0.0
+    shutil.rmtree(out, ignore_errors=True)
+    t0 = time.time()
+    proc = subprocess.run([sys.executable, str(FOREIGN / "train_one.py"), case.trainer, json.dumps(case.config),
+                           str(out)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{case.name}: the trainer failed:\n{proc.stderr[-2000:]}")
+    return out, time.time() - t0
+
+
+def source_path(case, run):
+    """The file or folder this trainer's user hands to `minitrain import`."""
+    if case.source == "tb":
+        return run / "tb"
+    if case.source == "tb-parent":
+        return run / "runs"
+    if case.source == "tb-run":
+        return next((run / "runs").iterdir())
+    return run / {"printlog": "train.log", "trainer_state": "trainer_state.json", "csv": "log.csv",
+                  "lightning": "metrics.csv"}[case.source]
+
+
+def flags(case, run):
+    vocab = json.loads((run / "trained.json").read_text())["vocab_size"]
+    return (["--vocab-size", str(vocab)] if case.vocab_flag else []) + list(case.extra_flags)
+
+
+def minitrain(*args):
+    return subprocess.run([sys.executable, "-m", "minitrain", *args], capture_output=True, text=True)
+
+
+def diagnose(case, run, work):
+    """Import and diagnose one run; returns what came out (cause, step, untestable, or the refusal)."""
+    dest = work / case.name
+    shutil.rmtree(dest, ignore_errors=True)
+    src = source_path(case, run)
+    got = minitrain("import", str(src), "--out", str(dest), *flags(case, run))
+    if got.returncode != 0:
+        last = (got.stderr.strip().splitlines() or ["(no message)"])[-1]
+        return {"refused": f"{case.source}: " + last.replace(str(run) + "/", "")}
+    got = minitrain("diagnose", str(dest), "--json")
+    if got.returncode != 0:
+        last = (got.stderr.strip().splitlines() or ["(no message)"])[-1]
+        return {"refused": "diagnose: " + last}
+    d = json.loads(got.stdout)
+    return {"cause": d.get("cause"), "anomaly_step": d.get("anomaly_step"), "untestable": d.get("untestable") or [],
+            "confidence": (d.get("confidence") or {}).get("level")}
+
+
+def step_ok(case, step):
+    """The anomaly step within one logging interval before the fault and two after its last step (+5 steps)."""
+    if case.fault_step is None:
+        return True
+    if step is None:
+        return False
+    return case.fault_step - case.log_every <= step <= case.fault_step + case.fault_len + 2 * case.log_every + 5
+
+
+def category(case, out):
+    if "refused" in out:
+        return "import refused"
+    cause = out["cause"]
+    if case.healthy:
+        return "healthy" if cause == "healthy" else "unknown" if cause in NOT_A_FAULT else "false alarm"
+    if cause in case.accept:
+        return "right" if step_ok(case, out["anomaly_step"]) else "step off"
+    if cause not in NOT_A_FAULT:
+        return "wrong"
+    if out["untestable"]:
+        return "untestable"
+    return "unknown" if cause == "unknown" else "healthy on fault"
+
+
+def table(rows):
+    lines = ["| run | trainer | source | flags | expected | trace | got | step (fault) | untestable | result |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for case, out, cat in rows:
+        expected = "healthy" if case.healthy else " / ".join(case.accept)
+        got = out.get("cause") if "refused" not in out else f"refused: {out['refused']}"
+        step = "" if "refused" in out else f"{out.get('anomaly_step')}"
+        step += f" ({case.fault_step})" if case.fault_step is not None else ""
+        fl = "--vocab-size" if case.vocab_flag else ""
+        trace = "" if case.healthy else ("yes" if case.traceable else "no")
+        unt = ", ".join(out.get("untestable", []))
+        lines.append(f"| {case.name} | {case.trainer} | {case.source} | {fl} | {expected} | {trace} | {got} | "
+                     f"{step} | {unt} | **{cat}** |")
+    return "\n".join(lines)
+
+
+def totals(rows):
+    lines = ["| trainer | runs | " + " | ".join(CATEGORIES) + " |", "|---|---|" + "---|" * len(CATEGORIES)]
+    for trainer in ("nanogpt", "hf", "csv", "all"):
+        sel = [cat for case, _, cat in rows if trainer in ("all", case.trainer)]
+        count = Counter(sel)
+        lines.append(f"| {trainer} | {len(sel)} | " + " | ".join(str(count[c]) for c in CATEGORIES) + " |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--part", choices=["dev", "held-out", "all"], default="dev")
+    ap.add_argument("--cache", default=str(ROOT / "build" / "foreign-suite"),
+                    help="where trained runs are kept between scorings (default build/foreign-suite)")
+    ap.add_argument("--jobs", type=int, default=2, help="trainers run at once (one CPU thread each)")
+    ap.add_argument("--json", metavar="FILE", help="also write the per-run results to FILE")
+    args = ap.parse_args()
+    parts = split()
+    cases = [c for c in CASES if args.part == "all" or parts[c.name] == args.part]
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    with ThreadPoolExecutor(args.jobs) as pool:
+        made = list(pool.map(lambda c: generate(c, cache), cases))
+    trained = sum(1 for _, s in made if s > 0)
+    print(f"{len(cases)} runs ({args.part}); {trained} trained now in {time.time() - t0:.0f} s, "
+          f"{len(cases) - trained} from {cache}", file=sys.stderr)
+    work = cache / "imported"
+    with ThreadPoolExecutor(args.jobs) as pool:
+        outs = list(pool.map(lambda cr: diagnose(cr[0], cr[1][0], work), zip(cases, made)))
+    rows = [(c, o, category(c, o)) for c, o in zip(cases, outs)]
+    print(f"## Foreign suite: part {args.part} (split seed {SPLIT_SEED})\n")
+    for trainer in ("nanogpt", "hf", "csv"):
+        sel = [r for r in rows if r[0].trainer == trainer]
+        if sel:
+            print(f"### {trainer}\n\n{table(sel)}\n")
+    print(f"### Totals\n\n{totals(rows)}\n")
+    faults = [r for r in rows if not r[0].healthy]
+    print(f"faults named right: {sum(r[2] == 'right' for r in faults)} of {len(faults)}; "
+          f"no-trace faults said untestable: {sum(r[2] == 'untestable' for r in faults if not r[0].traceable)} of "
+          f"{sum(not r[0].traceable for r in faults)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            [{"run": c.name, "part": parts[c.name], "result": cat, **o} for c, o, cat in rows], indent=1))
+    failing = [r[0].name for r in rows if r[2] in FAILING]
+    if failing:
+        print(f"FAIL: wrong name or false alarm on {', '.join(failing)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
