@@ -9,6 +9,9 @@ learner's sentence can say about it, in English and Spanish:
     signs     a symptom that points at it but that other causes share ("the gradient norm jumped")
     fixes     the fixes registered for it ("keep clipping on", "skip that batch")
     harmful   fixes that make it worse ("turn clipping off" for an explosion); HARMFUL_ALWAYS adds to every cause
+    workarounds  fixes that ease it without removing it (a lower peak LR for a missing warmup): a teacher reads them
+SUBJECTS says what each cause is about (the learning rate, the mask, the data...): the right cause offered "or"
+another cause's subject is a hedge even where that subject is not said as a cause.
 
 A concept is a few parts that must all be said close together, in one sentence: what moved (the gradients,
 Adam's second moment, the mask), what happened to it or what is done to it (multiplied, inflated, restored)
@@ -33,13 +36,19 @@ class Concept:
     A part is synonyms separated by "|"; each synonym is one or more words, each matched by its stem in English
     or Spanish ("multiplied" is "multiply"), or by a regular expression over the whole word when written
     "~regex" ("~x\\d+" is x50). Words of `unless` are invisible to the parts (the "gradients" of "squared
-    gradients" is Adam's second moment, not the gradient)."""
+    gradients" is Adam's second moment, not the gradient). When `opposite` is given, the first word of `along` or
+    `opposite` after the first part, in its sentence, says which way it moved: `opposite` there says the concept the
+    wrong way round ("v shrank" where v grew), which a teacher reads."""
     label: str
     parts: tuple[str, ...] = ()
     pattern: str = ""
     reach: int = 6
     ordered: bool = False
     unless: str = ""
+    along: str = ""
+    opposite: str = ""
+    step: bool = False  # a step many fixes share (rewinding to a checkpoint): beside another fix it is its step
+    not_near: str = ""  # words that, close by in the clause, make it another thing ("masking was wrong in the loss")
 
 
 def any_of(*groups: str) -> str:
@@ -57,6 +66,9 @@ class Cause:
     signs: tuple[Concept, ...] = ()
     fixes: tuple[Concept, ...] = ()
     harmful: tuple[Concept, ...] = ()
+    workarounds: tuple[Concept, ...] = ()  # act on the mechanism without removing the cause: a teacher reads them
+    recovers: bool = False  # the run recovers by itself: "no fix needed" is defensible, a teacher reads it
+    follows: bool = False  # a state other causes end in (NaN): named beside another cause it is a symptom listed
 
     @property
     def words(self) -> tuple[str, ...]:
@@ -82,8 +94,10 @@ OPTIMIZER = "adam|adamw|optimizer|optimiser|optimizador"
 # not Adam's v: the vocabulary size (ln V), and Adam's first moment (m)
 NOT_V = ("ln v|log v|ln of v|first moment|first moments|1st moment|momentum|adam's m|adam m|exp_avg|primer momento"
          "|primeros momentos|momento de primer orden")
-TIMES = any_of(r"~[x×]\d+(?:\.\d+)?|~\d+(?:\.\d+)?[x×]|~\d+-?fold|times|fold|factor|hundredfold|fiftyfold|fifty",
-               r"hundred|by ~\d+|by a factor|veces|cincuenta|cien|centenar|por ~\d+")
+# a factor of ten or more: "x3.6" or "x1.0" beside a right diagnosis is a measurement, not an explosion
+# ("many times" counts nothing)
+TIMES = any_of(r"~[x×][1-9]\d+(?:\.\d+)?|~[1-9]\d+(?:\.\d+)?[x×]|~\d+-?fold|~[1-9]\d+ times|fold|factor|hundredfold",
+               r"fiftyfold|fifty|hundred|by ~[1-9]\d+|by a factor|~[1-9]\d+ veces|cincuenta|cien|centenar|por ~[1-9]\d+")
 EXPLODED = any_of("explode|exploding|explosion|blow up|blew up|blown up|skyrocket|shot up|soar|through the roof",
                   "explotar|explosión|estallar|por las nubes")
 SCALING = any_of("scale|scaled up|multiply|multiplied|amplify|magnify|boost|crank|cranked up|turn up|turned up",
@@ -95,12 +109,19 @@ INFLATED = any_of("corrupt|corrupted|inflate|inflated|multiply|scale|scaled|blow
                   "pumped up|overwrite|overwritten|tamper|poison|garbage|wrong value|spike",
                   "corromper|corrompido|corrupto|inflar|inflado|aumentar|multiplicar|disparar|crecer|creció",
                   "enorme|hinchar|escalar|dañar|estropear|alterar|sobrescribir", TIMES)
+# the other way round: what grew in the fault fell
+SHRANK = any_of("shrink|shrank|shrunk|divide|divided|fell|fall|drop|dropped|decrease|decreased|reduce|reduced",
+                "too small|smaller|lower|vanish|dividir|dividió|encoger|encogió|bajar|bajó|caer|cayó|disminuir",
+                "disminuyó|reducir|reducido|menor")
 STALL = any_of("stall|stalled|froze|frozen|freeze|barely moved|barely move|stopped moving|stop moving|stuck",
                "shrank|shrink|shrunk|tiny|strapped|anchor|brake|ballast|weighed down|dead weight|paralysed",
                "paralyzed|stopped learning|stop learning|no longer learned",
                "estancar|estancado|congelado|frenado|frenar|apenas se movió|dejó de moverse|dejar de moverse",
                "dejó de aprender|detenido|paralizado|ancla|lastre")
 TENSOR = any_of("tensor|parameter|param|bias|lm_head.bias|weight|layer|parámetro|sesgo|peso|capa")
+# clipping Adam's update (StableAdamW), not the gradient: another cause's fix
+UPDATE_CLIP = ("update clipping|update clip|clip updates|clip the updates|clip the update|updates clipping"
+               "|recorte de actualizaciones|recorte del update|clipping de updates|clipping del update")
 CLIP = any_of("clip|clipping|clipper|zclip|limiter|norm cap|max_grad_norm|grad_clip|clip_grad_norm",
               "gradient clipping|grad clipping|norm clipping|global norm clipping|gradient norm clipping",
               "global clipping|adaptive clipping",
@@ -114,13 +135,16 @@ OFF = any_of("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch
 BATCH = any_of("batch|minibatch|mini batch|lote|minilote|mini lote|data|datos|sample|muestra|example|ejemplo")
 ROWS = any_of("row|sentence|line|sequence|sample|example|document|text|fila|frase|oración|línea|secuencia",
               "muestra|ejemplo|documento|texto")
-DUPLICATED = any_of("duplicate|duplicated|repeat|repeated|copy|copies|rare|uncommon|outlier|corrupt",
+# Spanish "repetir" changes its stem (repite, repitió): its forms are written out
+REPEATED_ES = "repite|repiten|repitió|repitieron|repitiendo"
+DUPLICATED = any_of("duplicate|duplicated|repeat|repeated|copy|copies|rare|uncommon|outlier|corrupt", REPEATED_ES,
                     "corrupted|stuffed|long tail|appeared|occurred|duplicado|repetido|repetir|copia|copiado|raro",
                     "rara|poco común|atípico|atípica|cola larga|aparecía|aparecer")
 BAD = any_of("bad|corrupt|corrupted|poisoned|garbage|weird|odd|broken|outlier|anomalous|dirty|faulty|malformed",
              "contaminated|polluted|tainted|contaminado",
              "malo|mala|mal|corrupto|raro|anómalo|atípico|envenenado|sucio|basura|defectuoso")
-RESTORE = any_of("reload|restore|load|go back|roll back|rollback|rewind|revert|resume|recover|bring back",
+RESTORE = any_of("reload|restore|load|go back|roll back|rollback|rewind|revert|resume|recover|bring back|continue",
+                 "continuar|seguir|retomar",
                  "recargar|restaurar|volver|retroceder|cargar|reanudar|recuperar|restablecer|reponer")
 CHECKPOINT = any_of("checkpoint|snapshot|punto de control|copia de seguridad|before step|before the spike",
                     r"before the jump|before k|step ~\d+|antes del paso|paso ~\d+", V)
@@ -128,7 +152,20 @@ RESET = any_of("reset|reinitialise|reinitialize|reinit|re init|re initialise|re 
                "zero|clear|recompute|rebuild|reiniciar|reinicializar|inicializar|poner a cero|borrar|recalcular",
                "resetear|restablecer")
 MASK = any_of("mask|masking|máscara|enmascaramiento")
+# the loss side of training: a mask near these words is the loss's, not the attention's
+LOSS_SIDE = "loss|padding|pad|label|labels|pérdida|relleno|etiqueta|etiquetas"
+# masks that are not the attention's causal mask: a near miss, not broken_mask
+OTHER_MASK = ("loss mask|loss masking|padding mask|pad mask|label mask|target mask|mask in the loss|masking in the loss"
+              "|mask of the loss|mask on the loss|máscara de pérdida|máscara de la pérdida|máscara del loss"
+              "|máscara en la pérdida|máscara en el loss|máscara de padding|máscara de relleno")
 WARMUP = any_of("warmup|warm up|ramp|ramp up|calentamiento|rampa")
+# the loader that serves the data, the same whole batch again, every batch: not rows repeated in one batch
+LOADER = ("data loader|dataloader|loader|cargador de datos|cargador|same batch|identical batch|mismo lote|mismo batch"
+          "|every batch|all batches|each batch|all the batches|cada lote|todos los lotes|cada batch|todos los batches")
+# weights that grew during training, not weights born too large
+GREW = "grow|grew|grown|growing|became|become|drift|drifted|crecer|creció|crecieron|volverse|se volvieron"
+# the initialisation's scale, not a scaling of the gradients
+INIT_TERM = "init scale|init_scale|initial scale|initialisation scale|initialization scale|escala inicial"
 INIT = any_of("init|initialisation|initialization|initialise|initialize|init scale|init_scale|initial scale",
               "inicialización|inicializar|escala inicial")
 WEIGHTS = any_of("weight|weights|parameter|parameters|peso|pesos|parámetro|parámetros")
@@ -147,6 +184,31 @@ SCALER = any_of("scaling|scale|scaled|multiply|multiplier|reduction|loss scale|l
 CULPRIT = any_of("bug|source|cause|origin|culprit|whoever|who|causa|error|fallo|origen|culpable|qué|que")
 SKIP = any_of("skip|drop|remove|filter|exclude|discard|omit|throw away|ignore|dedupe|deduplicate",
               "saltar|descartar|eliminar|filtrar|quitar|omitir|ignorar|sacar|deduplicar")
+
+# a judgement on what a cause is about ("the learning rate was too low"): the answer puts the fault there
+JUDGED = ("too|far too|wrong|broken|bad|incorrect|off|demasiado|mal|malo|mala|incorrecto|incorrecta|erróneo"
+          "|errónea|roto|rota|equivocado|equivocada")
+# What a cause is about, and the causes about it: the right cause "or" one of these is two answers offered
+# ("a bad batch or the learning rate"), whether or not the other is said as a cause
+SUBJECTS: tuple[tuple[Concept, tuple[str, ...]], ...] = (
+    (Concept("the learning rate", (LR + "|lr_max|schedule|scheduler",)),
+     ("lr_too_high", "lr_spike", "lr_schedule", "no_warmup")),
+    (Concept("the warmup", (WARMUP,)), ("no_warmup",)),
+    (Concept("the initialisation", (INIT + "|init_scale",)), ("bad_init",)),
+    (Concept("the data", (BATCH + "|loader|dataloader|cargador",)), ("bad_batch", "stuck_loader", "target_leak")),
+    (Concept("the optimizer", (OPTIMIZER + "|beta2|β2|eps|epsilon",), unless=NOT_V),
+     ("optimizer_state_corruption", "optimizer_setting", "second_moment_underestimate")),
+    (Concept("Adam's second moment", (V,), unless=NOT_V),
+     ("optimizer_state_corruption", "second_moment_underestimate")),
+    (Concept("the mask", (MASK,), unless=OTHER_MASK, not_near=LOSS_SIDE), ("broken_mask",)),
+    (Concept("the targets", ("target|targets|label|labels|objetivo|etiqueta",)), ("target_leak",)),
+    (Concept("the gradients", (GRAD,), unless=SQUARED), ("gradient_explosion",)),
+    (Concept("the attention", ("attention|atención",)), ("attention_logit_growth",)),
+)
+
+# the gradients' clipping, not the gradients: "gradient clipping kicked in" says nothing of their size
+NOT_GRAD = SQUARED + ("|gradient clipping|grad clipping|gradient clip|grad clip|clipping de gradiente"
+                      "|recorte de gradiente|recorte del gradiente|clipping del gradiente")
 
 HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("turning gradient clipping off", (OFF, CLIP), reach=2, ordered=True,
@@ -171,9 +233,15 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
     # harmful for any run: every run needs its warmup and its causal mask
     Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=2, ordered=True,
             pattern=r"warmup_steps\s*=\s*0\b"),
-    Concept("removing the mask", (OFF + "|delete|borrar", MASK), reach=2, ordered=True,
+    Concept("removing the mask", (OFF + "|delete|borrar", MASK), reach=2, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE,
             pattern=r"causal_mask\s*=\s*false"),
-    Concept("removing the mask", (MASK, "off|disabled|desactivada|apagada"), reach=2, ordered=True),
+    Concept("removing the mask", (MASK, "off|disabled|desactivada|apagada"), reach=2, ordered=True,
+            unless=OTHER_MASK, not_near=LOSS_SIDE),
+    # keeping the fault in place ("keep warmup at 0", "leave the mask off")
+    Concept("keeping the warmup off", (KEEP, WARMUP, "~0|zero|off|none|disabled|cero|ninguno|desactivado"), reach=3,
+            ordered=True),
+    Concept("keeping the mask off", (KEEP, MASK, "off|disabled|all ones|bidirectional|full|desactivada|apagada"
+                                     "|todo unos|bidireccional"), reach=3, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
     Concept("removing the mask", ("use|keep|make|leave|usar|mantener|dejar", "all ones|bidirectional|full attention"
                                   "|non causal|noncausal|todo unos|bidireccional"), reach=4, ordered=True),
 )
@@ -185,47 +253,53 @@ _ALL = (
                    reach=2, pattern=r"\bhealthy run\b"),
            Concept("no anomaly", pattern=r"no anomal|nothing wrong|sin anomal|nada raro")),
           "Nothing to prevent: keep the baseline's settings and monitoring.",
-          fixes=(Concept("no fix needed", pattern=r"no (?:fix|change|action)|nothing to (?:fix|do)|ninguna|nada que"),)),
+          fixes=(Concept("no fix needed", pattern=r"no (?:fix|change|action)|nothing to (?:fix|do)|do nothing|nothing needed|wait it out|ninguna"
+                                    r"|nada que|no hacer nada"),)),
     Cause("gradient_explosion",
-          (Concept("an exploding gradient", (GRAD, EXPLODED), reach=3, unless=SQUARED,
+          (Concept("an exploding gradient", (GRAD, EXPLODED), reach=3, unless=NOT_GRAD,
                    pattern=r"gradient_explosion"),
-           Concept("the gradients multiplied at one step", (GRAD, SCALED_UP), ordered=True, unless=SQUARED),
-           Concept("the gradients multiplied at one step", (SCALING, GRAD), reach=2, ordered=True, unless=SQUARED),
+           Concept("the gradients multiplied at one step", (GRAD, SCALED_UP), ordered=True, unless=NOT_GRAD,
+                   along=SCALED_UP, opposite=SHRANK),
+           Concept("the gradients multiplied at one step", (SCALING, GRAD), reach=2, ordered=True, unless=NOT_GRAD),
            Concept("every tensor's gradient jumped together", ("every|all|each|todos|todas|cada", GRAD,
                                                                "jump|spike|rise|rose|went up|salto|saltar|subir|subió"),
-                   reach=3, ordered=True, unless=SQUARED),
+                   reach=3, ordered=True, unless=NOT_GRAD),
            Concept("every tensor's gradient jumped together", (GRAD, "every|all|each|todos|todas|cada",
                                                                "tensor|tensors|layer|layers|parameter|capa|capas",
                                                                "alike|together|at once|same factor|uniformly|same time"
                                                                "|simultaneously|a la vez|por igual|mismo factor"),
-                   unless=SQUARED)),
+                   unless=NOT_GRAD)),
           "Keep global-norm clipping on and log the pre-clip norm every step; add an adaptive detector (z-score of "
           "the norm against its EMA, as ZClip) that flags or down-weights outliers.", remedy="zclip",
           signs=(Concept("a gradient-norm spike", (GRAD, "spike|jump|huge|large|peak|pico|salto|saltar|enorme"),
                          reach=3, unless=SQUARED),),
-          fixes=(Concept("keeping (adaptive) gradient clipping", (KEEP, CLIP), reach=3, ordered=True),
+          fixes=(Concept("keeping (adaptive) gradient clipping", (KEEP, CLIP), reach=3, ordered=True,
+                         unless=UPDATE_CLIP),
                  Concept("keeping (adaptive) gradient clipping", (CLIP, KEEP + "|on|active|activado|enabled|adaptive"
                                                                   "|adaptativo|at 1|stay|stays|remain"),
-                         reach=3, ordered=True, pattern=r"zclip|clip_grad_norm|tighter clip"),
+                         reach=3, ordered=True, unless=UPDATE_CLIP, pattern=r"zclip|clip_grad_norm|tighter clip"),
                  Concept("keeping (adaptive) gradient clipping", ("lower|reduce|decrease|tighten|smaller|bajar|reducir"
-                                                                  "|disminuir|ajustar", CLIP), reach=2, ordered=True),
-                 Concept("keeping (adaptive) gradient clipping", (CLIP, GRAD), reach=2, ordered=True),
+                                                                  "|disminuir|ajustar", CLIP), reach=2, ordered=True, unless=UPDATE_CLIP),
+                 Concept("keeping (adaptive) gradient clipping", (CLIP, GRAD), reach=2, ordered=True,
+                         unless=UPDATE_CLIP),
                  Concept("keeping (adaptive) gradient clipping", ("not|never|nunca|no|don't", OFF + "|turn|switch", CLIP),
-                         reach=3, ordered=True),
-                 Concept("finding what scaled the gradients", (FIND, SCALER), ordered=True),
+                         reach=3, ordered=True, unless=UPDATE_CLIP),
+                 Concept("finding what scaled the gradients", (FIND, SCALER), ordered=True, unless=INIT_TERM),
                  Concept("finding what scaled the gradients", (FIND, CULPRIT, GRAD + "|" + SCALER), ordered=True,
                          unless=SQUARED),
                  Concept("down-weighting the outlier step (ZClip)", pattern=r"down-?weight"))),
     Cause("bad_batch",
           (Concept("a bad batch", (BAD, BATCH), reach=2, pattern=r"bad[-_ ]batch"),
-           Concept("repeated or rare rows in one batch", (ROWS + "|" + BATCH, DUPLICATED)),
+           Concept("repeated or rare rows in one batch", (ROWS + "|" + BATCH, DUPLICATED), unless=LOADER),
+           Concept("repeated or rare rows in one batch", (ROWS, "times|veces|over and over|again and again"
+                                                          "|una y otra vez"), reach=3, ordered=True),
            Concept("repeated or rare rows in one batch", ("same|identical|mismo|misma|idéntico|idéntica", ROWS),
-                   reach=1, ordered=True),
+                   reach=1),
            Concept("repeated or rare rows in one batch", ("rare|uncommon|unusual|raro|rara|inusual|poco común",
                                                           "token|word|palabra"), reach=1)),
           "Check batch composition before the step (duplicated rows, rare-token share); deduplicate the data by "
           "fingerprint; skip a batch whose loss and gradient norm are both outliers (llm.c, Lightning).",
-          remedy="skip_batch",
+          remedy="skip_batch", recovers=True,
           signs=(Concept("the data", ("batch|minibatch|lote|minilote|data|datos",)),),
           fixes=(Concept("skipping or filtering the batch",
                          (SKIP, BATCH + "|" + ROWS + "|it|step|update|duplicate|duplicado|paso|copies|copias"), reach=4,
@@ -244,16 +318,18 @@ _ALL = (
                            reach=4))),
     Cause("optimizer_state_corruption",
           (Concept("Adam's second moment (v) corrupted or inflated", (V, INFLATED), reach=8, ordered=True,
-                   unless=NOT_V),
+                   unless=NOT_V, along=INFLATED, opposite=SHRANK),
            Concept("Adam's second moment (v) corrupted or inflated", (INFLATED, V), reach=3, ordered=True,
                    unless=NOT_V),
            Concept("a corrupted optimizer state", ("corrupt|tamper|overwrite|poison|corromper|dañar|estropear",
                                                    OPTIMIZER), reach=3,
                    pattern=r"state corruption|v_corrupt|optimizer_state_corruption"),
-           Concept("one tensor's updates held back by Adam's second moment", (V, STALL), reach=10),
-           Concept("one tensor's updates held back by Adam's second moment", (OPTIMIZER, STALL, TENSOR), reach=8)),
+           Concept("one tensor's updates held back by Adam's second moment", (V, STALL), reach=10, unless=NOT_V,
+                   along=INFLATED, opposite=SHRANK),
+           Concept("one tensor's updates held back by Adam's second moment", (OPTIMIZER, STALL, TENSOR), reach=8,
+                   along=INFLATED, opposite=SHRANK)),
           "Checkpoint the optimizer moments with the weights and monitor RMS(g^2/v) and v per tensor; on a jump, "
-          "reload the last pre-spike checkpoint's moments.", remedy="restore_moments",
+          "reload the last pre-spike checkpoint's moments.", remedy="restore_moments", recovers=True,
           signs=(Concept("Adam's second moment", (V,), unless=NOT_V),
                  Concept("one tensor stalled", (OPTIMIZER, STALL), reach=6),
                  Concept("one tensor stalled", (TENSOR + "|update|step|actualización|paso", STALL), reach=6),
@@ -261,7 +337,8 @@ _ALL = (
                                                        "|small|smaller|cayó|bajó|pequeña"), reach=4)),
           harmful=(Concept("raising beta2 (v decays slower, the stall lasts longer)", (RAISE, "beta2|β2"), reach=3,
                            ordered=True),),
-          fixes=(Concept("reloading a checkpoint or the optimizer's moments", (RESTORE, CHECKPOINT), ordered=True),
+          fixes=(Concept("reloading a checkpoint or the optimizer's moments", (RESTORE, CHECKPOINT), ordered=True,
+                         step=True),
                  Concept("resetting the tensor's moments", (RESET, V), reach=5, ordered=True, unless=NOT_V),
                  Concept("resetting the tensor's moments", ("set|put|bring|poner|devolver", V, "back|anterior"),
                          reach=4, ordered=True))),
@@ -278,7 +355,7 @@ _ALL = (
     Cause("bad_init",
           (Concept("weights initialised too large", (INIT, BIG), reach=4,
                    pattern=r"bad init|bad_init|mala inicializ|init_scale|inicializaci[oó]n (?:mala|err[oó]nea)"),
-           Concept("weights initialised too large", (WEIGHTS, BIG, AT_START), reach=5)),
+           Concept("weights initialised too large", (WEIGHTS, BIG, AT_START), reach=5, not_near=GREW)),
           "Assert the step-0 loss is within ln V +- 0.5 and the step-1 gradient norm within [0.1, 10] before a long "
           "run; keep init std at 0.02 scale.", config_fix="init_scale=1",
           signs=(Concept("huge logits at step 0", ("logit|activation|activación", "huge|large|enormous|enorme|grande"),
@@ -298,8 +375,12 @@ _ALL = (
           (Concept("no warmup", ("no|without|missing|skip|skipped|lack|lacking|zero|forgot|removed|sin|falta|faltó"
                                  "|ningún|ninguna|omitido", WARMUP), reach=2, ordered=True,
                    pattern=r"warmup_steps\s*=\s*0\b|\bno_warmup\b"),
-           Concept("no warmup", (WARMUP, "missing|removed|absent|disabled|off|zero|gone|skipped|eliminado|ausente"
-                                 "|quitado|desactivado"), reach=3, ordered=True),
+           Concept("no warmup", (WARMUP, "missing|removed|absent|disabled|off|zero|~0|gone|skipped|eliminado|ausente"
+                                 "|quitado|desactivado|cero"), reach=3, ordered=True),
+           Concept("the LR at its peak from the first step", (LR, r"not|no|never|nunca|~\w*n't", "start|begin|ramp"
+                                                              "|arrancar|empezar|comenzar|partir|subir",
+                                                              "~0|zero|cero|near zero|low|small|bajo"), reach=3,
+                   ordered=True),
            Concept("the LR at its peak from the first step", (LR, "start|begin|jump straight|from step 0|first step"
                                                                   "|step one|empezar|comenzar|arrancar|arrancó"
                                                                   "|desde el paso 0",
@@ -310,41 +391,57 @@ _ALL = (
           fixes=(Concept("restoring the warmup", ("restore|add|put|bring|reintroduce|use|keep|enable|turn on|set up|set"
                                                   "|reinstate|restaurar|añadir|agregar|volver|poner|usar|activar"
                                                   "|reactivar", WARMUP), reach=5, ordered=True,
-                         pattern=r"warmup_steps\s*=\s*[1-9]"),)),
+                         pattern=r"warmup_steps\s*=\s*[1-9]"),
+                 Concept("restoring the warmup", (WARMUP, LR + "|lr_max|peak"), reach=3)),
+          workarounds=(Concept("lowering the peak LR instead of warming up", (LOWER, LR + "|lr_max|peak|pico"),
+                               reach=3, ordered=True),)),
     Cause("broken_mask",
           (Concept("a broken causal mask", ("broken|all ones|wrong|non causal|noncausal|bidirectional|full|no causal",
-                                            MASK), reach=2, ordered=True),
+                                            MASK), reach=2, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
            Concept("a broken causal mask", (MASK, "broken|all ones|ones|not causal|non causal|noncausal|wrong|missing"
                                             "|removed|replaced|disabled|off|gone|full|bidirectional|roto|rota|mal"
                                             "|eliminada|desactivada|quitada|todo unos|todos unos|unos|no causal"
-                                            "|not applied|never applied|no se aplicó|no se aplicaba|ignored|ignorada"
-                                            "|skipped|omitida"), reach=3,
+                                            "|not applied|never applied|~\\w*n't applied|not used|~\\w*n't used"
+                                            "|no se aplicó|no se aplicaba|ignored|ignorada"
+                                            "|skipped|omitida"), reach=3, unless=OTHER_MASK, not_near=LOSS_SIDE,
                    pattern=r"\bbroken_mask\b"),
-           Concept("positions see the future tokens", ("see|peek|look|attend|ver|vea|veía|mirar|espiar",
-                                                       "future|next token|next tokens|answer|target|later token"
-                                                       "|must predict|has to predict|is to predict|debe predecir"
+           Concept("positions see the future tokens", ("see|peek|look|attend|ver|vea|veía|mirar|espiar|atiende"
+                                                       "|atienden|atender|atendía",
+                                                       "future|next token|next tokens|later token"
                                                        "|later position|future position|posiciones futuras"
                                                        "|all positions|every position|every other token|whole sequence"
                                                        "|entire sequence|todas las posiciones|toda la secuencia"
-                                                       "|futuro|futuros|respuesta|siguiente|objetivo"), reach=4),
+                                                       "|futuro|futuros|siguiente|siguientes"), reach=4),
            Concept("positions see the future tokens", (MASK, "see|peek|look ahead|attend|ver|vea|veía|mirar"),
-                   reach=5, ordered=True),
+                   reach=5, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
            Concept("positions see the future tokens", ("copy|copies|copying|copiar|copia", "next token|following token"
                                                        "|siguiente token|token siguiente|future"), reach=3),
-           Concept("positions see the future tokens", ("attention|atención", "bidirectional|bidireccional"), reach=3),
-           Concept("a broken causal mask", ("no|without|sin", MASK), reach=2, ordered=True),
+           Concept("positions see the future tokens", ("attention|atención", "bidirectional|bidireccional|non causal"
+                                                       "|noncausal|not causal|no causal"), reach=3),
+           Concept("a broken causal mask", ("no|without|sin|missing|lack|lacks|lacking|absent|falta|faltar|ausente",
+                                            MASK), reach=2, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
            Concept("a broken causal mask", (r"~\w*n't|not", "masked"), reach=0, ordered=True),
            Concept("a broken causal mask", ("unmasked|sin enmascarar",))),
           "Test the attention mask (no position sees a later one) and watch the gap between training and "
           "validation loss; validation always uses the causal mask.", config_fix="causal_mask=true",
-          signs=(Concept("the mask", (MASK,)),),
+          # seeing what it must predict fits a target leak as well
+          signs=(Concept("the mask", (MASK,), unless=OTHER_MASK, not_near=LOSS_SIDE),
+                 Concept("the model sees what it must predict", ("see|sees|peek|look|has|have|copy|copies|ver|tener"
+                                                                 "|tiene delante|copiar|copia",
+                                                                 "answer|target|must predict|has to predict"
+                                                                 "|is to predict|debe predecir|tiene que predecir"
+                                                                 "|respuesta|objetivo"), reach=4)),
           fixes=(Concept("restoring the causal mask", ("make|set|keep|hacer|dejar", MASK, "causal|triangular|tril"),
-                         reach=3, ordered=True),
+                         reach=3, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
                  Concept("restoring the causal mask", ("restore|fix|use|put|bring|enable|re enable|turn|switch on"
                                                        "|retrain|train|rerun|re run|entrenar|reentrenar"
                                                        "|reinstate|reapply|re apply|apply|restaurar|arreglar|usar|poner|volver|aplicar"
                                                        "|activar|reactivar", "causal|triangular|tril|mask|máscara"),
-                         reach=4, ordered=True, pattern=r"causal_mask\s*=\s*true"),)),
+                         reach=4, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE, pattern=r"causal_mask\s*=\s*true"),),
+          # the model learned to peek: going on from its weights keeps what it learned that way
+          workarounds=(Concept("resuming the model trained without the mask", (RESTORE + "|go on|keep training",
+                                                                                "checkpoint|punto de control"),
+                               reach=4, ordered=True),)),
     Cause("target_leak",
           (Concept("targets leaked into the inputs", ("target|label|objetivo|etiqueta", "leak|leaked|fuga|filtrar"),
                    reach=3, pattern=r"(?:no|missing|forgot\w*) (?:the )?(?:one[- ]token )?shift|\btarget_leak\b"),
@@ -356,15 +453,15 @@ _ALL = (
           (Concept("a stuck data loader", ("loader|dataloader|cargador", "stuck|frozen|hang|atascado|congelado"),
                    reach=3, pattern=r"\bstuck_loader\b|repeated batch(?:es)?|mismo lote repetido"),
            Concept("a stuck data loader", ("same batch|identical batch|mismo lote", "again|every step|over and over"
-                                           "|served|repeat|repeated|twice|otra vez|cada paso|repetido"), reach=4),
-           Concept("a stuck data loader", (BATCH, "repeat|repeated|served|again|repetido|servido",
-                                           "steps|consecutive|in a row|pasos|consecutivos|seguidos"), reach=4,
+                                           "|served|repeat|repeated|twice|otra vez|cada paso|repetido|" + REPEATED_ES), reach=4),
+           Concept("a stuck data loader", (BATCH, "repeat|repeated|served|again|repetido|servido|" + REPEATED_ES,
+                                           "~steps|consecutive|in a row|~pasos|consecutivos|seguidos"), reach=4,
                    ordered=True)),
           "Log a fingerprint of every batch (rows, token statistics) and alarm when one repeats; the data order "
           "is a pure function of (seed, step) here, so a repeat is a bug."),
     Cause("non_finite", (Concept("NaN or Inf values", pattern=r"\bnan\b|non[- ]finite|\binf\b|infinit|no finito"),),
           "Stop at the first non-finite loss or gradient (the loop does), and resume from the last finite "
-          "checkpoint with the cause fixed."),
+          "checkpoint with the cause fixed.", follows=True),
     Cause("lr_schedule",
           (Concept("a broken LR schedule", ("schedule|scheduler|programa|planificador", LR), reach=2,
                    pattern=r"(?:lr|learning rate) (?:is )?constant|constant (?:lr|learning rate)|\blr_schedule\b"),),

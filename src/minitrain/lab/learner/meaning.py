@@ -2,23 +2,36 @@
 
 What can be said is the causes registry's (analysis/causes.py): each cause's concepts, a few parts each (what
 moved, what happened to it, which way), every part a set of synonyms in English and Spanish. A concept is said
-when all its parts are in one sentence close together; words are compared by their stems (Snowball's English and
-Spanish stemmers), so a paraphrase, another tense or the other language is heard without its exact words. A
-concept counts only where the learner affirms it: one with a negation just before it in the same clause ("not
-the learning rate", "no es un lote malo", "rather than a bad batch", "the gradients were not scaled") is ruled
-out, not named.
+when all its parts are in one sentence close together (a loose concept, a subject and what happened to it,
+does not count the little words between them); words are compared by their stems (Snowball's English and Spanish
+stemmers), so a paraphrase, another tense or the other language is heard without its exact words. A concept
+counts only where the learner affirms it: one with a negation just before it in the same clause ("not the
+learning rate", "no es un lote malo", "rather than a bad batch", "the gradients were not scaled") is ruled out,
+not named; one said the wrong way round ("v shrank" where v grew) goes to a teacher; one with a word close by
+that makes it another thing is not said ("masking was wrong in the loss"). The adjective of an indefinite
+("something odd", "algo raro") names nothing. A concept inside a longer one of the right cause is
+that one's words, not another cause; a verb's object is the nearest one ("restore beta2 and pin it in the
+checkpoint" restores beta2).
 
 A diagnosis of a run whose fault is X earns:
     credit   it names X and no other cause, as a sentence
     review   it names X and also another cause (not as alternatives), or names X with a hedge ("maybe"), or names
-             only a symptom of X that other causes share ("the data", "the gradient norm jumped"): a teacher reads it
+             only a symptom of X that other causes share ("the data", "the gradient norm jumped"), or names X the
+             wrong way round: a teacher reads it
     no       empty; a list of words rather than a sentence; another cause and not X; X "or" another cause;
-             nothing that names a cause; a `cause:` field that names another cause
+             two answers offered by their form ("either ... or", "o ... o"), or X across an "or" from what another
+             cause is about ("a bad batch or the learning rate"; in a hedged answer no "or" is needed); nothing that
+             names a cause; a symptom of X beside a fault put on what another cause is about ("the learning rate
+             was too low"); a `cause:` field that names another cause
+A NaN (a state other causes end in) listed beside X is its symptom, not a second cause.
 The optional `cause:` field counts as naming its cause, but the sentence must still say something: a field
 alone beside a sentence that names nothing is "no failure mode".
 A remediation earns:
-    credit   it proposes a fix registered for X and nothing harmful for X (turning clipping off, raising the LR...)
-    review   a registered fix with a hedge
+    credit   it proposes a fix registered for X and nothing harmful for X (turning clipping off, raising the LR,
+             keeping the fault in place...)
+    review   a registered fix with a hedge, beside another cause's fix (rewinding to a checkpoint is a step of many
+             fixes, not another fix) or beside a half measure; a workaround alone; no fix for a run that recovers
+             by itself
     no       empty; a list of words; anything harmful; only fixes of other causes; no registered fix
 Each verdict comes with its reason, in the words of the concepts it found (what the learner is shown).
 """
@@ -32,25 +45,34 @@ from itertools import product
 
 import snowballstemmer
 
-from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, Concept
+from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, JUDGED, SUBJECTS, Concept
 
 CREDIT, NO, REVIEW = "credit", "no", "review"
+CONCEPTS_THAT_ARE_STEPS = tuple(c for cause in CAUSES.values() for c in cause.fixes if c.step)
 
 # a negation rules out what follows it in the same clause, up to this many words later
 NEGATION_REACH = 6
 NEGATORS = re.compile(r"(?<![\w'])(?:not|n't|no|never|nor|neither|ni|nunca|rather than|instead of|en vez de"
                       r"|en lugar de|excluding|except)(?![\w'])|n't\b")
 AFTER_NEGATORS = re.compile(r"^\W*(?:\w+\W+){0,3}?(?:(?:is|was) (?:not it|ruled out|excluded)|ruled out|excluded|descartad[oa]s?)\b")
-CLAUSE_BREAK = re.compile(r"[.;:!?\n,()]|(?<!\w)(?:but|however|although|though|whereas|yet|because|since|pero|sino"
-                          r"|aunque|porque|ya que|mientras)(?!\w)")
-HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|could be|not sure|unsure|not certain"
-                    r"|i think|i guess|quiz[aá]s?|tal vez|puede que|a lo mejor|es posible que|probablemente"
-                    r"|creo que|no estoy segur[oa])(?!\w)|\?")
+CLAUSE_BREAK = re.compile(r"[;:!?\n,()]|\.(?!\w)|(?<!\w)(?:but|however|although|though|whereas|yet|because|since"
+                          r"|pero|sino|aunque|porque|ya que|mientras)(?!\w)")
+# "could" and "podría" alone are ability ("could see the future"), not doubt
+HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|could be|could have|could also|not sure"
+                    r"|unsure|not certain|i think|i guess|quiz[aá]s?|tal vez|puede que|puede ser|podr[ií]a ser"
+                    r"|podr[ií]a haber|podr[ií]a tratarse|a lo mejor|es posible que|posiblemente|probablemente"
+                    r"|creo que|no estoy segur[oa]|unless|a menos que|salvo que)(?!\w)|\?")
 ALTERNATIVES = re.compile(r"(?<!\w)(?:or|either|o|u)(?!\w)")
+# two answers offered as alternatives by their form ("either A or B", "whether A or B", "o A o B", "ya sea A o B"),
+# whatever A and B are: a hedge even where one of them names no cause the grader knows
+CORRELATIVE = re.compile(r"(?<!\w)(?:either|whether)(?!\w).*?(?<!\w)or(?!\w)"
+                         r"|(?:^|[.;:!?(]\s*)(?:o|u|ya sea|bien|sea)\s.*?(?<!\w)(?:o|u)(?!\w)")
+# an indefinite word's adjective describes nothing in particular ("something odd", "algo raro"): it names nothing
+INDEFINITE = frozenset("something anything algo nada".split())
 # words a sentence has and a list of keywords does not
 FUNCTION_WORDS = frozenset(
     "the a an was were is are be been of to by at in on its it that this so and has had have got with for from "
-    "el la los las de del se es fue un una en que por con y al lo su".split())
+    "el la los las de del se es fue un una en que por con y al lo su sus para".split())
 
 
 @dataclass(frozen=True)
@@ -58,6 +80,12 @@ class Point:
     """One part of an answer judged: credit / no / review, and why (in the words the learner is shown)."""
     verdict: str
     why: str
+
+
+def hedged(low: str) -> bool:
+    """Whether the answer is said with a hedge; a "?" in parentheses is a side question, not doubt ("(loss
+    scaling?)")."""
+    return bool(HEDGES.search(re.sub(r"\?(?=[^()]*\))", "", low)))
 
 
 def normalise(text: str) -> str:
@@ -152,7 +180,10 @@ class Words:
     sentences: tuple[int, ...]
     clauses: tuple[int, ...]
     by_stem: dict[tuple[int, str], list[int]]  # where each stem is (a phrase is looked for where its first word is)
+    vague: frozenset[int]  # words that describe nothing in particular ("odd" in "something odd")
     found: dict = field(default_factory=dict, compare=False)  # occurrences already looked for
+    backwards: set = field(default_factory=set, compare=False)  # concepts said the wrong way round
+    where: dict = field(default_factory=dict, compare=False)  # {label: [(first word, last word, parts)]} affirmed
 
     def starts(self, matcher: tuple[str, object]) -> list[int]:
         if matcher[0] != "stem":
@@ -199,28 +230,56 @@ def words_of(text: str) -> Words:
     for i, word in enumerate(words):
         for k, stem in enumerate(stems(word)):
             by_stem.setdefault((k, stem), []).append(i)
+    vague = frozenset(i + 1 for i, word in enumerate(words[:-1]) if word in INDEFINITE)
     return Words(text, language(words), words, tuple(m.span() for m in matches),
                  tuple(sum(e <= m.start() for e in ends) for m in matches),
-                 tuple(sum(e <= m.start() for e in breaks) for m in matches), by_stem)
+                 tuple(sum(e <= m.start() for e in breaks) for m in matches), by_stem, vague)
+
+
+def the_wrong_way(w: Words, concept: Concept, found: list[tuple[int, int]], hidden: frozenset[int]) -> bool:
+    """Whether the first word saying which way the concept's subject moved, after it in its sentence, says the
+    opposite way ("v was shrunk", "se dividió por 100")."""
+    if not concept.opposite:
+        return False
+    first = min(found)[1]
+    along = {a for a, _ in w.occurrences(concept.along, hidden) if a > first and w.sentences[a] == w.sentences[first]}
+    opposite = {a for a, _ in w.occurrences(concept.opposite, hidden)
+                if a > first and w.sentences[a] == w.sentences[first]}
+    return bool(opposite) and min(opposite) < min(along, default=len(w.words))
+
+
+def near_other(w: Words, concept: Concept, found: list[tuple[int, int]]) -> bool:
+    """Whether a word that makes the concept another thing stands close to it in its clause ("the masking was
+    wrong in the loss" is the loss's mask)."""
+    if not concept.not_near:
+        return False
+    return any(w.clauses[o] == w.clauses[a] and between(w, min(o, b), max(o, a), LOOSE) <= NEAR
+               for o, _ in w.occurrences(concept.not_near) for a, b in found)
 
 
 def said_where(w: Words, concept: Concept) -> tuple[bool, bool]:
-    """(the text affirms the concept somewhere, it says it only under a negation)."""
+    """(the text affirms the concept somewhere, it says it only under a negation). A concept said the wrong way
+    round is neither (it goes to `w.backwards`)."""
     places = []
     if concept.pattern:
         for m in re.finditer(r"(?<![\w])(?:" + concept.pattern + ")", w.text):
             places.append(not negated(w.text, *m.span()))
     if concept.parts:
-        hidden = frozenset(j for a, b in w.occurrences(concept.unless) for j in range(a, b + 1)) \
-            if concept.unless else frozenset()
+        hidden = w.vague | (frozenset(j for a, b in w.occurrences(concept.unless) for j in range(a, b + 1))
+                            if concept.unless else frozenset())
         each = [w.occurrences(part, hidden) for part in concept.parts]
         shared = set.intersection(*({w.sentences[a] for a, _ in places_of} for places_of in each))
         for sentence in sorted(shared):  # the parts of one concept are said in one sentence
             in_it = [[o for o in places_of if w.sentences[o[0]] == sentence] for places_of in each]
             for found in product(*in_it):
-                if close_together(w, list(found), concept):
+                if close_together(w, list(found), concept) and not near_other(w, concept, list(found)):
+                    if the_wrong_way(w, concept, list(found), hidden):
+                        w.backwards.add(concept.label)
+                        continue
                     places.append(not w.negated(list(found)))
                     if places[-1]:
+                        w.where.setdefault(concept.label, []).append(
+                            (min(a for a, _ in found), max(b for _, b in found), len(found)))
                         return True, False
     return any(places), bool(places) and not any(places)
 
@@ -234,7 +293,20 @@ def close_together(w: Words, found: list[tuple[int, int]], concept: Concept) -> 
         return False
     if len({w.sentences[a] for a, _ in ordered} | {w.sentences[b] for _, b in ordered}) > 1:
         return False
-    return all(b[0] - a[1] - 1 <= concept.reach for a, b in zip(ordered, ordered[1:]))
+    return all(between(w, a[1], b[0], concept.reach) <= concept.reach for a, b in zip(ordered, ordered[1:]))
+
+
+# a concept this loose is a subject and what happened to it: the little words between them do not count
+LOOSE = 5
+# a word that makes a concept another thing counts this close to it (content words between)
+NEAR = 2
+
+
+def between(w: Words, a: int, b: int, reach: int) -> int:
+    """How many words stand between word a and word b. A tight reach is a phrase (a verb and its object, "drop the
+    batch"): every word counts. A loose one skips the little words, so "the denominator of Adam for the bias
+    inflated" keeps its subject and verb close in both languages."""
+    return sum(reach < LOOSE or w.words[j] not in FUNCTION_WORDS for j in range(a + 1, b))
 
 
 def affirmed(text: str, concepts: tuple[Concept, ...]) -> tuple[list[str], list[str]]:
@@ -269,6 +341,59 @@ def keyword_list(text: str) -> bool:
     return len(items) >= 2 and all(len(x.split()) <= 3 for x in items) and not FUNCTION_WORDS & set(words)
 
 
+def backwards(text: str, cause: str) -> list[str]:
+    """The concepts of `cause` the text says the wrong way round ("v shrank")."""
+    w = words_of(normalise(text))
+    return [c.label for c in CAUSES[cause].names if c.label in w.backwards]
+
+
+def inside(low: str, labels: list[str], outer: list[str]) -> bool:
+    """Whether every place the concepts `labels` were found lies within a concept of `outer` made of more parts
+    ("the LR jumped straight to its peak at step 0" is no warmup, not an LR spike)."""
+    w = words_of(low)
+    mine = [p for label in labels for p in w.where.get(label, [])]
+    theirs = [p for label in outer for p in w.where.get(label, [])]
+    return bool(mine) and all(any(o[0] <= m[0] and m[1] <= o[1] and o[2] > m[2] for o in theirs) for m in mine)
+
+
+def verb_elsewhere(low: str, labels: list[str], others: list[str]) -> bool:
+    """Whether every place the fixes `labels` were found starts at a verb that another fix takes as its object
+    sooner ("restore beta2 and pin it in the checkpoint" restores beta2, not the checkpoint): a verb's object is
+    the nearest one."""
+    w = words_of(low)
+    mine = [p for label in labels for p in w.where.get(label, [])]
+    theirs = [p for label in others for p in w.where.get(label, [])]
+    return bool(mine) and all(any(o[0] == m[0] and o[1] < m[1] for o in theirs) for m in mine)
+
+
+def offered_with_another(low: str, cause: str, right: list[str], hedge: bool = False) -> str:
+    """What the right concept is offered beside as an alternative ("X or the learning rate"): a subject of
+    another cause on the other side of an "or" in the same sentence, outside the right concept's words; in a
+    hedged answer ("maybe X, though it could be the optimizer") no "or" is needed."""
+    w = words_of(low)
+    mine = [p for label in right for p in w.where.get(label, [])]
+    ors = [i for i, word in enumerate(w.words) if ALTERNATIVES.fullmatch(word)]
+    for subject, causes in SUBJECTS:
+        if cause in causes or not affirmed(low, (subject,))[0]:
+            continue
+        for a, b, _ in w.where.get(subject.label, []):
+            for first, last, _ in mine:
+                if w.sentences[a] == w.sentences[first] and not first <= a <= last and (hedge or any(
+                        min(last, b) < i < max(first, a) for i in ors)):
+                    return subject.label
+    return ""
+
+
+def blames(low: str, cause: str) -> str:
+    """What the text faults that another cause is about ("the learning rate was too low": the learning rate),
+    even where that is no cause the registry knows."""
+    for subject, causes in SUBJECTS:
+        judged = Concept(subject.label, (subject.parts[0], JUDGED), reach=3, ordered=True, unless=subject.unless)
+        if cause not in causes and affirmed(low, (judged,))[0]:
+            return subject.label
+    return ""
+
+
 def said(named: dict[str, list[str]]) -> str:
     return "; ".join(f"{', '.join(labels)} ({cause})" for cause, labels in named.items())
 
@@ -291,8 +416,21 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
     if stated:
         named.setdefault(stated, []).insert(0, "your cause field")
     right, others = named.pop(cause, None), named
+    if right or others or causes_named(low, "signs").get(cause):
+        if CORRELATIVE.search(low):
+            return Point(NO, "offers two answers as alternatives (either ... or): name one cause")
+    if right:  # words of one cause inside a longer concept of another are that concept's
+        others = {c: labels for c, labels in others.items() if not inside(low, labels, right)}
+        if others and inside(low, right, [label for labels in others.values() for label in labels]):
+            right = None
+    symptoms = {c: labels for c, labels in others.items() if CAUSES[c].follows}
+    if right and symptoms:  # a NaN listed beside the cause is what the cause led to
+        others = {c: labels for c, labels in others.items() if c not in symptoms}
     if right and not others:
-        if HEDGES.search(low):
+        other = offered_with_another(low, cause, right, hedge=hedged(low))
+        if other:
+            return Point(NO, f"offers {said({cause: right})} or {other} as alternatives: name one cause")
+        if hedged(low):
             return Point(REVIEW, f"names {said({cause: right})}, with a hedge: a teacher reads it")
         return Point(CREDIT, f"names {said({cause: right})} and no other cause")
     if right:
@@ -300,12 +438,22 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
             return Point(NO, f"hedges between {said({cause: right})} and {said(others)}: name one cause")
         return Point(REVIEW, f"names {said({cause: right})}, and also {said(others)}: a teacher decides which "
                              "one you gave as the cause")
+    wrong_way = backwards(low, cause)
+    if wrong_way:
+        also = f", and {said(others)}" if others else ""
+        return Point(REVIEW, f"names {', '.join(wrong_way)} the wrong way round{also}: a teacher reads it")
     if others:
         return Point(NO, f"names {said(others)}, not the fault of this run")
     _, ruled_out = affirmed(low, CAUSES[cause].names)
     if ruled_out:
         return Point(NO, f"rules out {', '.join(ruled_out)}, which is what happened")
     signs = causes_named(low, "signs").get(cause)
+    other = offered_with_another(low, cause, signs or [], hedge=False)
+    if other:
+        return Point(NO, f"offers {', '.join(signs)} or {other} as alternatives: name one cause")
+    blamed = blames(low, cause)
+    if signs and blamed:
+        return Point(NO, f"puts the fault on {blamed}, not on what happened to this run")
     if signs:
         return Point(REVIEW, f"names only a symptom ({', '.join(signs)}) that several causes share: a teacher reads it")
     return Point(NO, "names no failure mode")
@@ -323,11 +471,24 @@ def judge_remediation(text: str, cause: str) -> Point:
         return Point(NO, f"proposes {', '.join(harm)}, which makes {cause} worse")
     fixes = causes_named(low, "fixes")
     mine = fixes.pop(cause, None)
+    if mine and verb_elsewhere(low, mine, [label for labels in fixes.values() for label in labels]):
+        mine = None
+    workaround, _ = affirmed(low, CAUSES[cause].workarounds)
+    steps = {c.label for c in CONCEPTS_THAT_ARE_STEPS}
+    fixes = {c: labels for c, labels in fixes.items() if set(labels) - steps - set(mine or ())}
     if mine:
-        if HEDGES.search(low):
+        if hedged(low):
             return Point(REVIEW, f"proposes {', '.join(mine)} (a fix registered for {cause}), with a hedge: a "
                                  "teacher reads it")
+        if fixes or workaround:  # another cause's fix beside it (the answer of a hedge), or a half measure
+            return Point(REVIEW, f"proposes {', '.join(mine)} (a fix registered for {cause}), and also "
+                                 f"{said(fixes) or ', '.join(workaround)}: a teacher reads it")
         return Point(CREDIT, f"proposes {', '.join(mine)}, a fix registered for {cause}")
+    if workaround:
+        return Point(REVIEW, f"proposes {', '.join(workaround)}, which eases {cause} without removing it: a teacher "
+                             "reads it")
+    if CAUSES[cause].recovers and set(fixes) == {"healthy"}:
+        return Point(REVIEW, f"proposes no fix: {cause}'s run recovers by itself, a teacher reads it")
     if fixes:
         return Point(NO, f"proposes {said(fixes)}: a fix for another cause, not for {cause}")
     registered = "; ".join(dict.fromkeys(c.label for c in CAUSES[cause].fixes)) or "none registered"
