@@ -25,7 +25,9 @@ def test_registry_has_the_lab_injections_and_the_faults_at_their_points():
     assert {n: (i.point, i.lasts) for n, i in REGISTRY.items()} == {
         "scale": ("grads", "step"), "bad_batch": ("batch", "step"), "v_corrupt": ("optimizer_state", "step"),
         "lr_spike": ("lr", "span"), "corrupt_batch": ("batch", "step"), "stuck_loader": ("batch", "span"),
-        "target_leak": ("batch", "span"), "adam_setting": ("optimizer_state", "rest")}
+        "target_leak": ("batch", "span"), "adam_setting": ("optimizer_state", "rest"),
+        "no_zero_grad": ("grads", "rest"), "frozen_params": ("step", "rest"), "step_noop": ("step", "rest"),
+        "loss_sum": ("loss", "rest"), "rank_desync": ("loss", "rest")}
 
 
 def test_hook_is_a_no_op_by_default():
@@ -280,3 +282,26 @@ def test_a_fault_trains_from_the_lab_command(tmp_path):
     assert proc.returncode == 0, proc.stderr
     run = next(tmp_path.glob("19-injection-*"))
     assert json.loads((run / "manifest.json").read_text())["injection"]["injection"] == "stuck_loader"
+
+
+@pytest.mark.parametrize("injection, extra, cause, delay", [
+    ("no_zero_grad", [], "grads_not_zeroed", 1),  # the first missing zero_grad() follows step K
+    ("frozen_params", ["injection_param=@mlp"], "frozen_parameters", 0),
+    ("step_noop", [], "update_not_applied", 0),
+    ("loss_sum", [], "loss_reduction", 0),
+])
+def test_each_silent_bug_is_named_at_the_step_it_began(tmp_path, injection, extra, cause, delay):
+    """Nothing spikes, the loss still falls: §9 names the bug from the step's own signals (core/silent.py)."""
+    from minitrain.analysis.walk import diagnose_run
+
+    run = tmp_path / injection
+    run_cli("train", "--out", str(run), "--injection", injection, "--injection-step", str(K), "--no-fork",
+            *small_args(*extra), check=True)
+    d = diagnose_run(run)
+    assert (d["cause"], d["anomaly_step"]) == (cause, K + delay)
+
+
+def test_a_group_that_names_no_parameter_is_one_line(tmp_path):
+    r = run_cli("train", "--out", str(tmp_path / "r"), "--injection", "frozen_params", "--injection-step", "5",
+                *small_args("injection_param=@nothing"))
+    assert_one_line_error(r, "names no parameter")

@@ -38,7 +38,7 @@ def test_the_hook_is_the_runs_own_and_no_hook_takes_every_injection_point_out_of
     assert calls == [] and without.maybe_inject is loop.no_hook
     run = loop.build_run(cfg)
     loop.train_step(run, 1)
-    assert sorted(calls) == ["batch", "grads", "lr", "optimizer_state"]
+    assert sorted(calls) == ["batch", "grads", "loss", "lr", "optimizer_state", "step"]
 
 
 def test_after_a_miss_check_offers_a_way_to_finish():

@@ -61,8 +61,9 @@ def batch(data, step: int):
 
 
 def plain_loop(data, out: Path, steps: int, scale_at: int | None = None, optimizer: str = "adamw",
-               ids: bool = True, **options):
-    """A user's own loop: warmup + cosine, clipping at 1.0; `scale_at`: the user's bug, every gradient x50."""
+               ids: bool = True, zero_grad_until: int | None = None, **options):
+    """A user's own loop: warmup + cosine, clipping at 1.0; `scale_at`: the user's bug, every gradient x50;
+    `zero_grad_until`: the other bug, zero_grad() no longer called from that step on (step S adds step S-1's)."""
     from minitrain.probe import attach
 
     model = gpt2(data)
@@ -82,7 +83,8 @@ def plain_loop(data, out: Path, steps: int, scale_at: int | None = None, optimiz
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
-            opt.zero_grad(set_to_none=True)
+            if zero_grad_until is None or step + 1 < zero_grad_until:
+                opt.zero_grad(set_to_none=True)
     return out
 
 
@@ -410,3 +412,12 @@ def test_tensorboard_export_of_a_probe_run(runs, tmp_path, capsys):
     assert len(acc.Scalars("grad_norm/pre_clip")) == STEPS
     summary = acc.Tensors("run/summary")[0].tensor_proto.string_val[0].decode()
     assert "GPT2LMHeadModel" in summary and "transformers Trainer" in summary
+
+
+def test_a_loop_that_stops_zeroing_gradients_is_named_at_that_step(tmp_path, data, capsys):
+    """The user's loop (AdamW, warmup, decaying LR) forgets optimizer.zero_grad() from step S; the
+    probe's gradient hooks see the optimizer get the fresh gradient plus the last step's, and the walker names
+    grads_not_zeroed at S, not a gradient explosion later."""
+    run = plain_loop(data, tmp_path / "no-zero-grad", 140, zero_grad_until=100)
+    d = cli_json(capsys, "diagnose", str(run))
+    assert (d["cause"], d["anomaly_step"], d["leaf"]) == ("grads_not_zeroed", 100, "§9.A")

@@ -1,5 +1,6 @@
 """The training loop. The whole step is `train_step` below: batch, forward, backward, clip, optimizer step,
-schedule, log, with the four `maybe_inject` points (LR, batch, gradients, optimizer state) marked INJECT.
+schedule, log, with the six `maybe_inject` points (LR, batch, loss, gradients, optimizer state, the step itself)
+marked INJECT.
 `maybe_inject` is the lab's hook (core/injections.py): a no-op unless an injection is configured. A run
 holds the hook it calls (`build_run(cfg, hook=...)`): `minitrain check` builds one with `no_hook` to show
 the hook changes no byte.
@@ -122,7 +123,7 @@ class Run:
     non_finite: dict | None = None  # {"step", "what"} once a non-finite value stopped the run
     lock: files.RunLock | None = None  # the run folder's lock, held while this process writes it
     sinks: sinks.Sinks | None = None  # where rows go besides metrics.jsonl (cfg.log; run/sinks.py)
-    maybe_inject: Callable = maybe_inject  # the injection hook train_step calls at its four INJECT points
+    maybe_inject: Callable = maybe_inject  # the injection hook train_step calls at its six INJECT points
 
     def __post_init__(self):
         self.params = dict(self.model.named_parameters())  # by stable name (see model.py)
@@ -159,12 +160,16 @@ def train_step(run: Run, step: int) -> dict:
     loss, per_target = masked_loss(logits, local, target_tokens)
     # z_loss: the objective adds it; the logged loss stays the cross-entropy alone (comparable across runs)
     objective = loss + z_loss_term(logits, cfg.z_loss, target_tokens) if cfg.z_loss else loss
+    if run.inject:  # INJECT at the loss (loss_sum)
+        run.inject.target_tokens = target_tokens
+        objective = run.maybe_inject("loss", step, objective, run.inject)
     for p in run.params.values():  # opt.zero_grad(set_to_none=True), without its per-call dynamo wrapper
         p.grad = None
     scale = run.backward_scale  # x world size: DDP averages gradients (1 alone: no multiply)
     (objective * scale if scale != 1 else objective).backward()
     # 3. INJECT at the gradients (A: scale; after backward, i.e. after DDP's all-reduce), then clip-and-step
     params = run.params
+    run.telemetry.silent.produced([p.grad for p in params.values()])  # what backward produced (core/silent.py)
     grads = run.maybe_inject("grads", step, {n: p.grad for n, p in params.items()}, run.inject)
     for n, g in grads.items():
         params[n].grad = g
@@ -180,7 +185,9 @@ def train_step(run: Run, step: int) -> dict:
         clip_updates(opt, lr)
     run.telemetry.before_step(take_step)
     if take_step:  # False only when a remedy skips this batch
-        opt.step()
+        # INJECT at the step itself (frozen_params, step_noop)
+        (run.maybe_inject("step", step, opt.step, run.inject) if run.inject else opt.step)()
+    run.telemetry.after_step(lr if take_step else 0.0, keep=True)  # (the next step sets .grad to None first)
     # 5. log (global numbers: summed over ranks)
     return metrics_row(run, step, lr, loss, per_target, local, logits, grad_norm, val_loss)
 
@@ -263,12 +270,16 @@ def build_run(cfg: TrainConfig, out: Path | None = None, hook: Callable | None =
             make_rows_batch=lambda s, k: data.sentence_batch(s, k, cfg.context),
             train_batch=lambda k: data.train_batch(k, cfg.batch_size, cfg.seed), optimizer=opt,
             param_shapes={n: list(p.shape) for n, p in model.named_parameters()},
+            params=dict(model.named_parameters()),
         )
         if cfg.injection == "bad_batch":  # fail now, not at step K, if the sentence cannot be used
             data.sentence_batch(cfg.injection_sentence, cfg.batch_size, cfg.context)
+    forward = distributed.wrap_model(model, device)
+    if ctx and cfg.injection == "rank_desync" and forward is not model:
+        ctx.ddp_switch = distributed.keep_local_gradients(forward)
     return Run(cfg, data, model, opt, Telemetry(model, opt, cfg, data.rare_mask), ctx, out,
-               remedy=make_context(cfg, model, opt), device=device,
-               forward=distributed.wrap_model(model, device), maybe_inject=hook or maybe_inject)
+               remedy=make_context(cfg, model, opt), device=device, forward=forward,
+               maybe_inject=hook or maybe_inject)
 
 
 def checkpoint_meta(run: Run, step: int) -> dict:

@@ -61,6 +61,15 @@ THRESHOLDS: dict[str, Threshold] = {
     "not_learning": Threshold(0.9, "tuned", "final training loss above this share of the step-0 loss"),
     # §4 batches
     "dup_share": Threshold(0.5, "tuned", "share of a batch's rows that repeat an earlier row of it"),
+    "silent_steps": Threshold(3, "tuned", "consecutive steps a silent-bug signal (core/silent.py) must fire on "
+                              "before §9 names it: one flagged step could be a skipped update"),
+    "silent_window": Threshold(10, "tuned", "steps on each side of a candidate onset over which §9.4 compares the "
+                               "pre-clip norm's and the loss's medians"),
+    "loss_sum_shift": Threshold(8, "tuned", "lasting rise of the pre-clip norm (x its trailing median, and still at "
+                                "the run's end) that §9.4 reads as a loss summed over tokens: a batch has far more "
+                                "target tokens than 8"),
+    "loss_sum_loss_move": Threshold(0.25, "tuned", "largest relative move of the loss's median across the onset "
+                                    "for §9.4: a summed loss logged as its token mean does not move"),
     "stuck_steps": Threshold(3, "tuned", "consecutive steps whose batch composition equals the previous step's "
                                           "(clean runs: at most 1, by coincidence)"),
     "outlier_z": Threshold(10.0, "tuned", "a batch's own loss this many σ of the run's own loss noise above its "

@@ -99,7 +99,7 @@ TREE: tuple[Section, ...] = (
         Node("§1.4", f"Is the step-1 gradient norm above {T['gn1_high']:g}?", "grad_norm (pre-clip) of the first step (row step 0)", P_GN,
              f"> {T['gn1_high']:g}", C.check_gn1_high, yes="§5.1"),
         Node("§1.5", f"Is the step-1 gradient norm below {T['gn1_low']:g}?", "grad_norm (pre-clip) of the first step (row step 0)", P_GN,
-             f"< {T['gn1_low']:g}", C.check_gn1_low, yes="§1.B"),
+             f"< {T['gn1_low']:g}", C.check_gn1_low, yes="§1.B", no="§9.1"),
         Leaf("§1.A", "bad_init", "not an untrained model",
              "The model already predicts well at step 0: it did not start from its initialisation "
              "(a checkpoint loaded by mistake, or the wrong seed).",
@@ -398,6 +398,61 @@ TREE: tuple[Section, ...] = (
              "and the evidence that ruled each out.",
              "Do not apply a leaf's fix blindly: rewind to the checkpoint before the anomaly, replay the same "
              "batches to tell a transient from a persistent fault, and compare with a baseline run (--baseline)."),
+    )),
+    # printed last, walked right after §1 (§1.5 "no" leads here, §9.5 "no" to §2.1): a silent bug leaves the loss
+    # falling, so what a spike or a stall would name later (§6's v jumps with a summed loss) must not name it first
+    Section("§9", "Does each step do what the loop says?",
+            "Silent bugs make no spike: nothing crashes and the loss still falls, only worse. Each is seen "
+            "directly in the step: the gradient the optimizer gets against the one backward produced, the "
+            "weights before and after the step, the ranks' weights against each other (core/silent.py; a row "
+            "carries a signal only at a step where it fired).", (
+        Node("§9.1", f"Did the gradient carry the previous step's for {T['silent_steps']:g} steps in a row?",
+             "grads_carried (the gradient's digest = backward's fresh one + what the previous step left in .grad)",
+             P_GN, f">= {T['silent_steps']:g} steps in a row", C.check_grads_carried, yes="§9.A"),
+        Node("§9.2", f"Did the optimizer step change no weight at all, {T['silent_steps']:g} steps in a row?",
+             "unchanged (the tensors whose weights were equal before and after a step with LR > 0): every tensor",
+             P_UR, f"every tensor, >= {T['silent_steps']:g} steps in a row", C.check_update_not_applied,
+             yes="§9.B"),
+        Node("§9.3", f"Did some tensors stop changing, {T['silent_steps']:g} steps in a row?",
+             "unchanged: some tensors, the same ones step after step", P_UR,
+             f"some tensors, >= {T['silent_steps']:g} steps in a row", C.check_frozen_parameters, yes="§9.C"),
+        Node("§9.4", "Did the pre-clip gradient norm rise for good by a batch's worth of tokens while the loss "
+             "did not move?", "grad_norm (median of the next steps / trailing median, and at the run's end), loss "
+             "(median on each side)", P_GN, f">= x{T['loss_sum_shift']:g} for good, loss within "
+             f"{T['loss_sum_loss_move']:.0%}", C.check_loss_reduction, yes="§9.D"),
+        Node("§9.5", "Did the data-parallel ranks' weights differ at some step?",
+             "ranks_differ (per tensor, the largest minus the smallest weight norm over ranks, under torchrun)",
+             P_UR, "> 0 on any tensor", C.check_ranks_diverged, yes="§9.E", no="§2.1"),
+        Leaf("§9.A", "grads_not_zeroed", "gradients not zeroed",
+             "From that step on the gradients were not zeroed between steps: each step's gradient is its own plus "
+             "everything left in .grad before it, so the update follows a running sum of old gradients. The loss "
+             "still falls, more slowly or noisier; nothing spikes.",
+             "Call optimizer.zero_grad() (or model.zero_grad()) once per step, before backward, and re-run from "
+             "the checkpoint before that step."),
+        Leaf("§9.B", "update_not_applied", "the optimizer step changed nothing",
+             "From that step on optimizer.step() left every weight as it was, although the LR was not zero and the "
+             "optimizer's state moved: the step ran on copies or on parameters the model does not use (a wrapper "
+             "built after the optimizer, a model moved or re-wrapped after the optimizer was made).",
+             "Build the optimizer on the parameters of the model as it is trained (after wrapping and moving it), "
+             "assert that one step changes the weights, and re-run from the checkpoint before that step."),
+        Leaf("§9.C", "frozen_parameters", "frozen parameters",
+             "From that step on some tensors were never updated: they were left out of the step (requires_grad "
+             "left False, missing from the optimizer's groups), while the rest trained on.",
+             "Unfreeze them (requires_grad=True and in the optimizer's param groups), print which parameters are "
+             "trainable at the start, and re-run from the checkpoint before that step."),
+        Leaf("§9.D", "loss_reduction", "loss summed instead of averaged",
+             "From that step on the loss backward differentiates is summed over the batch's target tokens instead "
+             "of averaged: every gradient is multiplied by the token count. With Adam and clipping the step barely "
+             "changes, but the gradient norm, the clip rate and any SGD-like step do, and the effective LR then "
+             "depends on how many tokens a batch holds.",
+             "Use the token mean (reduction='mean', or divide the summed loss by the target-token count) and "
+             "re-run from the checkpoint before that step."),
+        Leaf("§9.E", "ranks_diverged", "data-parallel ranks diverged",
+             "The ranks' copies of the weights stopped being equal: some rank's gradients were not all-reduced "
+             "(a model wrapped in DDP only on some paths, hooks lost when the model was moved), so each rank "
+             "steps on its own gradient and the replicas drift apart.",
+             "Wrap the model in DDP once, after moving it to its device and before building the optimizer; check "
+             "a weight digest across ranks every few steps; re-run from the last checkpoint where they agreed."),
     )),
 )
 

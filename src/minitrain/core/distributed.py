@@ -19,6 +19,7 @@ import atexit
 import contextlib
 import dataclasses
 import os
+from types import SimpleNamespace
 
 import torch
 import torch.distributed as dist
@@ -119,6 +120,23 @@ def wrap_model(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     # the only buffers are the constant RoPE tables: no need to re-send them before every forward
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
                                    forward_sync_buffers=False)
+
+
+def keep_local_gradients(ddp: torch.nn.Module) -> SimpleNamespace:
+    """A DDP comm hook that all-reduces as DDP's own does (divide by the world size, sum) but, while the returned
+    switch's `local` is True, hands this rank back its own gradient instead: it still joins every all-reduce, so
+    no rank waits, but its replica steps on its own rows (the rank_desync injection)."""
+    switch = SimpleNamespace(local=False)
+
+    def hook(state, bucket):
+        own = bucket.buffer()
+        shared = own / world_size()
+        done = dist.all_reduce(shared, async_op=True).get_future()
+        keep = own.clone() if switch.local else None
+        return done.then(lambda fut: keep if keep is not None else fut.value()[0])
+
+    ddp.register_comm_hook(None, hook)
+    return switch
 
 
 def check_batch_size(batch_size: int) -> None:

@@ -1,11 +1,13 @@
 """Deterministic perturbations at step K: the lab's `maybe_inject` knob.
 
-The loop calls `maybe_inject(point, step, target, ctx)` at four points of every step:
+The loop calls `maybe_inject(point, step, target, ctx)` at six points of every step:
 
     "lr"               when the schedule sets the LR   target: the LR (float) the optimizer runs with and the row logs
     "batch"            before the forward pass        target: the Batch
+    "loss"             before backward                 target: the objective backward differentiates (a token mean)
     "grads"            after backward, before clip     target: {name: grad tensor}
     "optimizer_state"  before the optimizer step       target: {"m": {name: exp_avg}, "v": {name: exp_avg_sq}}
+    "step"             the optimizer step itself       target: the function that takes the step (no argument)
 
 With `injection: none` (the default) every call returns its target untouched. An injection is one
 function registered with `@injection(name, point, params, lasts)`: it receives the target and a context,
@@ -17,6 +19,8 @@ config and the step, so a run resumed or forked inside its active window gives t
 Beyond the lab's three (scale, bad_batch, v_corrupt), five realistic faults (docs/diagnosis.md measures
 their signatures): lr_spike (a schedule bug), corrupt_batch (distinct corrupted rows), stuck_loader,
 target_leak (inputs hold their own targets), adam_setting (AdamW's beta2 / eps changed from K on).
+Five silent bugs (nothing spikes, the loss still falls, only worse; docs/silent-bugs.md): no_zero_grad,
+frozen_params, step_noop, loss_sum, and rank_desync under torchrun.
 Adding one is one more decorated function here (and its config fields in core/config.py).
 """
 from __future__ import annotations
@@ -31,7 +35,7 @@ from minitrain.core.errors import UserError
 if TYPE_CHECKING:  # torch is imported where it is used: validating a config must not pay for it
     import torch
 
-POINTS = ("lr", "batch", "grads", "optimizer_state")
+POINTS = ("lr", "batch", "loss", "grads", "optimizer_state", "step")
 LASTS = ("step", "span", "rest")
 
 
@@ -78,6 +82,10 @@ class InjectContext:
     param_shapes: dict[str, list[int]] = field(default_factory=dict)
     record: dict = field(default_factory=dict)
     fired: list[int] = field(default_factory=list)  # steps it fired at in this process (DDP checks every rank)
+    target_tokens: Any = None  # the global batch's target-token count the loss divides by (loss_sum)
+    params: dict = field(default_factory=dict)  # {name: parameter} (frozen_params, step_noop)
+    carried: dict | None = None  # no_zero_grad: the gradients the next step adds to its own
+    ddp_switch: Any = None  # rank_desync: distributed.keep_local_gradients' switch (None on one process)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -216,6 +224,91 @@ def adam_setting(state: dict, ctx: InjectContext):
 
 
 # ---------------------------------------------------------------------------------------------------
+# Silent bugs: nothing spikes, the run trains on, worse
+# ---------------------------------------------------------------------------------------------------
+
+
+def param_group(spec: str, names) -> list[str]:
+    """The tensors `spec` names: one parameter name, or `@part` for every parameter whose name holds `.part.`
+    or starts with `part.` (`@attn`, `@mlp`, `@blocks.1`, `@tok_emb`)."""
+    if not spec.startswith("@"):
+        return [spec] if spec in names else []
+    part = spec[1:]
+    return [n for n in names if f".{part}." in f".{n}"]
+
+
+@injection("no_zero_grad", point="grads", lasts="rest")
+def no_zero_grad(grads: dict, ctx: InjectContext):
+    """Missing optimizer.zero_grad() after step K: from K+1 each step's gradient adds the previous step's.
+    The previous gradient is the one left in .grad after its step (clipped in place), so gradients accumulate."""
+    if ctx.step == ctx.cfg.injection_step:
+        ctx.record.update(touched="every gradient", first_accumulating_step=ctx.step + 1)
+    elif ctx.carried is not None:
+        grads = {n: g + ctx.carried[n] if g is not None and n in ctx.carried else g for n, g in grads.items()}
+    # references, not copies: the loop clips these tensors in place, as a real loop leaves them in .grad
+    ctx.carried = {n: g for n, g in grads.items() if g is not None}
+    return grads
+
+
+@injection("frozen_params", point="step", params=("injection_param",), lasts="rest")
+def frozen_params(step_fn: Callable, ctx: InjectContext):
+    """Frozen parameters from K: injection_param (a name or a group such as @attn) is left out of the step.
+    As requires_grad=False left on: no update, no weight decay, no optimizer state for it."""
+    names = param_group(ctx.cfg.injection_param, ctx.params)
+    if ctx.step == ctx.cfg.injection_step:
+        ctx.record.update(touched=names)
+
+    def step_without():
+        grads = {n: ctx.params[n].grad for n in names}
+        for n in names:  # a parameter without a gradient is skipped by torch's optimizers
+            ctx.params[n].grad = None
+        step_fn()
+        for n, g in grads.items():
+            ctx.params[n].grad = g
+    return step_without
+
+
+@injection("step_noop", point="step", lasts="rest")
+def step_noop(step_fn: Callable, ctx: InjectContext):
+    """optimizer.step() changes no weight from K (a wrapper that steps a copy): the optimizer's state moves."""
+    import torch
+
+    if ctx.step == ctx.cfg.injection_step:
+        ctx.record.update(touched="every parameter", tensors=len(ctx.params))
+
+    def step_on_copy():
+        weights = list(ctx.params.values())
+        kept = [w.detach().clone() for w in weights]
+        step_fn()
+        with torch.no_grad():
+            torch._foreach_copy_(weights, kept)
+    return step_on_copy
+
+
+@injection("loss_sum", point="loss", lasts="rest")
+def loss_sum(objective, ctx: InjectContext):
+    """The loss summed over the batch's target tokens instead of averaged, from K.
+    The gradient scales with the token count; the row's loss stays the token mean (a loop that logs its mean apart)."""
+    if ctx.step == ctx.cfg.injection_step:
+        ctx.record.update(touched="the loss's reduction", reduction="sum")
+    return objective * ctx.target_tokens
+
+
+@injection("rank_desync", point="loss", lasts="rest")
+def rank_desync(objective, ctx: InjectContext):
+    """Under torchrun, from K the last rank's gradients are not all-reduced, so the ranks' weights drift apart.
+    Its replica steps on its own rows' gradient, as a model wrapped in DDP on some paths only. One process: none."""
+    from minitrain.core import distributed
+
+    world = distributed.world_size()
+    if ctx.step == ctx.cfg.injection_step:
+        ctx.record.update(touched=f"rank {world - 1}'s gradients" if world > 1 else "nothing (one process)")
+    if ctx.ddp_switch is not None:
+        ctx.ddp_switch.local = distributed.rank() == world - 1
+    return objective
+
+
+# ---------------------------------------------------------------------------------------------------
 
 
 def maybe_inject(point: str, step: int, target: Any, ctx: InjectContext | None) -> Any:
@@ -262,6 +355,11 @@ def validate_injection_config(cfg, param_names: list[str] | None = None) -> None
             close = difflib.get_close_matches(cfg.injection_param, param_names, n=3, cutoff=0.4)
             hint = f"close matches: {', '.join(close)}" if close else f"valid: {', '.join(param_names)}"
             raise UserError(f"unknown parameter '{cfg.injection_param}' for injection_param; {hint}")
+    if cfg.injection == "frozen_params" and param_names is not None and not param_group(cfg.injection_param,
+                                                                                        param_names):
+        groups = sorted({"@" + part for n in param_names for part in n.split(".")[:-1] if not part.isdigit()})
+        raise UserError(f"injection_param '{cfg.injection_param}' names no parameter; give a name or a group "
+                        f"({', '.join(groups)})")
     if cfg.injection in ("lr_spike", "stuck_loader", "target_leak") and cfg.injection_span < 0:
         raise UserError(f"injection_span must be >= 0 steps (0 = to the end of the run), got {cfg.injection_span}")
     if cfg.injection == "lr_spike" and not (math.isfinite(cfg.injection_mult) and cfg.injection_mult > 0):

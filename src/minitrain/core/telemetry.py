@@ -56,6 +56,7 @@ import torch
 
 from minitrain.core import distributed
 from minitrain.core.fmt import UR_WEIGHT_FLOOR
+from minitrain.core.silent import SilentSignals
 from minitrain.core.tokenizer import PAD
 
 SIG = 5  # significant digits kept for telemetry floats (loss, lr and norms keep full precision)
@@ -186,6 +187,7 @@ class Telemetry:
         self.ema_loss: float | None = None
         self.detail_until = -1
         self.vm_prev: list[float] | None = None
+        self.silent = SilentSignals(self.params)  # the silent bugs' signals (core/silent.py), every step
 
     # --- called by the loop around the optimizer step ---
     def after_forward(self, logits: torch.Tensor) -> None:  # logit_max's aminmax while the logits are in cache
@@ -196,11 +198,13 @@ class Telemetry:
         that the clip can reuse them (None with basic telemetry)."""
         if self.full:
             self.grad_norms = torch.stack(torch._foreach_norm(grads))
+        self.silent.after_backward(grads)
         return self.grad_norms if self.full else None
 
     def before_step(self, taking: bool = True) -> None:
         """Called just before the optimizer step (`taking`: False when a remedy skips it)."""
         self.stepped = taking
+        self.silent.before_step()
         self.copied = self.full and (not self.rebuild or any(
             1.0 - float(g["lr"]) * float(g.get("weight_decay", 0.0)) < REBUILD_MIN_KEEP
             for g in self.opt.param_groups))
@@ -208,6 +212,11 @@ class Telemetry:
             if not self.prev:
                 self.prev = [torch.empty_like(p) for p in self.detached]
             torch._foreach_copy_(self.prev, self.detached)
+
+    def after_step(self, lr: float, keep: bool = False) -> None:
+        """Called just after the optimizer step with the LR it ran with (0: no step was taken); `keep`: the
+        caller leaves the gradients as they are until its next backward (core/silent.py)."""
+        self.silent.after_step([p.grad for p in self.params], lr, keep)
 
     def hyper(self, states: list[dict]) -> dict[str, list[float]]:
         """Per tensor, what Adam's step used: its denominator's bias correction sqrt(1 - b2^t) and eps, and
@@ -243,7 +252,9 @@ class Telemetry:
         moments = _Moments(self, states) if self.full and all(states) else None  # None: no optimizer state yet
         every = self._stats(moments, EVERY_STEP) if self.full else []
         # the step's ONE transfer: loss, norm, signals, the caller's numbers, the every-step statistics key by key
-        vals = torch.cat([head, *([] if extra is None else [_float32(extra)]), *every]).tolist()
+        silent = self.silent.values()
+        vals = torch.cat([head, *([] if extra is None else [_float32(extra)]), *every, silent]).tolist()
+        silent_host, vals = vals[len(vals) - len(silent):], vals[:len(vals) - len(silent)]
         n_head, n_host = head.shape[0], 2 + (0 if extra is None else extra.shape[0])
         loss_f, norm_f, *_ = host = vals[:2] + vals[n_head:n_head - 2 + n_host]
         ends = list(itertools.accumulate((len(part) for part in parts), initial=2))  # each signal's values
@@ -281,6 +292,7 @@ class Telemetry:
             0 if math.isfinite(norm_f) else sum(int((~torch.isfinite(p.grad)).sum()) for p in self.params))
         if composition is not None:  # None: the caller has no batch of token ids (the probe without ids)
             out["batch"] = composition
+        out.update(self.silent.fields(silent_host, self.names))  # only the signals that fired
         return out, host
 
     def natural_row(self, logits: torch.Tensor) -> dict:

@@ -20,6 +20,9 @@ docs/metrics.md, optional safetensors checkpoints), so `minitrain dashboard`, `d
     optimizer step pre-hook    the learning rate (first param group), the global gradient norm after your
                                clipping, a copy of the weights
     optimizer step post-hook   update norms, Adam's second moment; the step's row is written here
+    parameter gradient hooks   each gradient as backward produces it: were the gradients zeroed since the last
+                               step (the optimizer got the fresh gradient plus the last step's: grads_carried),
+                               and did the step change each tensor at all (unchanged), core/silent.py
 
 The statistics are computed by minitrain's own `Telemetry` (core/telemetry.py: one `_foreach` pass per
 statistic, one host transfer per step), so a probe row means exactly what a minitrain row means. What the
@@ -157,6 +160,8 @@ class Probe:
             self.keep(block.register_forward_hook(self._on_block(i)))
         self.keep(self.opt.register_step_pre_hook(self._before_step))
         self.keep(self.opt.register_step_post_hook(self._after_step))
+        for i, p in enumerate(self.params):  # the gradient as backward produces it, before it reaches .grad
+            self.keep(p.register_hook(self._on_fresh_grad(i)))
         if self.grads_at == "backward":
             self._fired: set[int] = set()
             for i, p in enumerate(self.params):
@@ -186,6 +191,12 @@ class Probe:
             self._logit_max = torch.maximum(hi, -lo).float().reshape(1)
             if self.vocab_size is None:
                 self.vocab_size = int(logits.shape[-1])
+
+    def _on_fresh_grad(self, i: int):
+        def hook(grad):
+            if not self.closed:  # were the gradients zeroed since the last step (core/silent.py's carried)
+                self.tel.silent.add_produced(i, grad)
+        return hook
 
     def _on_grad(self, i: int):
         def hook(p):
@@ -246,6 +257,7 @@ class Probe:
     def _after_step(self, opt, args, kwargs) -> None:
         if self.closed:
             return
+        self.tel.after_step(self._lr)
         self._measured = self._measure()
         if self._logged:
             self._write_row()
