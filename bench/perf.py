@@ -6,6 +6,7 @@ default telemetry, and the lab's wall time against four sequential bare runs.
     python bench/perf.py procs [--rounds 2]
     python bench/perf.py explore [--rounds 2]
     python bench/perf.py numerics [--rounds 5] [--steps 500]
+    python bench/perf.py flops [--rounds 5] [--steps 200] [--n 2048]
 
 `step` builds six loops in ONE process and runs them interleaved step by step (each round: n steps, every
 loop taking each step in turn, the order rotated every step), timing every step:
@@ -52,6 +53,12 @@ checkout's code (e.g. a worktree of main) as it runs.
 `numerics=portable` (core/numerics.py), each a whole new process, the order rotated every round: the ratio of
 the runs' own training time (results.json's seconds_this_session: steps, telemetry, validation, checkpoints;
 not the imports) per round, then the median; the portable mode becomes the default only at <= 1.05x.
+
+`flops` puts the step against the machine's limit: the forward+backward FLOPs of one step (counted from the
+config by `step_flops`: every matrix product, attention's two included, backward twice the forward) over its
+CPU time, against the FLOP rate of a large fp32 `torch.mm` (n x n, 2n^3 FLOPs) on the same single torch thread;
+each round times the matmul and then `--steps` steps of each loop (bare, default telemetry, the reference at
+the course shape), interleaved step by step; medians over rounds.
 """
 from __future__ import annotations
 
@@ -562,6 +569,91 @@ def bench_explore(args) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------------
+# The step against the machine's limit
+# ---------------------------------------------------------------------------------------------------
+
+
+def step_flops(cfg, tokens: int, targets: int, seq: int, rows: int) -> int:
+    """Forward+backward FLOPs of one step of the course model: `rows` sequences of `seq` positions (`tokens`
+    = rows x seq through the blocks), the output head on `targets` positions. Matrix products only (2 FLOPs
+    a multiply-add); the attention scores and their weighted sum over the full seq x seq square (the CPU
+    kernel computes the masked half too); backward = 2x forward (input and weight gradients). Norms, GELU,
+    softmax, the loss and AdamW are elementwise: under 2% of the total at this shape, not counted."""
+    d, f = cfg.d_model, cfg.d_ff
+    per_layer = 2 * tokens * (d * 3 * d + d * d + 2 * d * f) + 2 * 2 * rows * seq * seq * d
+    forward = cfg.n_layer * per_layer + 2 * targets * d * cfg.vocab_size
+    return 3 * forward
+
+
+def peak_mm(n: int, repeats: int = 3) -> float:
+    """FLOP/s of an n x n fp32 torch.mm on this process's torch threads (CPU time; the best of `repeats`)."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+    torch.mm(a, b)  # warm up
+    best = math.inf
+    for _ in range(repeats):
+        c0 = time.process_time()
+        torch.mm(a, b)
+        best = min(best, time.process_time() - c0)
+    return 2 * n ** 3 / best
+
+
+def bench_flops(args) -> int:
+    from minitrain.core.config import build_config
+
+    rounds, n = args.rounds, args.steps
+    total = n * (rounds + 1)
+    cfg = build_config({}, ["progress=false", f"steps={max(total, 2000)}", "eval_every=1000000000",
+                            "ckpt_every=1000000000"])
+    bare, run = bare_loop(cfg)  # numerics.apply: cfg.threads (1) torch threads, as every run
+    batches = [run.data.train_batch(s, cfg.batch_size, cfg.seed) for s in range(total)]
+    full = cfg.batch_size * cfg.context
+    counts = {"nominal": step_flops(cfg, full, full, cfg.context, cfg.batch_size),
+              "project": statistics.mean(step_flops(cfg, b.x.numel(), len(b.target_index()), b.x.shape[1],
+                                                    b.x.shape[0]) for b in batches)}
+    tmp = Path(tempfile.mkdtemp(prefix="minitrain-flops-"))
+    try:
+        loops = {"minitrain bare step": (bare, counts["project"]),
+                 "minitrain default telemetry step": (default_loop(cfg, tmp / "run"), counts["project"]),
+                 f"reference GPT step at the course shape (B {cfg.batch_size}, T {cfg.context})":
+                     (reference_loop(cfg, course_shape_batches(run.data, cfg, total)), counts["nominal"])}
+        load0 = load()
+        for fn, _ in loops.values():
+            fn(0, n)
+        peaks, cpu = [], {k: [] for k in loops}
+        for r in range(rounds):
+            peaks.append(peak_mm(args.n))
+            spent = dict.fromkeys(loops, 0.0)
+            for step in range(n * (r + 1), n * (r + 2)):
+                names = list(loops)[step % 3:] + list(loops)[:step % 3]
+                for name in names:
+                    c0 = time.process_time()
+                    loops[name][0](step, step + 1)
+                    spent[name] += time.process_time() - c0
+            for name in loops:
+                cpu[name].append(spent[name] / n)
+            print(f"round {r + 1}/{rounds}: peak {peaks[-1] / 1e9:.1f} GFLOP/s", file=sys.stderr)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    peak = statistics.median(peaks)
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {platform.machine()}, "
+          f"{torch.get_num_threads()} torch thread(s), kernels {torch.backends.cpu.get_cpu_capability()}, "
+          f"torch {torch.__version__}; load average {load0} -> {load()}; {rounds} rounds of {n} steps\n")
+    print(f"peak: {args.n}x{args.n} fp32 torch.mm, {peak / 1e9:.1f} GFLOP/s (median of rounds; best of 3 each)")
+    print(f"step FLOPs (forward+backward, matrix products): {counts['nominal'] / 1e6:.1f} M at the course shape "
+          f"({full} tokens, head on all); {counts['project'] / 1e6:.1f} M on the project's batches (trimmed to "
+          f"the longest row, head on targets); {cfg.steps} steps: {counts['nominal'] * 2000 / 1e12:.3f} TFLOP "
+          f"at the course shape\n")
+    print("| loop | CPU ms/step | GFLOP/s achieved | fraction of peak |")
+    print("|---|---|---|---|")
+    for name, (_, flops) in loops.items():
+        fractions = [flops / t / p for t, p in zip(cpu[name], peaks)]
+        t = statistics.median(cpu[name])
+        print(f"| {name} | {t * 1000:.2f} | {flops / t / 1e9:.2f} | {statistics.median(fractions):.1%} |")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="what", required=True)
@@ -588,6 +680,11 @@ def main(argv=None) -> int:
     num.add_argument("--rounds", type=int, default=5)
     num.add_argument("--steps", type=int, default=500)
     num.set_defaults(func=bench_numerics)
+    fl = sub.add_parser("flops", help="the step's achieved FLOP/s against a large matmul's on the same thread")
+    fl.add_argument("--rounds", type=int, default=5)
+    fl.add_argument("--steps", type=int, default=200, help="steps of each loop per round")
+    fl.add_argument("--n", type=int, default=2048, help="the peak's matrix size")
+    fl.set_defaults(func=bench_flops)
     args = ap.parse_args(argv)
     return args.func(args)
 

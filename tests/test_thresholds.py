@@ -93,3 +93,27 @@ def test_the_trailing_median_is_the_median_of_the_finite_values_before_each_step
         window, min_history = int(rng.choice([3, 20, 50])), int(rng.choice([1, 5]))
         assert np.array_equal(trailing_median(x, window, min_history), definition(x, window, min_history),
                               equal_nan=True), case
+
+
+def test_nanmedian_is_numpys_to_the_bit():
+    """evidence.nanmedian: np.nanmedian's values along the last axis, gaps, infinities, ties, -0.0, huge
+    values and all-NaN rows included (the page's numbers do not move)."""
+    import warnings
+
+    import numpy as np
+
+    from minitrain.analysis.evidence import nanmedian
+
+    rng = np.random.default_rng(0)
+    for trial in range(400):
+        x = rng.standard_normal((int(rng.integers(1, 30)), int(rng.integers(1, 70)))) * 10.0 ** rng.uniform(-30, 30)
+        for value, share in ((np.nan, rng.uniform()), (np.inf, 0.05), (-np.inf, 0.05), (-0.0, 0.2), (1.7e308, 0.2)):
+            if value is np.nan or trial % 3 == 0:
+                x[rng.random(x.shape) < share] = value
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            want = np.nanmedian(x, axis=-1)
+        got = nanmedian(x)
+        assert np.array_equal(got, want, equal_nan=True)
+        finite = ~np.isnan(want)
+        assert np.array_equal(np.signbit(got[finite]), np.signbit(want[finite]))

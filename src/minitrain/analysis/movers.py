@@ -3,10 +3,10 @@ the steps that matter (K..K+50 for an injection run, otherwise after warmup). Th
 each per-tensor panel by default."""
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 
+from minitrain.analysis.evidence import nanmedian
 from minitrain.core.fmt import page_number
 
 MOVERS = 4  # tensors shown by default in each per-tensor panel
@@ -26,12 +26,7 @@ def log_deviation(values: list, keep: np.ndarray, lookback: int = MOVER_LOOKBACK
         return out
     past = np.concatenate([np.full(lookback, np.nan), lx[:-1]])
     windows = np.lib.stride_tricks.sliding_window_view(past, lookback)[idx]
-    med = np.median(windows, axis=1)  # fast path; windows holding a gap are redone ignoring the gap
-    redo = np.isnan(med)
-    if redo.any():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows at the start
-            med[redo] = np.nanmedian(windows[redo], axis=1)
+    med = nanmedian(windows)  # a window's gaps ignored; all-NaN windows at the start NaN
     out[idx] = lx[idx] - med
     return out
 
