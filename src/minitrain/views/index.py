@@ -58,7 +58,9 @@ def columns_for(rows: list[dict]) -> tuple:
 
 def find_runs(experiments: Path) -> list[Path]:
     """Every run folder under `experiments`, at any depth (blind labs, break-it, remediations), sorted by path;
-    a regime-map sweep's folder stands for its runs. A run folder's own subfolders are not searched."""
+    a regime-map sweep's folder stands for its runs. A run folder's own subfolders are not searched, and a
+    symbolic link to a folder is not listed (the served /view refuses what leads out; a link with a neutral
+    name would show a sealed run's verdict)."""
     out: list[Path] = []
     # a walk that never enters a run or a sweep: linear in the folders outside runs (checkpoints are not
     # listed), and a link to a folder is not followed
@@ -66,6 +68,8 @@ def find_runs(experiments: Path) -> list[Path]:
         keep = []
         for name in dirs:
             d = Path(top) / name
+            if d.is_symlink():  # a link is no run of this folder: it may lead out, or rename a sealed run
+                continue
             if files.is_run_dir(d) or (d / SWEEP_MARK).exists():
                 out.append(d)
             else:
