@@ -30,7 +30,6 @@ from urllib.parse import urlsplit
 from minitrain.core.config import LOG_SINKS as SINKS
 from minitrain.core.errors import UserError
 from minitrain.run import reader
-from minitrain.run.files import disk_error
 
 TENSORBOARD_DIR = "tensorboard"
 MLFLOW_DIR = "mlruns"
@@ -116,13 +115,13 @@ def check_store(uri: str) -> None:
 
 
 def mlflow_failure(e: Exception, run: Path) -> Exception:
-    """What an MLflow client call that failed becomes: the disk's one line when a write failed underneath
-    (MLflow wraps the OSError), else one line naming the store."""
+    """What an MLflow client call that failed becomes: the OSError underneath when a write failed (MLflow
+    wraps it), which the trainer turns into the disk's one line as for any other file; else one line."""
     cause = e
     while cause is not None and not isinstance(cause, OSError):
         cause = cause.__cause__ or cause.__context__
     if cause is not None:
-        return disk_error(cause, Path(run))
+        return cause
     return UserError(f"the MLflow sink of {run} failed: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__}")
 
 
