@@ -149,6 +149,18 @@ class TensorBoardSink:
         self.writer.close()
 
 
+def clear_local_runs(store: Path) -> None:
+    """The runs in a run's own store (RUN/mlruns: they mirror its metrics.jsonl alone), deleted before it is
+    rebuilt, so that what a full disk or a kill left half-written there never stops a resume. The store's
+    folders stay (MLflow keeps one store object per URI, which expects them)."""
+    if not store.is_dir() or store.is_symlink():
+        return
+    for exp in store.iterdir():
+        for child in exp.iterdir() if exp.is_dir() and not exp.is_symlink() else ():
+            if child.is_dir() and not child.is_symlink() and (child / "metrics").is_dir():
+                shutil.rmtree(child)
+
+
 class MLflowSink:
     """Metrics into one MLflow run through MLflow's client (one log_batch per row). Every failure of the
     client is one line (mlflow_failure): a full disk reads as every other writer's."""
@@ -172,10 +184,8 @@ class MLflowSink:
         uri = os.environ.get("MLFLOW_TRACKING_URI") or local.resolve().as_uri()
         if uri.startswith("file:"):  # MLflow 3 asks for this opt-in before it uses a local file store
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        if not os.environ.get("MLFLOW_TRACKING_URI") and local.is_dir() and not local.is_symlink():
-            # the run's own store mirrors metrics.jsonl alone: rebuilt whole, so that what a full disk or a
-            # kill left half-written there never stops a resume
-            shutil.rmtree(local)
+        if not os.environ.get("MLFLOW_TRACKING_URI"):
+            clear_local_runs(local)
         from mlflow.entities import Metric, Param
         from mlflow.tracking import MlflowClient
 
