@@ -40,7 +40,8 @@ from minitrain.views import dashboard, index
 
 HOST = "127.0.0.1"
 LOOPBACK = ("127.0.0.1", "localhost", "[::1]")  # the Host names a request may carry (with this server's port)
-WILDCARDS = ("", "0.0.0.0", "::")  # --host values that bind every interface
+WILDCARDS = ("", "0.0.0.0", "::")
+PORTS = range(65536)  # 0: any free port  # --host values that bind every interface
 SERVED_FILES = {".html": "text/html; charset=utf-8", ".png": "image/png", ".csv": "text/csv; charset=utf-8",
                 ".md": "text/plain; charset=utf-8"}
 # the pages minitrain writes that /file/ serves: a run's dashboard, a sweep's page (beside its data file)
@@ -229,7 +230,7 @@ def make_server(experiments: Path, port: int = 8000, host: str = HOST) -> Thread
     experiments = Path(experiments)
     if not experiments.is_dir():
         raise UserError(f"{experiments} is not a folder; give the folder that holds your run folders")
-    if not 0 <= int(port) <= 65535:
+    if int(port) not in PORTS:
         raise UserError(f"--port {port}: give a port from 1 to 65535 (0: any free port)")
     if not str(host).strip():
         raise UserError("--host is empty (which would listen on every interface); give an address, e.g. 127.0.0.1")
