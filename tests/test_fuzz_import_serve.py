@@ -192,8 +192,7 @@ def served(tmp_path_factory):
 
 def status_of(port: int, request: bytes) -> int:
     with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(request)
-        s.shutdown(socket.SHUT_WR)
+        s.sendall(request)  # all of it read by the server (headers only): its close sends no reset
         head = b""
         while b"\r\n" not in head:
             chunk = s.recv(4096)
@@ -215,13 +214,14 @@ paths = st.one_of(st.sampled_from(["/", "/api/runs", "/api/steps?run=run", "/api
 @given(method=st.one_of(st.sampled_from(["GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS"]), token),
        path=paths, host=st.one_of(st.sampled_from(["127.0.0.1:{port}", "localhost:{port}", "[::1]:{port}", "evil.example",
                                                    "127.0.0.1", "", "127.0.0.1:{port}.evil"]), token),
-       body=st.integers(0, 3000))
+       body=st.integers(0, 60000))
 def test_every_generated_request_is_answered_with_a_status(served, method, path, host, body):
     port = served.server_address[1]
     host = host.replace("{port}", str(port))
-    request = f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {body}\r\nConnection: close\r\n\r\n".encode()
-    code = status_of(port, request + b"x" * body)
-    local = host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}")
+    # the size is a header's (a body the server never reads would make its close a reset, losing its answer)
+    request = f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nX-Pad: {'x' * body}\r\nConnection: close\r\n\r\n".encode()
+    code = status_of(port, request)
+    local = host in {f"{name}{p}" for name in ("127.0.0.1", "localhost", "[::1]") for p in ("", f":{port}")}
     if method == "GET" and len(path) < 65000:
         assert code in ((200, 404) if local else (421,)), (method, path[:80], host, code)
     else:

@@ -129,8 +129,9 @@ def test_a_job_that_fails_on_ray_is_one_line_and_its_exit_code(cluster, tmp_path
 
 
 ONE_CELL = (explore.Slice((3e-4,), (8,), ("course",), (explore.scale(50),)),)
-# when a run started and ended, how long it took, when its page was written (manifest, results, pages)
-CLOCK = re.compile(rb'\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d)?(\+0000)?|"seconds_this_session": ?[0-9.e-]+')
+# when a run started and ended, how long it took, when its page was written (manifest, results, pages), its id
+CLOCK = re.compile(rb'\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d)?(\+0000)?|"seconds_this_session": ?[0-9.e-]+'
+                   rb'|"run_id": ?"[0-9a-f]+"')  # and the run's id (what a shared MLflow store knows it by)
 # the same of the whole map (cells.json, the page)
 TIMING = ("seconds", "cpu_seconds", "cold_cpu_seconds", "generated", "load_average", "history")
 

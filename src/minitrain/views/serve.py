@@ -53,6 +53,14 @@ FILE_CSP = ("sandbox allow-scripts allow-popups allow-top-navigation-by-user-act
 LIVE_SCRIPT = "live.js"
 
 
+def holds(path: Path, test) -> bool:
+    """test(path), False where the path cannot even be looked at (a name too long for the file system)."""
+    try:
+        return bool(test(path))
+    except OSError:
+        return False
+
+
 class Site:
     """What the server shows for one experiments folder: resolved paths, sealed state, cached verdicts."""
 
@@ -65,7 +73,7 @@ class Site:
     def run_dir(self, rel: str) -> Path:
         """The run folder `rel` names under the root, or a UserError (404): nothing outside the root."""
         path = self.inside(rel)
-        if not path.is_dir() or not files.is_run_dir(path):
+        if not holds(path, lambda p: p.is_dir() and files.is_run_dir(p)):
             raise UserError(f"no run folder {rel!r} under {self.root.name}")
         return path
 
@@ -178,7 +186,7 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):  # noqa: N802 - every method but GET: the site is read-only
         self.refuse(HTTPStatus.METHOD_NOT_ALLOWED, "this server only answers GET")
 
-    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = do_POST
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_POST
 
     def send_json(self, obj, status: int = 200) -> None:
         self.send(status, json.dumps(obj, allow_nan=False, separators=(",", ":")).encode(), "application/json")
@@ -210,7 +218,8 @@ class Handler(BaseHTTPRequestHandler):
                 path = self.site.inside(url.path[len("/file/"):])
                 ctype = SERVED_FILES.get(path.suffix.lower())
                 page = SERVED_PAGES.get(path.name)
-                if ctype is None or not path.is_file() or (ctype == SERVED_FILES[".html"] and not (page and page(path.parent))):
+                if ctype is None or not holds(path, Path.is_file) or \
+                        (ctype == SERVED_FILES[".html"] and not (page and holds(path.parent, page))):
                     raise UserError(f"{url.path[6:]!r} is not a page or image of a run")
                 self.send(200, reader.file_bytes(path), ctype, FILE_CSP)
             else:
