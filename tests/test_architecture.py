@@ -393,6 +393,9 @@ ALLOWED_READS = {
     ("lab/learner", "grade"),  # the diagnoses file as it is now, against its seal
     ("lab/learner", "check"),  # the diagnoses file and notes/lessons.md
     ("lab/runner", "read_log"),  # a child process's log: a temporary file the runner made
+    ("lab/ray_backend", "process_tree"),  # /proc: the processes a local Ray cluster started
+    ("lab/ray_backend", "reap"),  # /proc: a watched process's start time, before it is killed
+    ("views/index", "refuse_foreign_index"),  # the index.html already there: minitrain's table or a user's page
     ("bench/eval_diagnosis", "write_docs"),  # docs/diagnosis.md, its generated block replaced
     ("bench/eval_diagnosis", "read_results"),  # the evaluation's own results.json (--docs-from)
     ("bench/remediation_noise", "write_doc"),  # docs/remediation.md, its measured block replaced

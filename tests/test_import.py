@@ -105,3 +105,168 @@ def test_csv_and_jsonl_histories_and_the_map_option(tmp_path):
     assert manifest["imported"]["signals"]["grad_norm"] == "gn" and "params" in manifest["imported"]["absent"]
     again = run_cli("import", str(jl), "--out", str(tmp_path / "b"), "--map", "gn=grad_norm")
     assert again.returncode == 2 and "--force" in again.stderr  # nothing overwritten
+
+
+# --- what a history file can hold that is not a clean log (issue 37) ----------------------------------------
+
+
+def write_csv(path, header, rows, prefix=b""):
+    path.write_bytes(prefix + ("\n".join([",".join(header), *(",".join(map(str, r)) for r in rows)]) + "\n").encode())
+    return path
+
+
+def imported(run):
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return rows, json.loads((run / "manifest.json").read_text())
+
+
+def healthy(steps, every=1):
+    return [(s, 3 - s / 1000, 1e-3, 0.5) for s in range(0, steps, every)]
+
+
+def test_a_loss_that_turns_nan_as_printf_writes_it_is_a_non_finite_run(tmp_path):
+    """C's printf writes -nan: a number (not text to skip), so the run is non_finite at that step."""
+    rows = [(s, "-nan" if s >= 150 else 3 - s / 1000, 1e-3, 0.5) for s in range(200)]
+    run_cli("import", str(write_csv(tmp_path / "h.csv", ["step", "loss", "lr", "grad_norm"], rows)), "--out",
+            str(tmp_path / "r"), check=True)
+    got, manifest = imported(tmp_path / "r")
+    assert len(got) == 200 and got[150]["loss"] is None and manifest["status"] == "non_finite"
+    assert json.loads((tmp_path / "r" / "results.json").read_text())["non_finite"]["step"] == 150
+
+
+def test_empty_cells_are_carried_forward_and_the_manifest_says_how_many(tmp_path):
+    rows = [(s, 3 - s / 1000, 1e-3 if s % 10 == 0 else "", 0.5) for s in range(100)]
+    proc = run_cli("import", str(write_csv(tmp_path / "h.csv", ["step", "loss", "lr", "grad_norm"], rows)), "--out",
+                   str(tmp_path / "r"), check=True)
+    got, manifest = imported(tmp_path / "r")
+    assert [r["lr"] for r in got] == [1e-3] * 100
+    assert manifest["imported"]["carried_forward"] == {"lr": 90} and "lr at 90 steps" in proc.stdout
+
+
+@pytest.mark.parametrize("cell, needle", [("=A2*2", "'=A2*2', which is not a number"),
+                                          ("0.5\0", "NUL byte")])
+def test_a_formula_or_a_nul_in_a_signal_column_is_one_line(tmp_path, cell, needle):
+    rows = healthy(20)
+    rows[7] = (7, 2.9, cell, 0.5)
+    from conftest import assert_one_line_error
+
+    proc = run_cli("import", str(write_csv(tmp_path / "h.csv", ["step", "loss", "lr", "grad_norm"], rows)), "--out",
+                   str(tmp_path / "r"))
+    assert_one_line_error(proc, needle)
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_byte_order_mark_before_the_header_keeps_the_step_column(tmp_path):
+    src = write_csv(tmp_path / "h.csv", ["step", "loss", "lr", "grad_norm"], healthy(30, 10), prefix=b"\xef\xbb\xbf")
+    run_cli("import", str(src), "--out", str(tmp_path / "r"), check=True)
+    assert [r["step"] for r in imported(tmp_path / "r")[0]] == [0, 10, 20]
+    jl = tmp_path / "h.jsonl"
+    jl.write_bytes(b"\xef\xbb\xbf" + b"".join(json.dumps({"step": s, "loss": 2.0, "lr": 1e-3, "grad_norm": 1.0}).encode()
+                                              + b"\n" for s in (0, 10, 20)))
+    run_cli("import", str(jl), "--out", str(tmp_path / "j"), check=True)
+    assert [r["step"] for r in imported(tmp_path / "j")[0]] == [0, 10, 20]
+
+
+@pytest.mark.parametrize("step", ["0.5", "1e300", "nan"])
+def test_a_step_that_is_not_a_whole_number_a_reader_keeps_is_one_line(tmp_path, step):
+    from conftest import assert_one_line_error
+
+    rows = [(0, 3.0, 1e-3, 0.5), (step, 2.9, 1e-3, 0.5), (2, 2.8, 1e-3, 0.5)]
+    proc = run_cli("import", str(write_csv(tmp_path / "h.csv", ["step", "loss", "lr", "grad_norm"], rows)), "--out",
+                   str(tmp_path / "r"))
+    assert_one_line_error(proc, "is not a whole number")
+
+
+def test_a_row_cut_short_is_damage_not_a_missing_value(tmp_path):
+    from conftest import assert_one_line_error
+
+    src = write_csv(tmp_path / "h.csv", ["step", "loss", "lr", "grad_norm"], healthy(10))
+    src.write_bytes(src.read_bytes()[:-9])  # the last row ends inside its lr cell
+    assert_one_line_error(run_cli("import", str(src), "--out", str(tmp_path / "r")), "damaged or truncated")
+
+
+def test_a_truncated_events_file_is_damaged_not_a_shorter_finished_run(tmp_path):
+    from conftest import assert_one_line_error
+
+    foreign_loop(tmp_path / "tb")
+    (events,) = (tmp_path / "tb").glob("events.out.tfevents*")
+    whole = events.read_bytes()
+    events.write_bytes(whole[:len(whole) * 2 // 3])
+    assert_one_line_error(run_cli("import", str(tmp_path / "tb"), "--out", str(tmp_path / "r")), "damaged or truncated")
+    events.write_bytes(whole[:20])  # cut inside its first record: no tag read at all
+    assert_one_line_error(run_cli("import", str(events), "--out", str(tmp_path / "r")), "damaged or truncated")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_fifo_a_device_or_a_file_too_large_is_refused_before_reading(tmp_path, monkeypatch):
+    import os
+    import threading
+
+    from conftest import assert_one_line_error
+    from minitrain.run import importer
+
+    fifo = tmp_path / "h.csv"
+    os.mkfifo(fifo)
+    # a writer that opens and closes at once: a reader that opened the FIFO would read nothing, not hang
+    writer = threading.Thread(target=lambda: os.close(os.open(fifo, os.O_WRONLY)), daemon=True)
+    writer.start()
+    try:
+        assert_one_line_error(run_cli("import", str(fifo), "--out", str(tmp_path / "r")), "not a regular file")
+    finally:
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # lets the writer's open return
+        writer.join()
+    (tmp_path / "zero.csv").symlink_to("/dev/zero")
+    assert_one_line_error(run_cli("import", str(tmp_path / "zero.csv"), "--out", str(tmp_path / "r")), "not a regular file")
+    monkeypatch.setattr(importer, "MAX_SOURCE_BYTES", 100)
+    big = write_csv(tmp_path / "big.csv", ["step", "loss", "lr", "grad_norm"], healthy(50))
+    assert_one_line_error(run_cli("import", str(big), "--out", str(tmp_path / "r")), "MiB a history may be")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_csv_text_field_over_128_kib_is_a_cell(tmp_path):
+    rows = [(s, 3.0, 1e-3, 0.5, "x" * 200_000 if s == 1 else "a") for s in range(5)]
+    proc = run_cli("import", str(write_csv(tmp_path / "h.csv", ["step", "loss", "lr", "grad_norm", "config"], rows)),
+                   "--out", str(tmp_path / "r"), check=True)
+    assert "not imported: config" in proc.stdout
+
+
+def test_importing_twice_does_not_suggest_a_resume_import_does_not_have(tmp_path):
+    src = write_csv(tmp_path / "h.csv", ["step", "loss", "lr", "grad_norm"], healthy(10))
+    run_cli("import", str(src), "--out", str(tmp_path / "r"), check=True)
+    again = run_cli("import", str(src), "--out", str(tmp_path / "r"))
+    assert again.returncode == 2 and "--force" in again.stderr and "--resume" not in again.stderr
+
+
+class CountingDict(dict):
+    """A signal's points that count how many of them any pass reads."""
+    reads = 0
+
+    def __iter__(self):
+        for k in super().__iter__():
+            CountingDict.reads += 1
+            yield k
+
+    def items(self):
+        CountingDict.reads += len(self)
+        return super().items()
+
+    def keys(self):
+        CountingDict.reads += len(self)
+        return super().keys()
+
+
+def test_sparse_signals_are_carried_forward_in_one_pass(tmp_path):
+    """The work of filling a signal logged every 10th step (and a validation loss every 100th) is linear in
+    the rows: each point is read a bounded number of times, not once per row (docs/benchmarks.md times
+    10^6 rows)."""
+    from minitrain.run import importer
+
+    n = 5000
+    series = importer.Series()
+    series.update({"loss": {s: 2.0 for s in range(n)}, "grad_norm": {s: 1.0 for s in range(n)},
+                   "lr": CountingDict({s: 1e-3 for s in range(0, n, 10)}),
+                   "val_loss": CountingDict({s: 2.5 for s in range(0, n, 100)})})
+    CountingDict.reads = 0
+    rows, _, notes = importer.build_rows(series, {}, tmp_path / "h.csv")
+    assert len(rows) == n and notes["carried_forward"] == {"lr": n - n // 10}
+    assert CountingDict.reads <= 4 * (n // 10 + n // 100), CountingDict.reads

@@ -171,3 +171,57 @@ def test_the_table_walks_only_the_runs_that_changed_since_it_was_last_written(tm
     (exp / index.ROW_CACHE).write_text('{"code": [1, 2')  # damaged: ignored, rewritten
     loads.clear()
     assert cells(index.write_index(exp).read_text()) == first and len(loads) == 4
+
+
+# --- issue 37: the folder above a run is not always minitrain's ---------------------------------------------
+
+
+def imported_run(src_dir, out):
+    import csv as _csv
+
+    from conftest import run_cli
+
+    src = src_dir / "h.csv"
+    with open(src, "w", newline="") as f:
+        w = _csv.writer(f)
+        w.writerow(["step", "loss", "lr", "grad_norm"])
+        w.writerows((s, 3 - s / 100, 1e-3, 0.5) for s in range(20))
+    return run_cli("import", str(src), "--out", str(out))
+
+
+def test_writing_a_run_beside_a_users_own_index_html_keeps_it(tmp_path):
+    from conftest import run_cli
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("<h1>my site</h1>")
+    proc = imported_run(tmp_path, site / "run1")
+    assert proc.returncode == 0 and "is not a runs table minitrain wrote, so it is kept" in proc.stderr
+    assert (site / "index.html").read_text() == "<h1>my site</h1>" and not (site / ".index-rows.json").exists()
+    assert run_cli("dashboard", str(site / "run1"), "--no-baseline").returncode == 0
+    assert (site / "index.html").read_text() == "<h1>my site</h1>"
+    refused = run_cli("index", str(site))
+    assert refused.returncode == 2 and "kept" in refused.stderr and (site / "index.html").read_text() == "<h1>my site</h1>"
+    (site / "index.html").unlink()  # no page there: minitrain's table is written, and rewritten next time
+    assert run_cli("index", str(site)).returncode == 0 and run_cli("index", str(site)).returncode == 0
+
+
+def test_a_folder_name_that_is_not_utf8_is_one_row_not_a_crash(tmp_path):
+    import os
+
+    from conftest import run_cli
+    from minitrain.views import serve
+
+    exp = tmp_path / "exp"
+    assert imported_run(tmp_path, exp / "good").returncode == 0
+    odd = os.fsdecode(bytes(exp) + b"/caf\xe9")
+    assert imported_run(tmp_path, odd).returncode == 0  # import writes the table beside it: no traceback
+    assert run_cli("index", str(exp)).returncode == 0
+    page = (exp / "index.html").read_text()
+    assert "not valid UTF-8" in page and "good" in page
+    server = serve.make_server(exp, port=0)
+    try:
+        rows = serve.Site(exp).rows()
+        assert {r["status"] for r in rows} >= {"unreadable"} and any(r["run"] == "good" for r in rows)
+    finally:
+        server.server_close()

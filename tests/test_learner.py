@@ -148,7 +148,7 @@ def test_remedy_none_is_byte_identical_to_the_loop_without_the_remedy_hook(small
 SECRET_WORDS = ("bad_batch", "v_corrupt", '"scale"', "She has written", "letter.", "injection_step",
                 "injection_scale", "injection_factor", "injection_param", "injection_sentence", "init_scale",
                 "causal_mask", "lm_head.bias x")
-VOLATILE = ("started", "ended", "name", "hardware", "versions", "git_sha")
+VOLATILE = ("started", "ended", "name", "hardware", "versions", "git_sha", "run_id")  # run_id: random, says nothing
 
 
 def _public_files(folder):
@@ -173,7 +173,7 @@ def _check_no_leak(folder):
         assert m["config_hash"] == m["trunk_hash"] == redact.WITHHELD
         m.pop("seed", None), m["config"].pop("seed", None)
     stripped = [{k: v for k, v in m.items() if k not in VOLATILE} for m in manifests]
-    assert stripped[0] == stripped[1] == stripped[2]  # the manifests differ only in names, times and seeds
+    assert stripped[0] == stripped[1] == stripped[2]  # the manifests differ only in names, times, ids and seeds
     for r in runs:
         for line in (r / "metrics.jsonl").read_text().splitlines():
             row = json.loads(line)

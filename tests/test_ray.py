@@ -129,8 +129,9 @@ def test_a_job_that_fails_on_ray_is_one_line_and_its_exit_code(cluster, tmp_path
 
 
 ONE_CELL = (explore.Slice((3e-4,), (8,), ("course",), (explore.scale(50),)),)
-# when a run started and ended, how long it took, when its page was written (manifest, results, pages)
-CLOCK = re.compile(rb'\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d)?(\+0000)?|"seconds_this_session": ?[0-9.e-]+')
+# when a run started and ended, how long it took, when its page was written (manifest, results, pages), its id
+CLOCK = re.compile(rb'\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d)?(\+0000)?|"seconds_this_session": ?[0-9.e-]+'
+                   rb'|"run_id": ?"[0-9a-f]+"')  # and the run's id (what a shared MLflow store knows it by)
 # the same of the whole map (cells.json, the page)
 TIMING = ("seconds", "cpu_seconds", "cold_cpu_seconds", "generated", "load_average", "history")
 
@@ -189,3 +190,50 @@ def test_reproduce_and_the_lr_sweep_run_on_ray(cluster, small_lab, tmp_path, mon
     data = lrsweep.run_lrsweep(tmp_path / "lr-sweep", "tiny", log=lines.append, ray="local")
     assert data["trained"] == 2 and "on the Ray cluster local" in lines[0]
     assert all((tmp_path / "lr-sweep" / r["dashboard"]).exists() for r in data["runs"])
+
+
+DRIVER = """
+import sys
+from minitrain.lab.ray_backend import RayCluster
+cluster = RayCluster("local", jobs=1)
+print("ready", flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads the process tree from Linux's /proc")
+def test_no_ray_process_outlives_a_killed_driver():
+    """A driver SIGKILLed with its local cluster up: GCS and raylet end with it, and the watchdog kills the
+    agents the raylet started (ray::DashboardAgent, ray::RuntimeEnvAgent), which would live on."""
+    import subprocess
+    import sys
+    import time
+
+    from minitrain.lab.ray_backend import process_tree
+
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout.readline().strip() == "ready"
+        below = process_tree(driver.pid)
+        assert len(below) >= 3, below  # GCS, raylet, the agents, the watchdog
+    finally:
+        driver.kill()
+        driver.wait()
+
+    def left() -> list[int]:
+        out = []
+        for pid, start in below.items():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if fields[19] == start and fields[0] != "Z":
+                    out.append(pid)
+            except OSError:
+                pass
+        return out
+
+    for _ in range(600):  # the watchdog acts when the pipe closes; Ray's own processes take a moment to end
+        if not left():
+            break
+        time.sleep(0.05)
+    assert not left(), [Path(f"/proc/{p}/cmdline").read_bytes()[:60] for p in left()]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ctrl_c_as_at_a_terminal
+from conftest import ctrl_c_as_at_a_terminal, run_cli
 from minitrain.views import serve
 
 
@@ -183,3 +183,92 @@ def test_in_chromium_the_curves_and_the_table_follow_a_run_while_it_trains(tmp_p
         ctx.close()
         site.close()
         probe.close()
+
+
+# --- issue 37: the server under attack ---------------------------------------------------------------
+
+
+def raw_get(base: str, path: str, host: str | None) -> int:
+    """The status of GET PATH sent with this Host header (None: no Host header at all)."""
+    import http.client
+
+    port = int(base.rsplit(":", 1)[1])
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    conn.putrequest("GET", path, skip_host=True)
+    if host is not None:
+        conn.putheader("Host", host)
+    conn.endheaders()
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+def test_a_foreign_host_reads_nothing(site):
+    """DNS rebinding: a page at evil.example whose name now resolves to 127.0.0.1 sends Host: evil.example."""
+    port = site.base.rsplit(":", 1)[1]
+    for path in ("/", "/api/runs", "/api/payload?run=18-baseline", "/file/18-baseline/dashboard.html"):
+        for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", f"127.0.0.1:{int(port) + 1}", None):
+            assert raw_get(site.base, path, host) == 421, (path, host)
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", "localhost"):
+        assert raw_get(site.base, "/api/runs", host) == 200, host
+
+
+def test_file_serves_only_minitrains_pages_and_sandboxes_them(site):
+    import urllib.request
+
+    (site.exp / "18-baseline" / "notes.html").write_text("<script>fetch('/api/payload?run=19-injection-A')</script>")
+    (site.exp / "18-baseline" / "plot.svg").write_text("<svg xmlns='http://www.w3.org/2000/svg'><script>1</script></svg>")
+    (site.exp / "index.html").write_text("<p>someone's page</p>")
+    for path in ("/file/18-baseline/notes.html", "/file/18-baseline/plot.svg", "/file/index.html"):
+        assert site.get(path)[0] == 404, path
+    run_cli("dashboard", str(site.exp / "18-baseline"), "--no-baseline", check=True)
+    with urllib.request.urlopen(site.base + "/file/18-baseline/dashboard.html") as r:
+        csp = r.headers["Content-Security-Policy"]
+        assert r.status == 200 and csp.startswith("sandbox ") and "allow-same-origin" not in csp
+        assert "connect-src" not in csp and "default-src 'none'" in csp
+
+
+def test_a_link_in_the_served_folder_is_not_a_row(site, tmp_path):
+    """A symlinked run from outside, and a link with a neutral name to a sealed lab run: neither is listed
+    (the table would show a verdict /view refuses, or a sealed run's answer under another name)."""
+    outside = tmp_path / "outside"
+    shutil.copytree(site.exp / "18-baseline", outside)
+    (site.exp / "from-outside").symlink_to(outside, target_is_directory=True)
+    (site.exp / "neutral").symlink_to(site.exp / "19-injection-B", target_is_directory=True)
+    code, rows = site.json("/api/runs")
+    names = {r["run"] for r in rows}
+    assert code == 200 and "from-outside" not in names and "neutral" not in names and "19-injection-B" in names
+
+
+def test_a_client_gone_mid_answer_is_no_traceback(site):
+    """A browser aborts its polls on every navigation: the answer's write fails, and nothing is raised."""
+    import socket
+
+    here, there = socket.socketpair()
+    port = site.server.server_address[1]
+    there.sendall(f"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+    there.close()  # gone before the answer
+    site.server.RequestHandlerClass(here, ("127.0.0.1", 0), site.server)  # handles the request, here and now
+    here.close()
+
+
+@pytest.mark.parametrize("port", ["70000", "-1"])
+def test_a_port_out_of_range_or_an_empty_host_is_one_line(tmp_path, port):
+    from conftest import assert_one_line_error
+    from minitrain.core.errors import UserError
+
+    assert_one_line_error(run_cli("serve", str(tmp_path), "--port", port), "from 1 to 65535")
+    with pytest.raises(UserError, match="--host is empty"):  # it would listen on every interface
+        serve.make_server(tmp_path, 0, "")
+
+
+def test_every_interface_is_said_aloud(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "minitrain", "serve", str(tmp_path), "--port", "0", "--host", "0.0.0.0"],
+                            stderr=subprocess.PIPE, text=True, preexec_fn=ctrl_c_as_at_a_terminal)
+    try:
+        warning = proc.stderr.readline()
+        assert "warning: listening on 0.0.0.0" in warning and "every machine" in warning
+        assert "http://0.0.0.0:" in proc.stderr.readline()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait()

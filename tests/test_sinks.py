@@ -108,3 +108,91 @@ def test_the_probe_writes_tensorboard_live_and_mlflow(tmp_path):
     tb = tb_scalars(run / sinks.TENSORBOARD_DIR, "loss/train")
     assert sorted(tb) == list(range(8)) and all(close(tb[r["step"]], r["loss"]) for r in rows)
     assert sorted(mlflow_history(run, "grad_norm/pre_clip")) == list(range(8))
+
+
+# --- issue 37: a shared store, a full disk, a store that does not answer -----------------------------------
+
+
+def store_runs(uri: str) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(sinks.MLFLOW_EXPERIMENT)
+    return client.search_runs([exp.experiment_id]) if exp else []
+
+
+def mirrored(run: Path) -> None:
+    """Open the MLflow sink on RUN (a run folder with a manifest), write one row, close it."""
+    from minitrain.run import record
+
+    if not (run / reader.MANIFEST).exists():
+        run.mkdir(parents=True)
+        record.write_manifest(run, "running", {"config": {}})
+    s = sinks.open_sinks("mlflow", run, {})
+    s.write({"step": 0, "loss": 2.0, "lr": 1e-3, "grad_norm": 1.0})
+    s.close()
+
+
+def test_a_shared_mlflow_store_keeps_every_folders_run(tmp_path, monkeypatch):
+    """Same folder names elsewhere (a/r1, b/r1; the lab's 19-blind/01 and 19-break-it/01) are other runs, and a
+    name MLflow's filter language would choke on is only a tag."""
+    uri = (tmp_path / "store").resolve().as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    for run in ("a/r1", "b/r1", "it's"):
+        mirrored(tmp_path / run)
+    assert sorted(r.data.tags[sinks.MLFLOW_RUN_TAG] for r in store_runs(uri)) == ["it's", "r1", "r1"]
+    mirrored(tmp_path / "a" / "r1")  # a resume of a/r1 replaces its own run only
+    found = store_runs(uri)
+    ids = {json.loads((tmp_path / p / "manifest.json").read_text())["run_id"] for p in ("a/r1", "b/r1", "it's")}
+    assert len(found) == 3 and {r.data.tags[sinks.MLFLOW_ID_TAG] for r in found} == ids
+
+
+def test_a_full_disk_in_the_mlflow_sink_is_one_line_and_the_run_resumes(tmp_path, monkeypatch):
+    import errno
+
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from conftest import assert_one_line_error
+
+    real, calls = MlflowClient.log_batch, []
+
+    def full(self, run_id, metrics=(), *args, **kwargs):
+        if metrics:
+            calls.append(1)
+            if len(calls) > 30:
+                try:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                except OSError as e:
+                    raise MlflowException(str(e))  # as MLflow's file store does: the OSError its context
+        return real(self, run_id, metrics, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_batch", full)
+    run = tmp_path / "r"
+    assert_one_line_error(run_cli("train", "--out", str(run), *small_args("log=mlflow")), "disk full",
+                          f"minitrain train --resume {run}")
+    monkeypatch.setattr(MlflowClient, "log_batch", real)  # space freed
+    for f in (p for p in (run / sinks.MLFLOW_DIR).rglob("*") if p.is_file() and "metrics" in p.parts):
+        f.write_text(f.read_text() + "17000")  # what the full disk left: a line cut short
+    run_cli("train", "--resume", str(run), check=True)
+    assert reader.manifest_of(run)["status"] == "finished"
+    rows = reader.read_metrics(run / "metrics.jsonl")[0]
+    assert sorted(mlflow_history(run, "loss/train")) == [r["step"] for r in rows]
+    (run / "explain").mkdir()  # every folder a run's own commands write is theirs to replace
+    (run / sinks.TENSORBOARD_DIR).mkdir()
+    run_cli("train", "--out", str(run), "--force", *small_args("steps=5"), check=True)
+
+
+def test_an_mlflow_server_that_does_not_answer_is_one_line_before_any_work(tmp_path):
+    import socket
+
+    from conftest import assert_one_line_error
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = run_cli("train", "--out", str(tmp_path / "r"), *small_args("log=mlflow"),
+                   env={"MLFLOW_TRACKING_URI": f"http://127.0.0.1:{port}", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"})
+    assert_one_line_error(proc, "the MLflow tracking server does not answer")
+    assert not (tmp_path / "r").exists()

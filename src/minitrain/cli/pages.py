@@ -45,6 +45,11 @@ def cmd_import(args) -> int:
     mapped = ", ".join(f"{tag} -> {signal}" for signal, tag in res["signals"].items())
     print(f"wrote {res['out']}: {res['steps']} steps from a {res['kind']} history ({mapped})"
           + (f"; not imported: {', '.join(res['unmapped'])} (map with --map TAG=SIGNAL)" if res["unmapped"] else ""))
+    carried = ", ".join(f"{signal} at {n} steps" for signal, n in res["carried_forward"].items())
+    if carried:
+        print(f"carried forward (not logged at those steps, so their last earlier value): {carried}")
+    if res["dropped"]:
+        print("not imported: " + ", ".join(f"{n} {what}" for what, n in res["dropped"].items()))
     print(f"next: minitrain diagnose {args.out}   (what the source lacks reads 'not measured')")
-    spoilers.refresh(Path(args.out).parent)
+    spoilers.refresh_beside(Path(args.out))
     return 0

@@ -38,7 +38,7 @@ def write_run_page(run: Path, baseline: Path | None = None, find_baseline: bool 
     page = write_dashboard(run, baseline=baseline, out=out, auto_baseline=False, compare=list(compare),
                            sealed=spoilers.is_sealed(run))
     if out is None:  # the index links the page (and says whether it is sealed)
-        spoilers.refresh(spoilers.experiments_of(run))
+        spoilers.refresh_beside(run)
     return (f"wrote {page}" + (f" (baseline overlay: {baseline.name})" if baseline else "")
             + (f" (compared: {', '.join(c.name for c in compare)})" if compare else ""))
 

@@ -14,6 +14,10 @@ on every node: the runner reads a donor's checkpoint there to start its forks, a
 each run's rows there while it trains. Shipping the folders back instead would give a fork nothing to
 start from until its donor ended.
 
+A local cluster's processes end with this one even when it is killed outright (SIGKILL): Ray's GCS and
+raylet do by themselves, but the agents the raylet starts (DashboardAgent, RuntimeEnvAgent) outlive it, so a
+watchdog process (Reaper, Linux) that holds a pipe from this one kills them when that pipe closes unannounced.
+
 A worker that dies mid-run (killed, its node lost) is retried by Ray, up to RETRIES times. The retry runs
 the same job again, and a run of the same config left unfinished resumes from its last checkpoint
 (lab/runs.py: lab_run, resume_run), so the retried run's metrics are the same bytes as an unkilled one's.
@@ -24,7 +28,9 @@ import io
 import ipaddress
 import os
 import re
+import signal
 import socket
+import subprocess
 import sys
 import traceback
 from contextlib import redirect_stderr, redirect_stdout
@@ -94,14 +100,17 @@ class RayCluster:
         except ImportError:
             raise UserError("--ray needs Ray: pip install 'minitrain[ray]'") from None
         self.ray = ray
+        self.reaper = None
         self.started = not ray.is_initialized()  # this object started (or joined) Ray: close() ends it
         if self.started:
             package = Path(__file__).resolve().parents[1]  # src/minitrain
             env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
             if address == "local":  # same machine: the workers import this very package from where it is
                 env["PYTHONPATH"] = os.pathsep.join([str(package.parent), *filter(None, [os.environ.get("PYTHONPATH")])])
+                self.reaper = Reaper()
                 ray.init(address="local", num_cpus=jobs or os.cpu_count() or 1, include_dashboard=False,
                          log_to_driver=False, runtime_env={"env_vars": env})
+                self.reaper.watch()
                 check_loopback(ray)
             else:  # other machines: Ray uploads the package (a megabyte) once per session
                 try:
@@ -117,10 +126,88 @@ class RayCluster:
         """Stop the local cluster this object started, or leave the one it joined."""
         if self.started and self.ray.is_initialized():
             self.ray.shutdown()
+        if self.reaper:
+            self.reaper.close()
+            self.reaper = None
         self.started = False
 
     def start(self, job: runner.Job):
+        if self.reaper:  # the processes the cluster has started by now (an agent may come up late)
+            self.reaper.watch()
         return RayTask(self.ray, self.task.remote(job.call, job.args, os.getcwd()))
+
+
+def process_tree(pid: int) -> dict[int, str]:
+    """{pid: its start time} of every process below `pid` (Linux's /proc; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    started: dict[int, str] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue  # it ended while we looked
+            children.setdefault(int(fields[1]), []).append(int(entry))
+            started[int(entry)] = fields[19]  # starttime: a pid reused later is another process
+    out, todo = {}, [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out[child] = started[child]
+                todo.append(child)
+    return out
+
+
+DONE = "done"  # what close() tells the watchdog: the cluster was shut down, nothing to kill
+
+
+class Reaper:
+    """The watchdog of a local cluster (module docstring): told the cluster's processes as they appear, it
+    kills those still running (the same start time) once this process has gone without saying DONE. In its
+    own session, so that Ctrl-C at the terminal does not stop it before this process has cleaned up."""
+
+    def __init__(self):
+        self.proc = None
+        if os.path.isdir("/proc"):
+            self.proc = subprocess.Popen([sys.executable, "-c", "from minitrain.lab.ray_backend import reap; reap()"],
+                                         stdin=subprocess.PIPE, text=True, start_new_session=True)
+            self.told: set[int] = {self.proc.pid}
+
+    def watch(self) -> None:
+        if self.proc is None:
+            return
+        new = {pid: start for pid, start in process_tree(os.getpid()).items() if pid not in self.told}
+        self.told.update(new)
+        self.proc.stdin.write("".join(f"{pid} {start}\n" for pid, start in new.items()))
+        self.proc.stdin.flush()
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.stdin.write(DONE + "\n")
+            self.proc.stdin.close()
+            self.proc.wait()
+            self.proc = None
+
+
+def reap() -> None:
+    """The watchdog's body: read `PID START` lines until DONE (nothing to do) or the end of the pipe (the
+    driver died): then SIGKILL each listed process that is still the one listed."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    watched = {}
+    for line in sys.stdin:
+        if line.strip() == DONE:
+            return
+        pid, start = line.split()
+        watched[int(pid)] = start
+    for pid, start in watched.items():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                same = f.read().rsplit(")", 1)[1].split()[19] == start
+            if same:
+                os.kill(pid, signal.SIGKILL)
+        except (OSError, IndexError):
+            pass  # it has ended
 
 
 def check_loopback(ray) -> None:

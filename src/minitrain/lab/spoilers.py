@@ -85,6 +85,18 @@ def spike_runs(experiments: Path) -> list[Path]:
     return sorted(p for p in experiments.iterdir() if lab_of(p) == "spike")
 
 
+def refresh_beside(run: Path) -> Path | None:
+    """The runs table of the folder a just-written run sits in, after the run is saved: a table that cannot be
+    written there (a user's own index.html, a full disk) is a note, never the command's failure."""
+    experiments = experiments_of(run)
+    try:
+        return refresh(experiments)
+    except (OSError, UserError) as e:
+        print(f"minitrain: note: {experiments / 'index.html'} not written: {str(e).splitlines()[0][:300]}",
+              file=sys.stderr)
+        return None
+
+
 def refresh(experiments: Path, pages: list[Path] = ()) -> Path:
     """Rewrite the dashboards of `pages` and EXPERIMENTS/index.html (sealed as run/sealing.py says)."""
     for run in pages:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import math
+import stat
 from pathlib import Path
 
 from minitrain.core.errors import UserError
@@ -70,110 +71,257 @@ def signal_of(tag: str, mapping: dict[str, str]) -> str | None:
 def finite(x) -> float | None:
     try:
         v = float(x)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return v if math.isfinite(v) else None
+
+
+def number(cell) -> tuple[bool, float | None]:
+    """(is it a number, its value or None when non-finite) of one cell: every spelling Python's float reads
+    ("-nan" as C's printf writes it, "+inf", "1e5") is a number; anything else is text."""
+    if isinstance(cell, bool) or not isinstance(cell, (int, float, str)):
+        return False, None
+    try:
+        v = float(cell)
+    except (ValueError, OverflowError):
+        return False, None
+    return True, (v if math.isfinite(v) else None)
+
+
+MAX_SOURCE_BYTES = 4 << 30  # a history file larger than this is not a training log (and would not fit in memory)
+
+
+class Series(dict):
+    """{tag: {step: value or None}} read from a source, with what reading it noted: {tag: [(row, cell)]} of
+    the first text cells of each column (`text`), and how many points a later one replaced (`repeated`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.text: dict[str, tuple[int, str]] = {}
+        self.repeated = 0
 
 
 # --- reading each kind of source: {tag: {step: value}} ------------------------------------------------
 
 
-def read_tensorboard(source: Path) -> dict[str, dict[int, float | None]]:
+def read_tensorboard(source: Path) -> Series:
     try:
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     except ImportError:
         raise UserError("importing TensorBoard events needs the tensorboard package; install it with "
                         "pip install -e '.[tensorboard]'") from None
+    event_files = [source] if source.is_file() else sorted(source.rglob("events.out.tfevents*"))
+    for f in event_files:
+        check_records(f)
     acc = EventAccumulator(str(source), size_guidance={"scalars": 0})  # 0: keep every point, not a sample
     acc.Reload()
-    out: dict[str, dict[int, float | None]] = {}
+    out = Series()
     for tag in acc.Tags().get("scalars", []):
-        out[tag] = {int(e.step): finite(e.value) for e in acc.Scalars(tag)}  # a restarted writer's later point wins
+        out[tag] = {}
+        for e in acc.Scalars(tag):
+            step = whole_step(e.step, source, tag)
+            out.repeated += step in out[tag]
+            out[tag][step] = finite(e.value)  # a restarted writer's later point wins
     return out
 
 
-def read_table(records: list[dict], source: Path) -> dict[str, dict[int, float | None]]:
-    """Rows of a CSV or JSONL history; the step is the first STEP_COLUMNS column present, else the row index."""
-    out: dict[str, dict[int, float | None]] = {}
+def check_records(path: Path) -> None:
+    """An events file cut short (a copy interrupted, a disk that filled) ends inside a record: TensorBoard's
+    reader stops there without a word, and the run would import as a shorter "finished" one. The file is a
+    sequence of records (8-byte length, 4-byte CRC, data, 4-byte CRC): walk their lengths to its end."""
+    regular_file(path)
+    size, at = path.stat().st_size, 0
+    with open(path, "rb") as f:
+        while at < size:
+            head = f.read(12)
+            length = int.from_bytes(head[:8], "little") if len(head) == 12 else None
+            if length is None or at + 12 + length + 4 > size:
+                raise UserError(f"{path} is damaged or truncated (it ends inside the record at byte {at}); "
+                                "import a complete copy of the events file")
+            at += 12 + length + 4
+            f.seek(at)
+
+
+def whole_step(value, source: Path, where) -> int:
+    """A step as the readers keep it: a whole number from 0 to reader.MAX_STEP (a fractional step would
+    collapse onto its neighbour, 1e300 would be refused by every reader later)."""
+    ok, v = number(value)
+    if not ok or v is None or v != int(v) or not -reader.MAX_STEP <= v <= reader.MAX_STEP:
+        raise UserError(f"{source} {where}: step {value!r} is not a whole number of at most "
+                        f"{reader.MAX_STEP}; give the step column of the log")
+    return int(v)
+
+
+def read_table(records, source: Path) -> Series:
+    """Rows of a CSV or JSONL history; the step is the first STEP_COLUMNS column present, else the row index.
+    An empty cell, or a key W&B leaves out, is "not logged at this step"; a cell that is no number is text,
+    kept aside (a text column is not a signal; a signal column with text in it is refused in build_rows)."""
+    out = Series()
     for i, rec in enumerate(records):
         if not isinstance(rec, dict):
             raise UserError(f"{source} line {i + 1} is not a JSON object; give one logged step per line")
         keys = {norm_tag(k): k for k in rec}
         col = next((keys[c] for c in STEP_COLUMNS if c in keys and rec[keys[c]] not in (None, "")), None)
-        step_value = finite(rec[col]) if col else i
-        if step_value is None:
-            raise UserError(f"{source} row {i + 1}: step {rec.get(col)!r} is not a number")
-        step = int(step_value)
+        step = whole_step(rec[col], source, f"row {i + 1}") if col else i
         for k, v in rec.items():
-            if k == col or v is None or v == "" or isinstance(v, (dict, list, bool)):
-                continue  # an empty CSV cell or a key W&B leaves out: not logged at this step
-            if finite(v) is None and str(v).strip().lower() not in ("nan", "inf", "-inf", "infinity", "-infinity"):
-                continue  # text columns (run names, timestamps as text)
-            out.setdefault(k, {})[step] = finite(v)
+            if k == col or v is None or v == "" or isinstance(v, (dict, list)):
+                continue
+            ok, value = number(v)
+            if not ok:
+                out.text.setdefault(k, (i + 1, str(v)[:40]))
+                continue
+            column = out.setdefault(k, {})
+            out.repeated += step in column
+            column[step] = value
     return out
 
 
-def read_source(source: Path) -> tuple[str, dict[str, dict[int, float | None]]]:
+def regular_file(source: Path) -> None:
+    """Only a regular file is read, and only up to MAX_SOURCE_BYTES: a FIFO would block forever, /dev/zero
+    would fill the memory."""
+    try:
+        st = source.stat()
+    except OSError as e:
+        raise UserError(f"{source} cannot be read ({e.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UserError(f"{source} is not a regular file (a pipe, a device or a socket); give a history file")
+    if st.st_size > MAX_SOURCE_BYTES:
+        raise UserError(f"{source} is {st.st_size >> 20} MiB, over the {MAX_SOURCE_BYTES >> 20} MiB a history may be; "
+                        "give the training log itself")
+
+
+def read_text(source: Path) -> str:
+    """The file's text: UTF-8 with or without a byte-order mark (Excel writes one); a NUL byte is damage."""
+    regular_file(source)
+    with open(source, "rb") as f:
+        data = f.read(MAX_SOURCE_BYTES + 1)
+    if len(data) > MAX_SOURCE_BYTES:
+        raise UserError(f"{source} grew past {MAX_SOURCE_BYTES >> 20} MiB while it was read; give the training log itself")
+    if b"\0" in data:
+        line = data.count(b"\n", 0, data.index(b"\0")) + 1
+        raise UserError(f"{source} line {line} holds a NUL byte: the file is damaged or not a text history")
+    return data.decode("utf-8-sig", errors="replace")
+
+
+def read_csv(text: str, source: Path) -> list[dict]:
+    rows = []
+    old = csv.field_size_limit(MAX_SOURCE_BYTES)  # a long text cell (a W&B config column) is still a cell
+    try:
+        table = csv.DictReader(text.splitlines())
+        for i, rec in enumerate(table):
+            if None in rec or None in rec.values():  # more or fewer cells than the header names
+                raise UserError(f"{source} row {i + 1} has {len(rec) - (None in rec) + len(rec.get(None) or ())} "
+                                f"cells where the header has {len(table.fieldnames)}: the file is damaged or truncated")
+            rows.append(rec)
+    except csv.Error as e:
+        raise UserError(f"{source} line {table.line_num}: not CSV ({e})") from None
+    finally:
+        csv.field_size_limit(old)
+    return rows
+
+
+def read_source(source: Path) -> tuple[str, Series]:
     source = Path(source)
     if not source.exists():
         raise UserError(f"{source} does not exist; give a TensorBoard log folder, an events file, a .csv or a .jsonl")
     if source.is_dir() or source.name.startswith("events.out.tfevents"):
         return "tensorboard", read_tensorboard(source)
-    text = source.read_text(encoding="utf-8", errors="replace")
+    if source.suffix.lower() not in (".csv", ".jsonl", ".json", ".ndjson"):
+        raise UserError(f"{source}: unknown kind of history; give a TensorBoard log folder, an events file, a .csv or a .jsonl")
+    text = read_text(source)
     if source.suffix.lower() == ".csv":
-        return "csv", read_table(list(csv.DictReader(text.splitlines())), source)
-    if source.suffix.lower() in (".jsonl", ".json", ".ndjson"):
-        records = []
-        for i, line in enumerate(text.splitlines()):
-            if line.strip():
-                try:
-                    records.append(reader.loads_json(line))
-                except ValueError:
-                    raise UserError(f"{source} line {i + 1} is not JSON; give one JSON object per line") from None
-        return "jsonl", read_table(records, source)
-    raise UserError(f"{source}: unknown kind of history; give a TensorBoard log folder, an events file, a .csv or a .jsonl")
+        return "csv", read_table(read_csv(text, source), source)
+    records = []
+    for i, line in enumerate(text.splitlines()):
+        if line.strip():
+            try:
+                records.append(reader.loads_json(line))
+            except (ValueError, UnicodeError):
+                raise UserError(f"{source} line {i + 1} is not JSON; give one JSON object per line") from None
+    return "jsonl", read_table(records, source)
 
 
 # --- building the rows ---------------------------------------------------------------------------------
 
 
-def build_rows(series: dict[str, dict[int, float | None]], mapping: dict[str, str], source: Path) -> tuple[list[dict], dict]:
-    """The metrics rows and {signal: source tag} of the tags that were mapped."""
+def build_rows(series: Series, mapping: dict[str, str], source: Path) -> tuple[list[dict], dict, dict]:
+    """The metrics rows, {signal: source tag} of the tags that were mapped, and what was not taken as it
+    stood: {"carried_forward": {signal: rows}, "dropped": {what: points}} (the manifest records it)."""
     used: dict[str, str] = {}
     for tag in sorted(series):
         signal = signal_of(tag, mapping)
         if signal is not None and signal not in used:
             used[signal] = tag
+    for signal, tag in used.items():
+        if tag in series.text:
+            row, cell = series.text[tag]
+            raise UserError(f"{source} row {row}: {tag} holds {cell!r}, which is not a number; give its values "
+                            "(nan and inf are numbers), or leave the cell empty where it was not logged")
     missing = [s for s in REQUIRED if s not in used]
     if missing:
-        tags = ", ".join(sorted(series)) or "none"
+        if not series and not series.text:
+            raise UserError(f"{source} holds no logged values: it is empty, damaged or truncated")
+        tags = ", ".join(sorted(set(series) | set(series.text))) or "none"
         raise UserError(f"{source} has no {' / '.join(missing)} the import recognises (its tags: {tags}); map one "
                         f"with --map TAG={missing[0]}")
     cols = {s: series[t] for s, t in used.items()}
-    rows = []
-    for step in sorted(cols["loss"]):
-        if step < 0:
-            continue
-        row = {"step": step}
-        for s in ("loss", "lr", "grad_norm", "grad_norm_clipped", "logit_max"):
-            if s in cols:
-                row[s] = cols[s].get(step, _last_before(cols[s], step))
-        row["val_loss"] = None
-        row["injected"] = None
-        rows.append(row)
+    steps = sorted(cols["loss"])
+    rows = [{"step": step} for step in steps if step >= 0]
     if not rows:
         raise UserError(f"{source}: the {used['loss']} tag has no point at a step >= 0; nothing to import")
-    for step, value in sorted(cols.get("val_loss", {}).items()):  # onto the last training step at or before it
-        at = [r for r in rows if r["step"] <= step]
-        if at and value is not None:
-            at[-1]["val_loss"] = value
-    return rows, used
+    carried: dict[str, int] = {}
+    dropped: dict[str, int] = {}
+    if steps[0] < 0:
+        dropped["loss before step 0"] = len(steps) - len(rows)
+    for s in ("loss", "lr", "grad_norm", "grad_norm_clipped", "logit_max"):
+        if s in cols:
+            n = fill_forward(rows, s, cols[s])
+            if n:
+                carried[s] = n
+    for r in rows:
+        r["val_loss"] = None
+        r["injected"] = None
+    n_val = place_val(rows, cols.get("val_loss", {}))
+    if n_val:
+        dropped["val_loss before the first training step"] = n_val
+    if series.repeated:
+        dropped["points a later one at the same step replaced"] = series.repeated
+    order = ("step", "loss", "lr", "grad_norm", "grad_norm_clipped", "logit_max", "val_loss", "injected")
+    rows = [{k: r[k] for k in order if k in r} for r in rows]
+    return rows, used, {"carried_forward": carried, "dropped": dropped}
 
 
-def _last_before(col: dict[int, float | None], step: int) -> float | None:
-    """A signal logged less often than the loss (an LR logged every 10 steps): its last value before `step`."""
-    earlier = [s for s in col if s <= step]
-    return col[max(earlier)] if earlier else col[min(col)]
+def fill_forward(rows: list[dict], signal: str, col: dict[int, float | None]) -> int:
+    """Set rows[i][signal] to the signal's value at that step, or where it was not logged there (an LR logged
+    every 10 steps) its last value before it (before its first point: that first value). One pass over both
+    sorted sequences. Returns how many rows got a carried value."""
+    points = sorted(col.items())
+    j, carried = 0, 0
+    last = points[0][1]
+    for r in rows:
+        while j < len(points) and points[j][0] < r["step"]:
+            last = points[j][1]
+            j += 1
+        if j < len(points) and points[j][0] == r["step"]:
+            r[signal] = last = points[j][1]
+        else:
+            r[signal] = last
+            carried += 1
+    return carried
+
+
+def place_val(rows: list[dict], col: dict[int, float | None]) -> int:
+    """Each validation loss onto the last training step at or before it (one pass). Returns how many points
+    had no training step before them (dropped)."""
+    i, dropped = -1, 0
+    for step, value in sorted(col.items()):
+        while i + 1 < len(rows) and rows[i + 1]["step"] <= step:
+            i += 1
+        if i < 0:
+            dropped += 1
+        elif value is not None:
+            rows[i]["val_loss"] = value
+    return dropped
 
 
 def import_run(source: Path, out: Path, mapping: list[str] = (), force: bool = False,
@@ -182,21 +330,21 @@ def import_run(source: Path, out: Path, mapping: list[str] = (), force: bool = F
     source, out = Path(source), Path(out)
     maps = parse_map(list(mapping))
     kind, series = read_source(source)
-    rows, used = build_rows(series, maps, source)
+    rows, used, notes = build_rows(series, maps, source)
     non_finite = next(({"step": r["step"], "what": what} for r in rows if (what := non_finite_in(r))), None)
     status = "non_finite" if non_finite else "finished"
     cfg = {"injection": "none", **({"vocab_size": int(vocab_size)} if vocab_size else {})}
-    unmapped = sorted(t for t in series if t not in used.values())
+    unmapped = sorted(t for t in {*series, *series.text} if t not in used.values())
     fields = {"seed": None, "config": cfg, "injection": {"injection": "none"}, "ended": now_iso(),
-              "imported": {"source": str(source), "kind": kind, "signals": used, "unmapped_tags": unmapped,
+              "imported": {"source": str(source), "kind": kind, "signals": used, "unmapped_tags": unmapped, **notes,
                            "absent": {**ABSENT, **{s: "not in the source" for s in SIGNALS if s not in used}}}}
     val = next((r["val_loss"] for r in reversed(rows) if r["val_loss"] is not None), None)
     results = record.results(status, len(rows), rows[-1]["loss"], val, non_finite=non_finite)
-    lock = files.claim_run_dir(out, force)
+    lock = files.claim_run_dir(out, force, resumable=False)
     try:
         files.atomic_write_bytes(out / reader.METRICS, b"".join(files.dumps_row(r).encode() for r in rows))
         record.write_results(out, results)
         record.write_manifest(out, status, fields)
     finally:
         lock.release()
-    return {"out": str(out), "kind": kind, "steps": len(rows), "signals": used, "unmapped": unmapped}
+    return {"out": str(out), "kind": kind, "steps": len(rows), "signals": used, "unmapped": unmapped, **notes}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import uuid
 from pathlib import Path
 
 from minitrain import SCHEMA_VERSION
@@ -32,6 +33,7 @@ def write_manifest(out: Path, status: str, fields: dict) -> dict:
     manifest = {**old, "schema_version": SCHEMA_VERSION, "name": Path(os.path.abspath(out)).name, **fields,
                 "status": status}
     manifest.setdefault("started", now_iso())
+    manifest.setdefault("run_id", uuid.uuid4().hex)  # what a shared MLflow store knows this run by (run/sinks.py)
     atomic_write_json(path, manifest)
     return manifest
 

@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
+import socket
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from minitrain.core.config import LOG_SINKS as SINKS
 from minitrain.core.errors import UserError
@@ -31,7 +34,12 @@ from minitrain.run import reader
 TENSORBOARD_DIR = "tensorboard"
 MLFLOW_DIR = "mlruns"
 MLFLOW_EXPERIMENT = "minitrain"
-MLFLOW_RUN_TAG = "minitrain.run"  # the run folder's name, so a resumed run finds its MLflow run again
+MLFLOW_RUN_TAG = "minitrain.run"  # the run folder's name, for people reading the store
+# the manifest's run_id: what a resumed run finds its MLflow run again by. Unique to the run, so that in a
+# shared store the same folder name elsewhere (a/r1 and b/r1, the lab's 19-blind/01 and 19-break-it/01) is
+# another run, never replaced
+MLFLOW_ID_TAG = "minitrain.run_id"
+STORE_TIMEOUT_S = 5.0  # how long `--set log=mlflow` waits for a tracking server before any work
 MLFLOW_BATCH = 1000  # MLflow's log_batch takes at most 1000 metrics per call
 
 # metrics-row key of a per-tensor statistic -> its TensorBoard tag suffix (docs/metrics.md defines them)
@@ -87,6 +95,34 @@ def check_installed(names: tuple[str, ...]) -> None:
     for name, module in (("tensorboard", "tensorboard"), ("mlflow", "mlflow")):
         if name in names and importlib.util.find_spec(module) is None:
             raise UserError(f"log={name} needs the {module} package; install it with pip install -e '.[{name}]'")
+    if "mlflow" in names:
+        check_store(os.environ.get("MLFLOW_TRACKING_URI", ""))
+
+
+def check_store(uri: str) -> None:
+    """An MLflow tracking server that does not answer is one line before any work, not MLflow's minutes of
+    retries then a traceback: one connection, with a short timeout. (A file store needs no check.)"""
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https"):
+        return
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        socket.create_connection((parts.hostname or "", port), timeout=STORE_TIMEOUT_S).close()
+    except (OSError, ValueError) as e:
+        raise UserError(f"MLFLOW_TRACKING_URI={uri}: the MLflow tracking server does not answer "
+                        f"({getattr(e, 'strerror', None) or e}); start it, or unset MLFLOW_TRACKING_URI to log "
+                        "to the run's own mlruns/") from None
+
+
+def mlflow_failure(e: Exception, run: Path) -> Exception:
+    """What an MLflow client call that failed becomes: the OSError underneath when a write failed (MLflow
+    wraps it), which the trainer turns into the disk's one line as for any other file; else one line."""
+    cause = e
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__ or cause.__context__
+    if cause is not None:
+        return cause
+    return UserError(f"the MLflow sink of {run} failed: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__}")
 
 
 class TensorBoardSink:
@@ -113,13 +149,43 @@ class TensorBoardSink:
         self.writer.close()
 
 
+def clear_local_runs(store: Path) -> None:
+    """The runs in a run's own store (RUN/mlruns: they mirror its metrics.jsonl alone), deleted before it is
+    rebuilt, so that what a full disk or a kill left half-written there never stops a resume. The store's
+    folders stay (MLflow keeps one store object per URI, which expects them)."""
+    if not store.is_dir() or store.is_symlink():
+        return
+    for exp in store.iterdir():
+        for child in exp.iterdir() if exp.is_dir() and not exp.is_symlink() else ():
+            if child.is_dir() and not child.is_symlink() and (child / "metrics").is_dir():
+                shutil.rmtree(child)
+
+
 class MLflowSink:
-    """Metrics into one MLflow run through MLflow's client (one log_batch per row)."""
+    """Metrics into one MLflow run through MLflow's client (one log_batch per row). Every failure of the
+    client is one line (mlflow_failure): a full disk reads as every other writer's."""
 
     def __init__(self, run: Path, params: dict):
-        uri = os.environ.get("MLFLOW_TRACKING_URI") or (Path(run) / MLFLOW_DIR).resolve().as_uri()
+        self.run = Path(run)
+        try:
+            self.open(params)
+        except Exception as e:  # noqa: BLE001 - MLflow's own errors, sorted by mlflow_failure
+            raise self.failure(e) from None
+
+    def failure(self, e: Exception) -> Exception:
+        from mlflow.exceptions import MlflowException
+
+        if isinstance(e, (MlflowException, OSError)):
+            return mlflow_failure(e, self.run)
+        return e  # anything else is a bug, and surfaces
+
+    def open(self, params: dict) -> None:
+        local = self.run / MLFLOW_DIR
+        uri = os.environ.get("MLFLOW_TRACKING_URI") or local.resolve().as_uri()
         if uri.startswith("file:"):  # MLflow 3 asks for this opt-in before it uses a local file store
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        if not os.environ.get("MLFLOW_TRACKING_URI"):
+            clear_local_runs(local)
         from mlflow.entities import Metric, Param
         from mlflow.tracking import MlflowClient
 
@@ -127,11 +193,13 @@ class MLflowSink:
         self.client = MlflowClient(tracking_uri=uri)
         exp = self.client.get_experiment_by_name(MLFLOW_EXPERIMENT)
         exp_id = exp.experiment_id if exp else self.client.create_experiment(MLFLOW_EXPERIMENT)
-        name = Path(run).resolve().name
-        # the run folder's earlier MLflow run (a resumed or forced run) is replaced: rebuilt from metrics.jsonl
-        for old in self.client.search_runs([exp_id], filter_string=f"tags.`{MLFLOW_RUN_TAG}` = '{name}'"):
-            self.client.delete_run(old.info.run_id)
-        self.run_id = self.client.create_run(exp_id, run_name=name, tags={MLFLOW_RUN_TAG: name}).info.run_id
+        name = self.run.resolve().name
+        key = str(reader.manifest_of(self.run).get("run_id") or "")
+        if key.isalnum():  # this run's earlier MLflow run (a resume) is replaced: rebuilt from metrics.jsonl
+            for old in self.client.search_runs([exp_id], filter_string=f"tags.`{MLFLOW_ID_TAG}` = '{key}'"):
+                self.client.delete_run(old.info.run_id)
+        tags = {MLFLOW_RUN_TAG: name, **({MLFLOW_ID_TAG: key} if key else {})}
+        self.run_id = self.client.create_run(exp_id, run_name=name, tags=tags).info.run_id
         plain = [Param(k, str(v)[:500]) for k, v in sorted(params.items()) if not isinstance(v, (dict, list))]
         for i in range(0, len(plain), 100):
             self.client.log_batch(self.run_id, params=plain[i:i + 100])
@@ -140,11 +208,17 @@ class MLflowSink:
         now, step = int(time.time() * 1000), int(row["step"])
         # MLflow's metric names allow "/", "." and "_"; a NaN is kept (MLflow stores it)
         metrics = [self.Metric(t, v, now, step) for t, v in row_scalars(row)]
-        for i in range(0, len(metrics), MLFLOW_BATCH):
-            self.client.log_batch(self.run_id, metrics=metrics[i:i + MLFLOW_BATCH])
+        try:
+            for i in range(0, len(metrics), MLFLOW_BATCH):
+                self.client.log_batch(self.run_id, metrics=metrics[i:i + MLFLOW_BATCH])
+        except Exception as e:  # noqa: BLE001 - sorted by failure()
+            raise self.failure(e) from None
 
     def close(self, status: str = "FINISHED") -> None:
-        self.client.set_terminated(self.run_id, status)
+        try:
+            self.client.set_terminated(self.run_id, status)
+        except Exception as e:  # noqa: BLE001 - sorted by failure()
+            raise self.failure(e) from None
 
 
 class Sinks:

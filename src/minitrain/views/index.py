@@ -35,6 +35,10 @@ INDEX_SCRIPTS = ("helpers.js", "chart.js", "index.js")  # assets/: the compariso
 # beside index.html: each finished run's verdict and compact series, by the size and time of its files and of
 # the judging code, so that a `train` rewriting the table walks its own run, not every run beside it again
 ROW_CACHE = ".index-rows.json"
+# in the head of every runs table minitrain writes; an index.html without it (nor the older pages' footer line)
+# is someone else's page, which a command that writes a run beside it must keep
+GENERATOR = b'<meta name="generator" content="minitrain runs table">'
+OLD_FOOTER = b"written by minitrain index"
 COLUMNS = (("run", "run folder (its dashboard)"), ("status", "finished, running, non_finite, ..."),
            ("steps", "steps written so far"), ("seed", "seed"), ("K", "injection step"),
            ("injection", "the injected fault"), ("lr", "peak learning rate (lr_max)"),
@@ -54,7 +58,9 @@ def columns_for(rows: list[dict]) -> tuple:
 
 def find_runs(experiments: Path) -> list[Path]:
     """Every run folder under `experiments`, at any depth (blind labs, break-it, remediations), sorted by path;
-    a regime-map sweep's folder stands for its runs. A run folder's own subfolders are not searched."""
+    a regime-map sweep's folder stands for its runs. A run folder's own subfolders are not searched, and a
+    symbolic link to a folder is not listed (the served /view refuses what leads out; a link with a neutral
+    name would show a sealed run's verdict)."""
     out: list[Path] = []
     # a walk that never enters a run or a sweep: linear in the folders outside runs (checkpoints are not
     # listed), and a link to a folder is not followed
@@ -62,6 +68,8 @@ def find_runs(experiments: Path) -> list[Path]:
         keep = []
         for name in dirs:
             d = Path(top) / name
+            if d.is_symlink():  # a link is no run of this folder: it may lead out, or rename a sealed run
+                continue
             if files.is_run_dir(d) or (d / SWEEP_MARK).exists():
                 out.append(d)
             else:
@@ -85,6 +93,15 @@ def verdict_text(run: Path, sealed: bool, live: bool) -> str:
     return f"{v['leaf']} {v['title']}" + (f" at step {v['anomaly_step']}" if v.get("anomaly_step") is not None else "")
 
 
+def printable(name: str) -> bool:
+    """Is a path's name text (a name that is no UTF-8 comes back from the file system with surrogates)?"""
+    try:
+        name.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
 def run_row(run: Path, experiments: Path, sealed: bool | None = None, verdict=verdict_text) -> dict:
     """One run folder as a table row. A folder that cannot be read (deleted, corrupt, half-written) gives a
     row with `error`: one line. The reader's strict readers say what is damaged (a file that is no JSON, a
@@ -93,6 +110,10 @@ def run_row(run: Path, experiments: Path, sealed: bool | None = None, verdict=ve
     `verdict(run, sealed, live)`: the verdict column (the server passes a cached one)."""
     run = Path(run)
     rel = run.relative_to(experiments).as_posix()
+    if not printable(rel):  # a name the page, the JSON and a URL cannot carry: one row that says so
+        return {"run": rel.encode("utf-8", "surrogateescape").decode("utf-8", "replace"), "kind": "run",
+                "status": "unreadable", "error": "its folder name is not valid UTF-8; rename the folder to see it here",
+                "verdict": "", "sealed": True, "link": ""}
     if (run / SWEEP_MARK).exists():
         n = sum(1 for _ in (run / "runs").rglob(reader.METRICS))
         return {"run": rel, "kind": "sweep", "status": "regime map", "note": f"{n} runs of the minitrain explore sweep",
@@ -253,6 +274,20 @@ class RowCache:
             pass  # a cache that cannot be written costs time, never the table
 
 
+def refuse_foreign_index(out: Path) -> None:
+    """A UserError when `out` is a file minitrain's runs table did not write (a user's own site page): it is
+    kept, and no row cache is left beside it."""
+    if not out.exists() and not out.is_symlink():
+        return
+    try:
+        ours = out.is_file() and not out.is_symlink() and (GENERATOR in (data := out.read_bytes()) or OLD_FOOTER in data)
+    except OSError:
+        ours = False
+    if not ours:
+        raise UserError(f"{out} is not a runs table minitrain wrote, so it is kept; write the table of these runs "
+                        "elsewhere with 'minitrain index' on a folder of runs only")
+
+
 NOTICE_RUNS = 20  # more runs than this to read for the table: say so first (it takes a while)
 
 
@@ -262,6 +297,8 @@ def write_index(experiments: Path, sealed: set[Path] | None = None, notice=None)
     experiments = Path(experiments)
     if not experiments.is_dir():
         raise UserError(f"{experiments} is not a folder; give the folder that holds your run folders")
+    out = experiments / "index.html"
+    refuse_foreign_index(out)
     sealed_set = None if sealed is None else {Path(p).resolve() for p in sealed}
     rows, series = [], {}
     cache = RowCache(experiments)
@@ -274,10 +311,9 @@ def write_index(experiments: Path, sealed: set[Path] | None = None, notice=None)
         for run in runs:
             rows.append(run_row(run, experiments, None if sealed_set is None else run.resolve() in sealed_set,
                                 cache.verdict))
-            if rows[-1]["kind"] == "run":
+            if rows[-1]["kind"] == "run" and rows[-1]["status"] != "unreadable":
                 series[rows[-1]["run"]] = compact_series(run) if rows[-1].get("live") else cache.series(run)
     page = render_index(f"{experiments.resolve().name}: minitrain runs", rows, series, served=False)
-    out = experiments / "index.html"
     files.atomic_write_text(out, page)
     cache.save()
     return out

@@ -13,9 +13,13 @@ The standard library's ThreadingHTTPServer is enough: one user on 127.0.0.1, a h
 requests a second, pages built by code that already exists. A web framework would add a dependency and an
 event loop for nothing this needs, and polling keeps the page's code as simple as the static page's.
 
-Safety: it binds 127.0.0.1 unless told otherwise; a run or file is looked up under EXPERIMENTS after
-resolving it (so "..", "%2e%2e" and a symlink that leads out are all refused with 404); it serves generated
-pages and the few file kinds in SERVED_FILES, nothing else. Sealed runs: run/sealing.py's rule
+Safety: it binds 127.0.0.1 unless told otherwise (another address is said aloud: every machine that reaches
+it reads the runs); it answers only requests whose Host is this machine's loopback name (or the --host
+given), so a web page whose name rebinds to 127.0.0.1 reads nothing; a run or file is looked up under
+EXPERIMENTS after resolving it (so "..", "%2e%2e" and a symlink that leads out are all refused with 404);
+/file/ serves only the pages minitrain writes (a run's dashboard.html, a sweep's index.html) and the few
+inert file kinds in SERVED_FILES, each with a sandboxing Content-Security-Policy, so a page someone else
+put in a run folder never runs as this server's origin. Sealed runs: run/sealing.py's rule
 decides, as the files do: no verdict in the table, the dashboard's sealed page.
 `serve RUN_FOLDER` serves the run's parent and opens the run's page (a run folder's checkpoints are not runs).
 A run folder deleted, half-written or corrupted while it is served gives one line (in the table's row, in
@@ -36,9 +40,26 @@ from minitrain.run import files, reader, sealing
 from minitrain.views import dashboard, index
 
 HOST = "127.0.0.1"
-SERVED_FILES = {".html": "text/html; charset=utf-8", ".png": "image/png", ".svg": "image/svg+xml",
-                ".csv": "text/csv; charset=utf-8", ".md": "text/plain; charset=utf-8"}
+LOOPBACK = ("127.0.0.1", "localhost", "[::1]")  # the Host names a request may carry (with this server's port)
+WILDCARDS = ("", "0.0.0.0", "::")
+PORTS = range(65536)  # 0: any free port  # --host values that bind every interface
+SERVED_FILES = {".html": "text/html; charset=utf-8", ".png": "image/png", ".csv": "text/csv; charset=utf-8",
+                ".md": "text/plain; charset=utf-8"}
+# the pages minitrain writes that /file/ serves: a run's dashboard, a sweep's page (beside its data file)
+SERVED_PAGES = {"dashboard.html": files.is_run_dir,
+                "index.html": lambda d: (d / index.SWEEP_MARK).is_file() or (d / "sweep.json").is_file()}
+# every /file/ answer: no script runs as this origin (sandbox: an opaque origin), nothing fetched
+FILE_CSP = ("sandbox allow-scripts allow-popups allow-top-navigation-by-user-activation; default-src 'none'; "
+            "style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:")
 LIVE_SCRIPT = "live.js"
+
+
+def holds(path: Path, test) -> bool:
+    """test(path), False where the path cannot even be looked at (a name too long for the file system)."""
+    try:
+        return bool(test(path))
+    except OSError:
+        return False
 
 
 class Site:
@@ -53,7 +74,7 @@ class Site:
     def run_dir(self, rel: str) -> Path:
         """The run folder `rel` names under the root, or a UserError (404): nothing outside the root."""
         path = self.inside(rel)
-        if not path.is_dir() or not files.is_run_dir(path):
+        if not holds(path, lambda p: p.is_dir() and files.is_run_dir(p)):
             raise UserError(f"no run folder {rel!r} under {self.root.name}")
         return path
 
@@ -134,19 +155,47 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):  # quiet: the page is the log
         pass
 
-    def send(self, status: int, body: bytes, ctype: str) -> None:
+    def send(self, status: int, body: bytes, ctype: str, csp: str | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", "no-store")
         self.send_header("X-Content-Type-Options", "nosniff")
+        if csp:
+            self.send_header("Content-Security-Policy", csp)
         self.end_headers()
         self.wfile.write(body)
+
+    def host_allowed(self) -> bool:
+        """Is the request's Host this machine's loopback name (or the --host given) with this server's port?
+        Anything else is a name that merely resolves here (DNS rebinding), refused."""
+        host = (self.headers.get("Host") or "").strip().lower()
+        port = str(self.server.server_address[1])
+        names = set(LOOPBACK) | ({self.server.named_host.lower()} if self.server.named_host not in WILDCARDS else set())
+        return any(host in (name, f"{name}:{port}") for name in names)
+
+    def handle_one_request(self):
+        # a client gone mid-answer (a browser aborts its polls on every navigation) is nothing to report
+        try:
+            super().handle_one_request()
+        except (ConnectionError, TimeoutError):
+            self.close_connection = True
+
+    def refuse(self, status: int, text: str) -> None:
+        self.send(status, error_page(text).encode(), SERVED_FILES[".html"])
+
+    def do_POST(self):  # noqa: N802 - every method but GET: the site is read-only
+        self.refuse(HTTPStatus.METHOD_NOT_ALLOWED, "this server only answers GET")
+
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_POST
 
     def send_json(self, obj, status: int = 200) -> None:
         self.send(status, json.dumps(obj, allow_nan=False, separators=(",", ":")).encode(), "application/json")
 
     def do_GET(self):  # noqa: N802 (http.server's name)
+        if not self.host_allowed():
+            return self.refuse(HTTPStatus.MISDIRECTED_REQUEST, "this server answers only requests to 127.0.0.1, "
+                               "localhost or [::1]")
         url = urlsplit(self.path)
         query = parse_qs(url.query)
         runs = query.get("run", [])
@@ -169,11 +218,15 @@ class Handler(BaseHTTPRequestHandler):
             elif url.path.startswith("/file/"):
                 path = self.site.inside(url.path[len("/file/"):])
                 ctype = SERVED_FILES.get(path.suffix.lower())
-                if ctype is None or not path.is_file():
+                page = SERVED_PAGES.get(path.name)
+                if ctype is None or not holds(path, Path.is_file) or \
+                        (ctype == SERVED_FILES[".html"] and not (page and holds(path.parent, page))):
                     raise UserError(f"{url.path[6:]!r} is not a page or image of a run")
-                self.send(200, reader.file_bytes(path), ctype)
+                self.send(200, reader.file_bytes(path), ctype, FILE_CSP)
             else:
                 raise UserError(f"no page {url.path!r} here; the runs table is at /")
+        except ConnectionError:
+            raise  # the client has gone: nobody to tell (handle_one_request)
         except (UserError, OSError, ValueError) as e:  # a missing, deleted or damaged run: one line
             text = str(e).splitlines()[0] if str(e) else type(e).__name__
             status = HTTPStatus.NOT_FOUND if isinstance(e, UserError) else HTTPStatus.INTERNAL_SERVER_ERROR
@@ -187,12 +240,18 @@ def make_server(experiments: Path, port: int = 8000, host: str = HOST) -> Thread
     experiments = Path(experiments)
     if not experiments.is_dir():
         raise UserError(f"{experiments} is not a folder; give the folder that holds your run folders")
+    if int(port) not in PORTS:
+        raise UserError(f"--port {port}: give a port from 1 to 65535 (0: any free port)")
+    if not str(host).strip():
+        raise UserError("--host is empty (which would listen on every interface); give an address, e.g. 127.0.0.1")
     handler = type("SiteHandler", (Handler,), {"site": Site(experiments)})
     try:
         server = ThreadingHTTPServer((host, port), handler)
-    except OSError as e:
-        raise UserError(f"cannot listen on {host}:{port} ({e.strerror}); choose another --port") from None
+    except (OSError, OverflowError) as e:
+        why = getattr(e, "strerror", None) or str(e)
+        raise UserError(f"cannot listen on {host}:{port} ({why}); choose another --host or --port") from None
     server.daemon_threads = True
+    server.named_host = str(host)
     return server
 
 
@@ -211,7 +270,11 @@ def serve(experiments: Path, port: int = 8000, host: str = HOST) -> int:
     """Serve until Ctrl-C; returns 0 after closing the socket."""
     root, start, note = site_root(experiments)
     server = make_server(root, port, host)
-    print(f"minitrain serve: {root.resolve()} at http://{host}:{server.server_address[1]}{start} "
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"minitrain serve: warning: listening on {host}, not on this machine alone: every machine that "
+              "reaches this address can read these runs", file=sys.stderr, flush=True)
+    shown = f"[{host}]" if ":" in host else host
+    print(f"minitrain serve: {root.resolve()} at http://{shown}:{server.server_address[1]}{start} "
           "(Ctrl-C stops it)", file=sys.stderr, flush=True)
     if note:
         print(f"minitrain serve: {note}", file=sys.stderr, flush=True)

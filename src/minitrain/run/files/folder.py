@@ -58,11 +58,13 @@ def _refuse_unsafe_force(out: Path) -> None:
 
 
 # What minitrain writes into a run folder (the writer of each: the trainer, the page, signature, diagnose,
-# remediate, explore's cost file, the lock), and under checkpoints/ only step-NNNNNN folders. --force and a new
+# remediate, explore's cost file, the lock, the TensorBoard and MLflow sinks' folders (run/sinks.py), explain's
+# replays (lab/explain.py)), and under checkpoints/ only step-NNNNNN folders. --force and a new
 # blind draw delete these and nothing else: a file a learner put there (notes, an edited postmortem.md, which
 # `minitrain postmortem` hands over as theirs) is named and the command refused (docs/reliability.md).
 RUN_FILES = frozenset({MANIFEST, CONFIG, TOKENIZER, METRICS, RESULTS, DIAGNOSIS, CHECKPOINTS, LOCK_NAME,
-                       "dashboard.html", "signature.json", "remediation.json", "explore-cost.json"})
+                       "dashboard.html", "signature.json", "remediation.json", "explore-cost.json",
+                       "tensorboard", "mlruns", "explain"})
 
 
 def _is_temporary(name: str) -> bool:
@@ -114,9 +116,10 @@ def clear_run_dir(out: Path) -> None:
             child.unlink()
 
 
-def claim_run_dir(out: Path, force: bool) -> RunLock:
+def claim_run_dir(out: Path, force: bool, resumable: bool = True) -> RunLock:
     """Create (or, with --force, empty) the folder of a new run and take its lock. Refused: a folder that holds
-    files but no minitrain run (even with --force), a run without --force, a live run, an unsafe --force."""
+    files but no minitrain run (even with --force), a run without --force, a live run, an unsafe --force.
+    `resumable`: the command has a --resume to suggest (import has not)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"{out} exists and is not a folder; choose another --out")
@@ -131,8 +134,8 @@ def claim_run_dir(out: Path, force: bool) -> RunLock:
                             + "choose another --out")
         refuse_if_live(out)
         if not force:
-            raise UserError(f"{out} already holds a run; pass --force to replace it, --resume to continue it, "
-                            "or choose another --out")
+            raise UserError(f"{out} already holds a run; pass --force to replace it, "
+                            + ("--resume to continue it, " if resumable else "") + "or choose another --out")
         _refuse_unsafe_force(out)
         refuse_foreign_files(out)
         lock = lock_run(out)
