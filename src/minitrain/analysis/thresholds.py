@@ -32,6 +32,11 @@ THRESHOLDS: dict[str, Threshold] = {
     # §2 the LR
     "lr_flat": Threshold(1e-3, "exact", "(max LR - min LR) / max LR below this: the LR never changed"),
     "warmup_share": Threshold(0.5, "exact", "first-step LR at or above this share of the peak LR: no warmup ramp"),
+    "warmup_lr": Threshold(1e-3, "tuned", "a run whose intended schedule is unknown (imported): §2.3 names no "
+                                          "warmup only at a peak LR this large or larger. Adam's first steps move "
+                                          "each weight by about the LR, and small transformers train without "
+                                          "warmup at 3e-4 (Adam's usual default) and at transformers' 5e-5; "
+                                          "those missing a warmup that hurts them ran at 3e-2 and 5e-2 here"),
     "lr_jump": Threshold(1.8, "exact", "LR changed by more than this factor in one step (from step 2 on): neither "
                                        "a linear warmup (at most x1.5 from step 2) nor a cosine does that"),
     "lr_steady": Threshold(1.2, "exact", "... out of a steady schedule: the step before changed the LR by less than "
@@ -68,6 +73,8 @@ THRESHOLDS: dict[str, Threshold] = {
     "outlier_rows": Threshold(1.0, "exact", "... and at least this many rows' worth of a chance-level loss over the "
                                             "batch (ln V / batch size nats per row: the batch mean's own unit, so "
                                             "the bar falls as the batch grows) ..."),
+    "outlier_loss_share": Threshold(0.1, "tuned", "... (an imported run whose batch size or vocabulary is unknown: "
+                                                  "at least this share of the run's median loss instead) ..."),
     "outlier_gn_z": Threshold(1.0, "tuned", "... with the pre-clip gradient norm this many σ of its own noise above "
                                             "its median ..."),
     "outlier_back": Threshold(0.5, "tuned", "... and the previous and next steps' loss excess below this share of "

@@ -79,12 +79,64 @@ def _walk(ev: Evidence) -> dict:
     if leaf.cause == "unknown":
         out["closest"] = _closest(path, ruled)
     out["confidence"] = confidence(leaf, path, checked if leaf.rule_out else [])
+    untested = untestable(path)
+    if untested:
+        out["untestable"] = [f"{u['leaf']} {u['cause']}" for u in untested]
+        out["to_test"] = to_test(untested)
+        if leaf.cause == "healthy":
+            out["title"] = "healthy in what was logged"
+            out["diagnosis"] += (f" Not testable on this run ({len(untested)} leaves, its log lacks what they read): "
+                                 + ", ".join(out["untestable"]) + "; 'healthy' says nothing about them.")
     for p in path:
         p.pop("_finding")
     return {**out, "path": [p["node"] for p in path] + [leaf.id],
             "decided_by": decisive["node"] if decisive else None,
             "evidence": evidence, "walk": path, **({"note": ev.note} if ev.note else {}),
             "not_measured": [p["node"] for p in path if p.get("not_measured")]}
+
+
+# what to log (or pass, or attach) to make a question testable, by what it needs
+HOW_TO_TEST = {
+    "vocab": "pass --vocab-size V to minitrain import (or keep HF's config.json beside the log)",
+    "step0": "log from the first step, every step (HF logging_steps=1, Lightning log_every_n_steps=1)",
+    "every_step": "log the loss and gradient norm of every step (HF logging_steps=1, Lightning "
+                  "log_every_n_steps=1): a mean over an interval or a sampled step hides a one-step fault",
+    "schedule": "not in any log: the schedule you meant (a constant LR is read as meant); judge the LR curve yourself",
+    "batch_size": "pass --batch-size B to minitrain import",
+    "lr": "log the learning rate every step (HF and Lightning's LearningRateMonitor do)",
+    "grad_norm": "log the pre-clip gradient norm every step (clip_grad_norm_ returns it; with clipping off "
+                 "clip_grad_norm_(params, float('inf')))",
+    "val_loss": "log a validation loss",
+    "ngram": "an n-gram baseline (minitrain's own runs record one)",
+    "batch": "attach minitrain's probe (minitrain.probe.attach or MinitrainCallback): it records batch composition",
+}
+PROBE_ADVICE = ("attach minitrain's probe (minitrain.probe.attach, or MinitrainCallback for the HF Trainer): it "
+                "records per-tensor statistics, the update-to-weight ratio and, with natural_signals=True, the "
+                "attention and output logits")
+
+
+def untestable(path: list[dict]) -> list[dict]:
+    """The leaves this walk could not test: each question on its path that its run could not answer (a signal
+    or a fact of the logging it needs is absent), with the leaf its "yes" leads to."""
+    out: list[dict] = []
+    for p in path:
+        if not p.get("not_measured"):
+            continue
+        leaf = _first_leaf(ITEMS[p["node"]].yes)
+        if leaf.cause in ("healthy", "unknown") or any(u["leaf"] == leaf.id for u in out):
+            continue
+        out.append({"leaf": leaf.id, "cause": leaf.cause, "node": p["node"], "needs": p["not_measured"]})
+    return out
+
+
+def to_test(untested: list[dict]) -> list[dict]:
+    """What to log, pass or attach to test the untestable leaves, one entry per missing thing."""
+    by_need: dict[str, list[str]] = {}
+    for u in untested:
+        for need in u["needs"]:
+            by_need.setdefault(need, []).append(f"{u['leaf']} {u['cause']}")
+    return [{"needs": need, "leaves": leaves, "how": HOW_TO_TEST.get(need, PROBE_ADVICE)}
+            for need, leaves in by_need.items()]
 
 
 def answer(node: Node, ev: Evidence) -> tuple[Finding, list[str]]:
