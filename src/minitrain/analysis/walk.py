@@ -83,8 +83,7 @@ def _walk(ev: Evidence) -> dict:
     if untested:
         out["untestable"] = [f"{u['leaf']} {u['cause']}" for u in untested]
         out["to_test"] = to_test(untested)
-        if leaf.cause == "healthy":
-            out["title"] = "healthy in what was logged"
+        if leaf.cause == "healthy":  # healthy only in what could be tested: said in the text, the page and table
             out["diagnosis"] += (f" Not testable on this run ({len(untested)} leaves, its log lacks what they read): "
                                  + ", ".join(out["untestable"]) + "; 'healthy' says nothing about them.")
     for p in path:
