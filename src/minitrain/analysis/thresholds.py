@@ -79,6 +79,12 @@ THRESHOLDS: dict[str, Threshold] = {
                                             "its median ..."),
     "outlier_back": Threshold(0.5, "tuned", "... and the previous and next steps' loss excess below this share of "
                                             "the jump (a bad batch is one step: the model was not damaged)"),
+    "stuck_fall_steps": Threshold(10, "tuned", "without batch composition (§4.4): the loss fell at every step for "
+                                               "at least this many steps (a real batch's noise breaks a run of "
+                                               "falls within a few steps once the loss has flattened) ..."),
+    "stuck_fall_z": Threshold(3.0, "tuned", "... by at least this many σ of its own noise in all ..."),
+    "stuck_back": Threshold(0.5, "tuned", "... and the next step's loss jumped back at least this share of that "
+                                          "fall (new batches: the memorised one's gain is gone)"),
     # §5 initialisation
     "logit0_high": Threshold(10.0, "tuned", "largest |logit| at step 0 (an untrained model's logits are ~1)"),
     # §6 optimizer state
@@ -94,6 +100,9 @@ THRESHOLDS: dict[str, Threshold] = {
     "gn_all_down_z": Threshold(3.0, "tuned", "every tensor's g this many σ of its own noise below its trailing "
                                              "median, beyond the loss's own fall"),
     "gn_huge_z": Threshold(20.0, "tuned", "a pre-clip jump (beyond the loss's) this many σ of the norm's own noise"),
+    "gn_scaled": Threshold(100.0, "tuned", "without per-tensor gradients (§7.5): the pre-clip norm this many times "
+                                           "its trailing median at a step whose loss is normal: a common scale "
+                                           "(natural spikes reach a few times the median)"),
     "loss_jump_z": Threshold(10.0, "tuned", "a loss jump this many σ of the run's own loss noise that no question "
                                             "explained: unknown, not healthy"),
     # §2 natural instabilities (Wortsman et al. 2023 and 2023b), set on the LR sweep's seed-42 runs

@@ -263,6 +263,11 @@ TREE: tuple[Section, ...] = (
         Node("§4.3", "Is the same batch served on several consecutive steps?",
              "batch.rows and the batch's token statistics equal to the previous step's", P_BATCH,
              f">= {T['stuck_steps']:g} repeats in a row", C.check_stuck_loader, yes="§4.B", needs=("batch",)),
+        Node("§4.4", "Without batch composition: did the loss fall at every step for many steps, then jump back?",
+             "loss, step to step (a run whose batches are not measured; one that measured them: no, §4.3 decides)",
+             P_LOSS, f">= {T['stuck_fall_steps']:g} falls in a row, >= {T['stuck_fall_z']:g} σ in all, then back "
+             f">= {T['stuck_back']:.0%} of it in one step", C.check_loss_memorised_run, yes="§4.B",
+             needs=("every_step",)),
         Leaf("§4.A", "bad_batch", "bad batch / data outlier",
              "One batch is an outlier (one repeated or rare sentence, or corrupted rows: random tokens, rows cut "
              "in the wrong place, targets that belong to other rows): its own loss is high and its gradient large, "
@@ -344,6 +349,10 @@ TREE: tuple[Section, ...] = (
              "trailing median) less the loss's log fall (when < 0), over that tensor's own trailing spread",
              P_GN + "; " + P_G, f"<= -{T['gn_all_down_z']:g} σ", C.check_gn_all_down,
              yes="§7.B", needs=("params.g",)),
+        Node("§7.5", f"Without per-tensor gradients: did the pre-clip norm jump x{T['gn_scaled']:g} or more at a step "
+             "whose own loss was normal?", "grad_norm / its trailing median at steps whose loss is within "
+             f"{T['outlier_z']:g} σ of its own (a run that measured per-tensor g: no, §7.1 decides)", P_GN,
+             f">= x{T['gn_scaled']:g}", C.check_gn_scaled, yes="§7.A", needs=("every_step", "grad_norm")),
         Node("§7.3", f"Is there any pre-clip jump of {T['gn_huge_z']:g} σ of the norm's own noise beyond what the loss "
              "explains?", "log(grad_norm / trailing median) less the loss's log rise (if > 0), over the norm's own "
              "trailing spread", P_GN, f">= {T['gn_huge_z']:g} σ", C.check_gn_huge, yes="§7.C", needs=("every_step", "grad_norm")),

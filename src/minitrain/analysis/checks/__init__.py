@@ -7,7 +7,8 @@ its threshold (1 = at it), so the walker can name the closest leaves when it ans
 
 One module per part of the tree, one import surface here (`from minitrain.analysis import checks as C`):
 finding.py (what a check returns), run_lr_loss.py (§1-§3), batch_init.py (§4-§5), optimizer_gradient.py
-(§6-§7), rule_outs.py (the §2-§6 leaves' rule-outs), natural.py (§2.6-§2.8 and their rule-outs).
+(§6-§7), rule_outs.py (the §2-§6 leaves' rule-outs), natural.py (§2.6-§2.8 and their rule-outs), logged.py
+(§4.4 and §7.5: the loss and norm alone, where the richer signals were not measured).
 """
 
 from minitrain.analysis.checks.finding import (  # noqa: F401
@@ -33,4 +34,7 @@ from minitrain.analysis.checks.rule_outs import (  # noqa: F401
 from minitrain.analysis.checks.natural import (  # noqa: F401
     natural_series, loss_degraded, check_attn_logit_growth, check_logz_drift, rms_series, RMS_LEAD,
     check_rms_before_spike, rule_out_logits_large_from_start, rule_out_v_left_recurrence,
+)
+from minitrain.analysis.checks.logged import (  # noqa: F401
+    check_loss_memorised_run, check_gn_scaled,
 )
