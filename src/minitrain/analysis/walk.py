@@ -115,27 +115,35 @@ PROBE_ADVICE = ("attach minitrain's probe (minitrain.probe.attach, or MinitrainC
 
 
 def untestable(path: list[dict]) -> list[dict]:
-    """The leaves this walk could not test: each question on its path that its run could not answer (a signal
-    or a fact of the logging it needs is absent), with the leaf its "yes" leads to."""
+    """The leaves this walk could not test: a leaf whose every question on the path was one the run could not
+    answer (a signal or a fact of the logging it needs is absent); a leaf another question tested is not in it."""
+    tested = {_first_leaf(ITEMS[p["node"]].yes).id for p in path if not p.get("not_measured")}
     out: list[dict] = []
     for p in path:
         if not p.get("not_measured"):
             continue
         leaf = _first_leaf(ITEMS[p["node"]].yes)
-        if leaf.cause in ("healthy", "unknown") or any(u["leaf"] == leaf.id for u in out):
+        if leaf.cause in ("healthy", "unknown") or leaf.id in tested:
             continue
-        out.append({"leaf": leaf.id, "cause": leaf.cause, "node": p["node"], "needs": p["not_measured"]})
+        known = next((u for u in out if u["leaf"] == leaf.id), None)
+        if known is None:
+            out.append({"leaf": leaf.id, "cause": leaf.cause, "nodes": [p["node"]], "needs": list(p["not_measured"])})
+        else:
+            known["nodes"].append(p["node"])
+            known["needs"] += [n for n in p["not_measured"] if n not in known["needs"]]
     return out
 
 
 def to_test(untested: list[dict]) -> list[dict]:
-    """What to log, pass or attach to test the untestable leaves, one entry per missing thing."""
-    by_need: dict[str, list[str]] = {}
+    """What to log, pass or attach to test the untestable leaves: one entry per remedy, with what it supplies."""
+    by_how: dict[str, dict] = {}
     for u in untested:
         for need in u["needs"]:
-            by_need.setdefault(need, []).append(f"{u['leaf']} {u['cause']}")
-    return [{"needs": need, "leaves": leaves, "how": HOW_TO_TEST.get(need, PROBE_ADVICE)}
-            for need, leaves in by_need.items()]
+            entry = by_how.setdefault(HOW_TO_TEST.get(need, PROBE_ADVICE), {"needs": [], "leaves": []})
+            entry["needs"] += [need] if need not in entry["needs"] else []
+            name = f"{u['leaf']} {u['cause']}"
+            entry["leaves"] += [name] if name not in entry["leaves"] else []
+    return [{"needs": e["needs"], "leaves": e["leaves"], "how": how} for how, e in by_how.items()]
 
 
 def answer(node: Node, ev: Evidence) -> tuple[Finding, list[str]]:

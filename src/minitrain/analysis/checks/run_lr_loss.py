@@ -116,6 +116,8 @@ def check_lr_jump(ev: Evidence) -> Finding:
     if not len(big):
         i = int(np.argmax(np.where(steady, np.abs(log), 0.0)))
         x = float(math.exp(abs(log[i])))
+        if not np.isfinite(ratio[i]):  # no steady step changed the LR at all (a constant LR)
+            return Finding(False, 1.0, "the LR never changed from one step to the next", None, near=0.0)
         return Finding(False, x, f"largest one-step LR change x{fmt(float(ratio[i]), 3)} at step {ev.step_at(i)}", i,
                        near=near_ratio(x, T["lr_jump"]))
     start = int(big[0])
