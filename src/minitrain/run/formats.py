@@ -4,6 +4,7 @@ of a run that their config files hold (vocabulary size, logging interval, batch 
     trainer_state.json   Hugging Face Trainer's save_state(): its `log_history` (one dict per logging step)
     a printed log        nanoGPT's train.py: `iter N: loss X, time Y ms` and `step N: train loss X, val loss Y`
     a TensorBoard parent a folder whose runs lie one level (or more) down: HF's `runs/`, SummaryWriter()'s default
+    a W&B panel export   a chart's "Export CSV": `Step`, `<run> - <metric>` and its `__MIN` / `__MAX` columns
 
 Facts a log does not hold are left out (None), never guessed: the walker then says which checks they make
 untestable (analysis/walk.py).
@@ -38,6 +39,25 @@ def is_trainer_state(path: Path) -> bool:
 def is_printed_log(path: Path, text: str) -> bool:
     """A nanoGPT-style printed log: some line is `iter N: loss X`."""
     return path.suffix.lower() in (".log", ".txt", "") and any(ITER_LINE.match(ln.strip()) for ln in text.splitlines())
+
+
+PANEL_COLUMN = re.compile(r"^(?P<run>.+?) - (?P<metric>.+?)(?P<bound>__MIN|__MAX)?$")
+
+
+def unpanel(records: list[dict]) -> list[dict]:
+    """A W&B panel export's rows with its columns named by their metric (`<run> - train/loss` -> `train/loss`)
+    and the min / max band columns dropped; a history that is no panel export comes back as it was. A panel
+    holding several runs is refused: import one run's export."""
+    if not records:
+        return records
+    cols = {c: PANEL_COLUMN.match(c) for c in records[0] if c is not None}
+    if not any(m and m.group("bound") for m in cols.values()):
+        return records
+    runs = sorted({m.group("run") for m in cols.values() if m})
+    if len(runs) > 1:
+        raise UserError(f"this W&B panel export holds {len(runs)} runs ({', '.join(runs)}); export one run's panel")
+    keep = {c: (m.group("metric") if m else c) for c, m in cols.items() if not (m and m.group("bound"))}
+    return [{keep[c]: v for c, v in rec.items() if c in keep} for rec in records]
 
 
 def read_trainer_state(path: Path, text: str) -> tuple[dict[str, dict[int, float | None]], dict]:

@@ -135,7 +135,7 @@ def read_source(source: Path) -> tuple[str, dict[str, dict[int, float | None]], 
     if formats.is_printed_log(source, text):
         return "printed_log", formats.read_printed_log(source, text), {}
     if source.suffix.lower() == ".csv":
-        return "csv", read_table(list(csv.DictReader(text.splitlines())), source), {}
+        return "csv", read_table(formats.unpanel(list(csv.DictReader(text.splitlines()))), source), {}
     if source.suffix.lower() in (".jsonl", ".json", ".ndjson"):
         records = []
         for i, line in enumerate(text.splitlines()):
