@@ -133,3 +133,35 @@ def test_a_constant_adam_lr_and_a_small_vocabulary_are_not_faults(tmp_path):
     d = diagnosis(tmp_path / "run")
     assert d["cause"] == "healthy", d  # not lr_schedule (a constant LR is a choice), not no_warmup, not bad_init
     assert "§2.A lr_schedule" in d["untestable"]
+
+
+def test_the_readme_import_commands_work_as_written(tmp_path):
+    """The README's three imports and its diagnose, run as written in a folder holding the files they name."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    transformers = pytest.importorskip("transformers")
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    block = re.search(r"## Someone else's run.*?```bash\n(.*?)```", readme, re.S).group(1)
+    lines = [shlex.split(x)[2:] for x in block.strip().splitlines()]  # without ./dev minitrain
+    assert [x[0] for x in lines] == ["import", "import", "import", "diagnose"]
+    out = tmp_path / "hf-output"
+    transformers.GPT2Config(vocab_size=67, n_layer=1, n_embd=16, n_head=2).save_pretrained(out)
+    state = transformers.TrainerState(logging_steps=1, max_steps=STEPS, train_batch_size=16)
+    state.log_history = [{"loss": loss_at(s), "grad_norm": 1.0, "learning_rate": 5e-5, "step": s}
+                         for s in range(1, STEPS + 1)]
+    state.save_to_json(str(out / "trainer_state.json"))
+    writer = SummaryWriter(str(tmp_path / "runs" / "Dec03_10-00-00_host"))
+    for s in range(STEPS):
+        writer.add_scalar("train/loss", loss_at(s, 65), s)
+    writer.close()
+    with open(tmp_path / "log.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["step", "loss", "lr", "grad_norm"])
+        w.writerows([s, loss_at(s, 256), 3e-4, 1.0] for s in range(STEPS))
+    for args in lines:
+        run_cli(*args, cwd=tmp_path, check=True)
+    assert json.loads(run_cli("diagnose", "imported/hf", "--json", cwd=tmp_path, check=True).stdout)["cause"] == "healthy"
