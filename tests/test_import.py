@@ -91,7 +91,7 @@ def test_csv_and_jsonl_histories_and_the_map_option(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 100 and rows[10]["val_loss"] == pytest.approx(5.1) and rows[11]["val_loss"] is None
     walk = run_cli("diagnose", str(tmp_path / "a"), check=True).stdout  # what the source lacks is named, never guessed
-    assert "not measured (this run has no params.ur)" in walk and "not measured (this run has no batch.dup_rows)" in walk
+    assert "not measured (this run has no params.ur" in walk and "not measured (this run has no batch.dup_rows)" in walk
     assert "not measured on this run (the verdict cannot rest on them)" in walk
     # nanoGPT's wandb.log dicts: iter, train/loss, val/loss, lr; its grad norm under a name of the user's
     jl = tmp_path / "log.jsonl"

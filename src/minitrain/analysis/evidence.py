@@ -29,8 +29,8 @@ from minitrain.run.nonfinite import is_non_finite
 ASSUMED_VOCAB = TrainConfig.vocab_size
 # facts of how a run was logged that checks need (Node.needs), known for minitrain's own runs (Evidence.knows):
 # the vocabulary size, the batch size, the intended LR schedule, one row per optimizer step (a loss not averaged
-# over an interval), and a first row that is the untrained model's
-LOGGING_FACTS = ("vocab", "batch_size", "schedule", "every_step", "step0")
+# over an interval), a first row that is the untrained model's, and a run long enough to judge the LR's size
+LOGGING_FACTS = ("vocab", "batch_size", "schedule", "every_step", "step0", "long_run")
 
 
 def _num(x) -> float:
@@ -176,6 +176,8 @@ class Evidence:
     def knows(self, fact: str) -> bool:
         """A fact of how the run was logged that a check needs (LOGGING_FACTS). A run minitrain recorded
         knows them all; an imported one only what its log, its config files or a flag said."""
+        if fact == "long_run":  # the LR's size is judged over a run (T['ur_run_steps']), whoever recorded it
+            return len(self.rows) >= T["ur_run_steps"]
         if self.imported is None:
             return True
         if fact == "vocab":

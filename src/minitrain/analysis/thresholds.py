@@ -89,6 +89,10 @@ THRESHOLDS: dict[str, Threshold] = {
     "logit0_high": Threshold(10.0, "tuned", "largest |logit| at step 0 (an untrained model's logits are ~1)"),
     # §6 optimizer state
     "v_factor": Threshold(1.02, "tuned", "Adam's v moved by a factor outside [1/x, x] that g^2 does not explain ..."),
+    "v_factor_warmup": Threshold(1.1, "tuned", "... during a warmup (the LR still rising to its peak), v moves with the "
+                                               "growing updates beyond what the fit of the whole run explains (a "
+                                               "LayerNorm's v x1.026 under HF's Trainer): there only a factor outside "
+                                               "[1/x, x] counts (the lab's corruptions: x0.01 to x100)"),
     "v_noise_mult": Threshold(50.0, "tuned", "... and by at least this many times the run's own rounding noise"),
     "v_fit_noise": Threshold(0.01, "tuned", "residual noise (99th percentile of |log f|) of the v recurrence above "
                                             "which v does not follow one β2 over the run (clean: ~1e-4)"),

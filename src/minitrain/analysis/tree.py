@@ -146,7 +146,7 @@ TREE: tuple[Section, ...] = (
              "median over the steps at half the peak LR or more of the median over tensors of params[*].ur "
              f"(update / weight), on runs of {T['ur_run_steps']:g}+ steps", P_UR,
              f"> {T['ur_high']:g}", C.check_update_ratio, yes="§2.E",
-             needs=("params.ur",)),
+             needs=("params.ur", "long_run")),
         Leaf("§2.A", "lr_schedule", "the scheduler never stepped",
              "The learning rate never changes: the scheduler is not stepped (or the optimizer is rebuilt every "
              "step), so there is neither warmup nor decay.",

@@ -107,6 +107,8 @@ HOW_TO_TEST = {
                  "clip_grad_norm_(params, float('inf')))",
     "val_loss": "log a validation loss",
     "ngram": "an n-gram baseline (minitrain's own runs record one)",
+    "long_run": "a longer run: the update-to-weight ratio is read over 1000+ steps (early in any run the weights are "
+                "small and the ratio is high whatever the LR)",
     "batch": "attach minitrain's probe (minitrain.probe.attach or MinitrainCallback): it records batch composition",
 }
 PROBE_ADVICE = ("attach minitrain's probe (minitrain.probe.attach, or MinitrainCallback for the HF Trainer): it "
