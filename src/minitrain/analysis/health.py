@@ -53,9 +53,12 @@ def _verdict(ev: Evidence | None, verdict: dict | None, sealed: bool) -> dict:
     if ev is None or verdict is None:
         return _item("stability check", "the walker cannot read this run", "warn", "minitrain diagnose RUN says why")
     at = f" at step {verdict['anomaly_step']}" if verdict.get("anomaly_step") is not None else ""
+    untested = verdict.get("untestable") or []
     return _item("stability check", f"{verdict['leaf']} {verdict['title']}{at}",
                  "ok" if verdict["cause"] == "healthy" else "bad",
-                 "the walker's verdict (stability-check.md, first matching leaf)")
+                 "the walker's verdict (stability-check.md, first matching leaf)"
+                 + (f"; not testable on this run (its log lacks what they read): {', '.join(untested)}"
+                    if untested else ""))
 
 
 def _start(ev: Evidence) -> list[dict]:
