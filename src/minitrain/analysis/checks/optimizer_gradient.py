@@ -32,7 +32,9 @@ def check_v_factor(ev: Evidence) -> Finding:
                        f"{vf['tensor']}: v changed by x{fmt(vf['factor'])} beyond g^2 at step {ev.step_at(vf['index'])}, "
                        f"during the warmup (the LR still rising), where v moves with the growing updates: allowed "
                        f"x{1 / T['v_factor_warmup']:.4g}..x{T['v_factor_warmup']:g} there", vf["index"],
-                       {"tensor": vf["tensor"]}, near=abs(vf["log_factor"]) / math.log(T["v_factor_warmup"]))
+                       {"tensor": vf["tensor"]}, near=abs(vf["log_factor"]) / math.log(T["v_factor_warmup"]),
+                       crossing=Crossing(abs(vf["log_factor"]) / vf["noise"], math.log(T["v_factor_warmup"]) / vf["noise"],
+                                         "x the run's own rounding noise of log f") if vf["noise"] > 0 else None)
     return Finding(abs(vf["log_factor"]) > thr, vf["factor"],
                    f"{vf['tensor']}: v changed by x{fmt(vf['factor'])} beyond g^2 at step {ev.step_at(vf['index'])} "
                    f"(allowed x{math.exp(-thr):.4g}..x{math.exp(thr):.4g}; rounding noise {vf['noise']:.1e})",
