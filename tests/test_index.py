@@ -48,7 +48,11 @@ def test_the_table_has_a_row_per_run_with_its_settings_and_verdict(exp):
     b = rows["19-injection-B"]
     assert (b["status"], b["steps"], b["seed"], b["K"], b["injection"]) == ("finished", "120", "42", str(SMALL_K), "bad_batch")
     assert b["lr"] == "0.0003" and b["clip"] == "1.0" and b["verdict"].startswith("§4.A") and f"at step {SMALL_K}" in b["verdict"]
-    assert rows["18-baseline"]["verdict"] == "§8.A healthy" and rows["18-baseline"]["K"] == ""
+    # healthy in what it measured; a run without natural_signals cannot test the logit-growth leaves, nor a
+    # 120-step run the LR's size, and it says so
+    assert rows["18-baseline"]["verdict"] == ("§8.A healthy (3 leaves not testable: §2.F attention_logit_growth, "
+                                              "§2.G output_logit_divergence, §2.E lr_too_high)")
+    assert rows["18-baseline"]["K"] == ""
     assert rows["19-blind/01"]["verdict"] == "sealed" and rows["19-blind/01"]["injection"] == "withheld"
     assert rows["19-blind/01"]["K"] == ""  # a blind run's K is withheld too
     data = json.loads(re.search(r'id="index-data">(.*?)</script>', page, re.S).group(1))

@@ -211,8 +211,10 @@ def test_diagnose_names_the_users_x50_at_k(runs, capsys):
 def test_diagnose_calls_the_trainer_run_healthy(runs, capsys):
     d = cli_json(capsys, "diagnose", str(runs["hf"]))
     assert d["cause"] == "healthy", d["path"]
-    # no natural-instability signals (§2.6, §2.7), validation loss or n-gram baseline on a foreign run
-    assert d["not_measured"] == ["§2.6", "§2.7", "§3.2", "§3.4"]
+    # no natural-instability signals (§2.6, §2.7), too short a run for the LR's size (§2.5), no validation loss or
+    # n-gram baseline on a foreign run: each leaf those lead to is listed as not testable
+    assert d["not_measured"] == ["§2.6", "§2.7", "§2.5", "§3.2", "§3.4"]
+    assert "§2.E lr_too_high" in d["untestable"]
 
 
 def test_index_lists_probe_runs(runs, capsys):

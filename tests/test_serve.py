@@ -75,7 +75,7 @@ def test_sealed_runs_stay_sealed_and_a_deleted_or_corrupt_run_is_one_line(site):
     code, rows = site.json("/api/runs")
     by = {r["run"]: r for r in rows}
     assert code == 200 and by["19-injection-B"]["verdict"] == "sealed"  # the spike lab is not revealed here
-    assert by["18-baseline"]["verdict"] == "§8.A healthy"
+    assert by["18-baseline"]["verdict"].startswith("§8.A healthy (")  # with the leaves it could not test
     code, payload = site.json("/api/payload?run=19-injection-B")
     assert payload["sealed"] is True and payload["diagnosis"] is None
     assert set(payload["checks"] or {"signals": 0}) == {"signals"}  # no answer in a sealed page: measurements only

@@ -17,15 +17,20 @@ from pathlib import Path
 
 import numpy as np
 
-from minitrain.analysis.thresholds import MIN_HISTORY, WINDOW
+from minitrain.analysis.thresholds import MIN_HISTORY, WINDOW, T
 from minitrain.core.config import TrainConfig
 from minitrain.core.errors import UserError
 from minitrain.run import reader
 from minitrain.run.nonfinite import is_non_finite
 
 
-# ln V of a run that records no vocabulary size (no tokenizer.json, no config): the course's default vocabulary
+# ln V of a run minitrain recorded without a vocabulary size (no tokenizer.json, no config): the course's default
+# vocabulary. An imported run never assumes it: the checks that need V are not testable there ("vocab").
 ASSUMED_VOCAB = TrainConfig.vocab_size
+# facts of how a run was logged that checks need (Node.needs), known for minitrain's own runs (Evidence.knows):
+# the vocabulary size, the batch size, the intended LR schedule, one row per optimizer step (a loss not averaged
+# over an interval), a first row that is the untrained model's, and a run long enough to judge the LR's size
+LOGGING_FACTS = ("vocab", "batch_size", "schedule", "every_step", "step0", "long_run")
 
 
 def _num(x) -> float:
@@ -124,6 +129,9 @@ class Evidence:
     vocab_size: int | None = None
     ngram_val_loss: float | None = None
     note: str | None = None  # e.g. the metrics end on a partial line
+    # a run made elsewhere (`minitrain import`): what is known of it (vocab_size, batch_size, log_every,
+    # first_step, each with where it came from); None for a run minitrain recorded itself
+    imported: dict | None = None
 
     def __post_init__(self):
         # one pass over the rows builds every series the checks read
@@ -170,10 +178,31 @@ class Evidence:
         recorded by the probe on a foreign model leaves out what it could not see (docs/probe.md)."""
         if signal == "ngram":
             return self.ngram_val_loss is not None
+        if signal in LOGGING_FACTS:
+            return self.knows(signal)
         field, _, stat = signal.partition(".")
         if field in ("params", "batch") and stat:
             return stat in (self.param_keys if field == "params" else self.batch_keys)
         return any(r.get(field) is not None for r in self.rows)
+
+    def knows(self, fact: str) -> bool:
+        """A fact of how the run was logged that a check needs (LOGGING_FACTS). A run minitrain recorded
+        knows them all; an imported one only what its log, its config files or a flag said."""
+        if fact == "long_run":  # the LR's size is judged over a run (T['ur_run_steps']), whoever recorded it
+            return len(self.rows) >= T["ur_run_steps"]
+        if self.imported is None:
+            return True
+        if fact == "vocab":
+            return self.vocab_size is not None
+        if fact == "batch_size":
+            return bool(self.imported.get("batch_size"))
+        if fact == "schedule":  # the schedule the user meant is nowhere in another trainer's log
+            return False
+        every = self.imported.get("log_every", 1) == 1
+        if fact == "every_step":
+            return every
+        # step0: the first row is the untrained model's own batch (step 0, or HF's first optimizer step 1)
+        return every and self.imported.get("first_step", 0) <= 1
 
     def param(self, name: str, key: str) -> np.ndarray:
         """A per-tensor series (all NaN when the run does not carry that statistic)."""
@@ -238,6 +267,11 @@ class Evidence:
         """ln V / the run's batch size (median rows per step): how much one row of chance-level loss (ln V per
         token) adds to a batch's mean loss. 0 when the metrics carry no batch composition."""
         rows = self.batch_rows[self.batch_rows > 0]
+        if not len(rows) and self.imported is not None:
+            if self.imported.get("batch_size") and self.vocab_size:
+                return self.ln_v / float(self.imported["batch_size"])
+            # batch size or V unknown: the run's own loss scale stands in (a share of its median loss)
+            return T["outlier_loss_share"] * float(np.nanmedian(self.loss)) if np.isfinite(self.loss).any() else 0.0
         return self.ln_v / float(np.median(rows)) if len(rows) else 0.0
 
     # --- the same jumps in units of the run's own noise (robust z-scores over the trailing window) ---
@@ -428,7 +462,7 @@ def _nan_reduce(f, x: np.ndarray) -> np.ndarray:
     return out
 
 
-REQUIRED = ("step", "loss", "lr", "grad_norm")
+REQUIRED = ("step", "loss")  # lr and grad_norm too in every run minitrain records; an imported log may lack them
 
 
 def load_evidence(run: Path) -> Evidence:
@@ -447,7 +481,9 @@ def load_evidence(run: Path) -> Evidence:
                             f"(needs {', '.join(REQUIRED)}); re-create the run")
     # the walker must not see which injection ran: drop the field before anything reads the rows
     rows = [{k: v for k, v in r.items() if k != "injected"} for r in rows]
-    return Evidence(rows, vocab_size=_vocab_size(run), ngram_val_loss=_ngram(run), note=note)
+    imported = reader.manifest_of(run).get("imported")
+    facts = (imported.get("facts") or {}) if isinstance(imported, dict) else None
+    return Evidence(rows, vocab_size=_vocab_size(run), ngram_val_loss=_ngram(run), note=note, imported=facts)
 
 
 def _vocab_size(run: Path) -> int | None:

@@ -71,10 +71,13 @@ def _verdict(ev: Evidence | None, verdict: dict | None, sealed: bool, partial: s
     if ev is None or verdict is None:
         return _item("stability check", "the walker cannot read this run", "warn", "minitrain diagnose RUN says why")
     at = f" at step {verdict['anomaly_step']}" if verdict.get("anomaly_step") is not None else ""
+    untested = verdict.get("untestable") or []
     return _item("stability check", f"{verdict['leaf']} {verdict['title']}{at}" + (f" ({partial})" if partial else ""),
                  "info" if partial else "ok" if verdict["cause"] == "healthy" else "bad",
                  "the walker's verdict (stability-check.md, first matching leaf)"
-                 + ("; it may change as the run goes on" if partial else ""))
+                 + ("; it may change as the run goes on" if partial else "")
+                 + (f"; not testable on this run (its log lacks what they read): {', '.join(untested)}"
+                    if untested else ""))
 
 
 def _start(ev: Evidence) -> list[dict]:

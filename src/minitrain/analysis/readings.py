@@ -77,7 +77,8 @@ def _read(ev: stability.Evidence) -> dict:
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         verdict = stability.walk(ev)
-        return {"verdict": {k: verdict[k] for k in ("leaf", "title", "cause", "anomaly_step")},
+        return {"verdict": {**{k: verdict[k] for k in ("leaf", "title", "cause", "anomaly_step")},
+                            "untestable": verdict.get("untestable", [])},
                 "questions": questions(ev), "signals": signals(ev)}
 
 

@@ -56,6 +56,10 @@ def format_report(result: dict, run_name: str) -> str:
     if result.get("not_measured"):
         lines.append("  not measured on this run (the verdict cannot rest on them): "
                      + ", ".join(result["not_measured"]))
+    if result.get("untestable"):
+        lines.append("  not testable on this run (their signal was not logged): " + ", ".join(result["untestable"]))
+        for t in result.get("to_test", []):
+            lines.append(f"    to test {', '.join(t['leaves'])}: {t['how']}")
     lines.append("")
     lines.append("Apply the fix, re-run, and re-walk from §1.")
     return "\n".join(lines)

@@ -32,6 +32,11 @@ THRESHOLDS: dict[str, Threshold] = {
     # §2 the LR
     "lr_flat": Threshold(1e-3, "exact", "(max LR - min LR) / max LR below this: the LR never changed"),
     "warmup_share": Threshold(0.5, "exact", "first-step LR at or above this share of the peak LR: no warmup ramp"),
+    "warmup_lr": Threshold(1e-3, "tuned", "a run whose intended schedule is unknown (imported): §2.3 names no "
+                                          "warmup only at a peak LR this large or larger. Adam's first steps move "
+                                          "each weight by about the LR, and small transformers train without "
+                                          "warmup at 3e-4 (Adam's usual default) and at transformers' 5e-5; "
+                                          "those missing a warmup that hurts them ran at 3e-2 and 5e-2 here"),
     "lr_jump": Threshold(1.8, "exact", "LR changed by more than this factor in one step (from step 2 on): neither "
                                        "a linear warmup (at most x1.5 from step 2) nor a cosine does that"),
     "lr_steady": Threshold(1.2, "exact", "... out of a steady schedule: the step before changed the LR by less than "
@@ -77,14 +82,26 @@ THRESHOLDS: dict[str, Threshold] = {
     "outlier_rows": Threshold(1.0, "exact", "... and at least this many rows' worth of a chance-level loss over the "
                                             "batch (ln V / batch size nats per row: the batch mean's own unit, so "
                                             "the bar falls as the batch grows) ..."),
+    "outlier_loss_share": Threshold(0.1, "tuned", "... (an imported run whose batch size or vocabulary is unknown: "
+                                                  "at least this share of the run's median loss instead) ..."),
     "outlier_gn_z": Threshold(1.0, "tuned", "... with the pre-clip gradient norm this many σ of its own noise above "
                                             "its median ..."),
     "outlier_back": Threshold(0.5, "tuned", "... and the previous and next steps' loss excess below this share of "
                                             "the jump (a bad batch is one step: the model was not damaged)"),
+    "stuck_fall_steps": Threshold(10, "tuned", "without batch composition (§4.4): the loss fell at every step for "
+                                               "at least this many steps (a real batch's noise breaks a run of "
+                                               "falls within a few steps once the loss has flattened) ..."),
+    "stuck_fall_z": Threshold(3.0, "tuned", "... by at least this many σ of its own noise in all ..."),
+    "stuck_back": Threshold(0.5, "tuned", "... and the next step's loss jumped back at least this share of that "
+                                          "fall (new batches: the memorised one's gain is gone)"),
     # §5 initialisation
     "logit0_high": Threshold(10.0, "tuned", "largest |logit| at step 0 (an untrained model's logits are ~1)"),
     # §6 optimizer state
     "v_factor": Threshold(1.02, "tuned", "Adam's v moved by a factor outside [1/x, x] that g^2 does not explain ..."),
+    "v_factor_warmup": Threshold(1.1, "tuned", "... during a warmup (the LR still rising to its peak), v moves with the "
+                                               "growing updates beyond what the fit of the whole run explains (a "
+                                               "LayerNorm's v x1.026 under HF's Trainer): there only a factor outside "
+                                               "[1/x, x] counts (the lab's corruptions: x0.01 to x100)"),
     "v_noise_mult": Threshold(50.0, "tuned", "... and by at least this many times the run's own rounding noise"),
     "v_fit_noise": Threshold(0.01, "tuned", "residual noise (99th percentile of |log f|) of the v recurrence above "
                                             "which v does not follow one β2 over the run (clean: ~1e-4)"),
@@ -96,6 +113,9 @@ THRESHOLDS: dict[str, Threshold] = {
     "gn_all_down_z": Threshold(3.0, "tuned", "every tensor's g this many σ of its own noise below its trailing "
                                              "median, beyond the loss's own fall"),
     "gn_huge_z": Threshold(20.0, "tuned", "a pre-clip jump (beyond the loss's) this many σ of the norm's own noise"),
+    "gn_scaled": Threshold(100.0, "tuned", "without per-tensor gradients (§7.5): the pre-clip norm this many times "
+                                           "its trailing median at a step whose loss is normal: a common scale "
+                                           "(natural spikes reach a few times the median)"),
     "loss_jump_z": Threshold(10.0, "tuned", "a loss jump this many σ of the run's own loss noise that no question "
                                             "explained: unknown, not healthy"),
     # §2 natural instabilities (Wortsman et al. 2023 and 2023b), set on the LR sweep's seed-42 runs

@@ -90,16 +90,18 @@ RULE_OUT_OPTIMIZER_CHANGED = ("many tensors' v left the recurrence at the same s
 TREE: tuple[Section, ...] = (
     Section("§1", "Did the run start?",
             "An untrained model predicts every token about equally: loss near ln V, moderate gradients.", (
-        Node("§1.1", f"Is the step-0 loss above {T['loss0_high']:g} (or non-finite)?", "loss at step 0", P_LOSS,
-             f"> {T['loss0_high']}", C.check_loss0_high, yes="§5.1"),
-        Node("§1.2", f"Is the step-0 loss below {T['loss0_low']:g}?", "loss at step 0", P_LOSS,
-             f"< {T['loss0_low']}", C.check_loss0_low, yes="§1.A"),
+        Node("§1.1", f"Is the step-0 loss above {T['loss0_high']:g} (or non-finite)?", "loss at step 0 (the bound at "
+             "the course's V = 512; another vocabulary scales it with ln V)", P_LOSS,
+             f"> {T['loss0_high']}", C.check_loss0_high, yes="§5.1", needs=("step0", "vocab")),
+        Node("§1.2", f"Is the step-0 loss below {T['loss0_low']:g}?", "loss at step 0 (the bound at the course's "
+             "V = 512; another vocabulary scales it with ln V)", P_LOSS,
+             f"< {T['loss0_low']}", C.check_loss0_low, yes="§1.A", needs=("step0", "vocab")),
         Node("§1.3", f"Is the step-0 loss outside ln V ± {T['loss0_band']:g}?", "loss at step 0 against ln(vocabulary size)", P_LOSS,
-             f"|loss - ln V| > {T['loss0_band']}", C.check_loss0_band, yes="§5.1"),
+             f"|loss - ln V| > {T['loss0_band']}", C.check_loss0_band, yes="§5.1", needs=("step0", "vocab")),
         Node("§1.4", f"Is the step-1 gradient norm above {T['gn1_high']:g}?", "grad_norm (pre-clip) of the first step (row step 0)", P_GN,
-             f"> {T['gn1_high']:g}", C.check_gn1_high, yes="§5.1"),
+             f"> {T['gn1_high']:g}", C.check_gn1_high, yes="§5.1", needs=("step0", "grad_norm")),
         Node("§1.5", f"Is the step-1 gradient norm below {T['gn1_low']:g}?", "grad_norm (pre-clip) of the first step (row step 0)", P_GN,
-             f"< {T['gn1_low']:g}", C.check_gn1_low, yes="§1.B", no="§9.1"),
+             f"< {T['gn1_low']:g}", C.check_gn1_low, yes="§1.B", no="§9.1", needs=("step0", "grad_norm")),
         Leaf("§1.A", "bad_init", "not an untrained model",
              "The model already predicts well at step 0: it did not start from its initialisation "
              "(a checkpoint loaded by mistake, or the wrong seed).",
@@ -114,13 +116,14 @@ TREE: tuple[Section, ...] = (
             "update-to-weight ratio says whether the LR is the right size for the model (Adam's update follows "
             "the LR, whatever the gradient's size).", (
         Node("§2.1", "Is the LR constant and non-zero over the whole run?", "lr", P_LR,
-             f"(max - min) / max < {T['lr_flat']:g}", C.check_lr_constant, yes="§2.A"),
-        Node("§2.2", "Is the LR zero at every step?", "lr", P_LR, "max LR == 0", C.check_lr_zero, yes="§2.B"),
+             f"(max - min) / max < {T['lr_flat']:g}", C.check_lr_constant, yes="§2.A", needs=("lr", "schedule")),
+        Node("§2.2", "Is the LR zero at every step?", "lr", P_LR, "max LR == 0", C.check_lr_zero, yes="§2.B", needs=("lr",)),
         Node("§2.3", "Does the first step already run at (near) the peak LR?", "lr at step 0 / max lr", P_LR,
-             f">= {T['warmup_share']:g}", C.check_no_warmup, yes="§2.C"),
+             f">= {T['warmup_share']:g} (a run whose intended schedule is unknown: a schedule that varies, at a peak "
+             f"of {T['warmup_lr']:g} or more)", C.check_no_warmup, yes="§2.C", needs=("lr",)),
         Node("§2.4", f"Does the LR jump (up or down) by more than x{T['lr_jump']:g} from one step to the next, after step 1?",
              "lr[t] / lr[t-1] from step 2 on (a linear warmup gives at most x1.5 there, a cosine far less)", P_LR,
-             f"> x{T['lr_jump']:g} or < 1/{T['lr_jump']:g}", C.check_lr_jump, yes="§2.D"),
+             f"> x{T['lr_jump']:g} or < 1/{T['lr_jump']:g}", C.check_lr_jump, yes="§2.D", needs=("lr",)),
         # §2.6-§2.8 come before §2.5: a high LR's natural instabilities (Wortsman et al. 2023) are named by
         # their mechanism before the LR's size alone (§2.5) is judged; their "no" leads on to §2.5
         Node("§2.6", "Did the attention logits grow far beyond a healthy run's while the loss got worse?",
@@ -143,7 +146,7 @@ TREE: tuple[Section, ...] = (
              "median over the steps at half the peak LR or more of the median over tensors of params[*].ur "
              f"(update / weight), on runs of {T['ur_run_steps']:g}+ steps", P_UR,
              f"> {T['ur_high']:g}", C.check_update_ratio, yes="§2.E",
-             needs=("params.ur",)),
+             needs=("params.ur", "long_run")),
         Leaf("§2.A", "lr_schedule", "the scheduler never stepped",
              "The learning rate never changes: the scheduler is not stepped (or the optimizer is rebuilt every "
              "step), so there is neither warmup nor decay.",
@@ -255,10 +258,16 @@ TREE: tuple[Section, ...] = (
              "50 steps before); grad_norm / trailing median, in σ of its own noise; the previous and next steps' "
              "loss excess", P_LOSS + "; " + P_GN, f"loss >= {T['outlier_z']:g} σ and >= {T['outlier_rows']:g} x ln V / batch "
              f"size nats, grad norm >= {T['outlier_gn_z']:g} σ, "
-             f"previous and next excess <= {T['outlier_back']:g} x the jump", C.check_data_outlier, yes="§4.A"),
+             f"previous and next excess <= {T['outlier_back']:g} x the jump", C.check_data_outlier, yes="§4.A",
+             needs=("every_step", "grad_norm")),
         Node("§4.3", "Is the same batch served on several consecutive steps?",
              "batch.rows and the batch's token statistics equal to the previous step's", P_BATCH,
-             f">= {T['stuck_steps']:g} repeats in a row", C.check_stuck_loader, yes="§4.B"),
+             f">= {T['stuck_steps']:g} repeats in a row", C.check_stuck_loader, yes="§4.B", needs=("batch",)),
+        Node("§4.4", "Without batch composition: did the loss fall at every step for many steps, then jump back?",
+             "loss, step to step (a run whose batches are not measured; one that measured them: no, §4.3 decides)",
+             P_LOSS, f">= {T['stuck_fall_steps']:g} falls in a row, >= {T['stuck_fall_z']:g} σ in all, then back "
+             f">= {T['stuck_back']:.0%} of it in one step", C.check_loss_memorised_run, yes="§4.B",
+             needs=("every_step",)),
         Leaf("§4.A", "bad_batch", "bad batch / data outlier",
              "One batch is an outlier (one repeated or rare sentence, or corrupted rows: random tokens, rows cut "
              "in the wrong place, targets that belong to other rows): its own loss is high and its gradient large, "
@@ -279,7 +288,7 @@ TREE: tuple[Section, ...] = (
         Node("§5.2", f"Did §1 send you here (step-0 loss off ln V, or step-1 grad norm > {T['gn1_high']:g})?",
              "loss and grad_norm of the first step", P_LOSS,
              f"|loss - ln V| > {T['loss0_band']} or grad norm > {T['gn1_high']:g}", C.check_came_from_s1,
-             yes="§5.B"),
+             yes="§5.B", needs=("step0", "vocab")),
         Leaf("§5.A", "bad_init", "weights initialised too large",
              "The untrained model already outputs huge logits and activations: the weights (or the LM-head "
              "bias) start far too large, so the loss starts far above ln V.",
@@ -340,9 +349,13 @@ TREE: tuple[Section, ...] = (
              "trailing median) less the loss's log fall (when < 0), over that tensor's own trailing spread",
              P_GN + "; " + P_G, f"<= -{T['gn_all_down_z']:g} σ", C.check_gn_all_down,
              yes="§7.B", needs=("params.g",)),
+        Node("§7.5", f"Without per-tensor gradients: did the pre-clip norm jump x{T['gn_scaled']:g} or more at a step "
+             "whose own loss was normal?", "grad_norm / its trailing median at steps whose loss is within "
+             f"{T['outlier_z']:g} σ of its own (a run that measured per-tensor g: no, §7.1 decides)", P_GN,
+             f">= x{T['gn_scaled']:g}", C.check_gn_scaled, yes="§7.A", needs=("every_step", "grad_norm")),
         Node("§7.3", f"Is there any pre-clip jump of {T['gn_huge_z']:g} σ of the norm's own noise beyond what the loss "
              "explains?", "log(grad_norm / trailing median) less the loss's log rise (if > 0), over the norm's own "
-             "trailing spread", P_GN, f">= {T['gn_huge_z']:g} σ", C.check_gn_huge, yes="§7.C"),
+             "trailing spread", P_GN, f">= {T['gn_huge_z']:g} σ", C.check_gn_huge, yes="§7.C", needs=("every_step", "grad_norm")),
         Node("§7.4", f"Is there any loss jump of {T['loss_jump_z']:g} σ of the run's own loss noise or more over its "
              "trailing median that nothing above explained?",
              "loss - trailing median, in σ of the run's own loss noise (and nats)", P_LOSS,

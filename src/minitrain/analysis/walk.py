@@ -79,12 +79,73 @@ def _walk(ev: Evidence) -> dict:
     if leaf.cause == "unknown":
         out["closest"] = _closest(path, ruled)
     out["confidence"] = confidence(leaf, path, checked if leaf.rule_out else [])
+    untested = untestable(path)
+    if untested:
+        out["untestable"] = [f"{u['leaf']} {u['cause']}" for u in untested]
+        out["to_test"] = to_test(untested)
+        if leaf.cause == "healthy":  # healthy only in what could be tested: said in the text, the page and table
+            out["diagnosis"] += (f" Not testable on this run ({len(untested)} leaves, its log lacks what they read): "
+                                 + ", ".join(out["untestable"]) + "; 'healthy' says nothing about them.")
     for p in path:
         p.pop("_finding")
     return {**out, "path": [p["node"] for p in path] + [leaf.id],
             "decided_by": decisive["node"] if decisive else None,
             "evidence": evidence, "walk": path, **({"note": ev.note} if ev.note else {}),
             "not_measured": [p["node"] for p in path if p.get("not_measured")]}
+
+
+# what to log (or pass, or attach) to make a question testable, by what it needs
+HOW_TO_TEST = {
+    "vocab": "pass --vocab-size V to minitrain import (or keep HF's config.json beside the log)",
+    "step0": "log from the first step, every step (HF logging_steps=1, Lightning log_every_n_steps=1)",
+    "every_step": "log the loss and gradient norm of every step (HF logging_steps=1, Lightning "
+                  "log_every_n_steps=1): a mean over an interval or a sampled step hides a one-step fault",
+    "schedule": "not in any log: the schedule you meant (a constant LR is read as meant); judge the LR curve yourself",
+    "batch_size": "pass --batch-size B to minitrain import",
+    "lr": "log the learning rate every step (HF and Lightning's LearningRateMonitor do)",
+    "grad_norm": "log the pre-clip gradient norm every step (clip_grad_norm_ returns it; with clipping off "
+                 "clip_grad_norm_(params, float('inf')))",
+    "val_loss": "log a validation loss",
+    "ngram": "an n-gram baseline (minitrain's own runs record one)",
+    "long_run": "a longer run: the update-to-weight ratio is read over 1000+ steps (early in any run the weights are "
+                "small and the ratio is high whatever the LR)",
+    "batch": "attach minitrain's probe (minitrain.probe.attach or MinitrainCallback): it records batch composition",
+}
+PROBE_ADVICE = ("attach minitrain's probe (minitrain.probe.attach, or MinitrainCallback for the HF Trainer): it "
+                "records per-tensor statistics, the update-to-weight ratio and, with natural_signals=True, the "
+                "attention and output logits")
+
+
+def untestable(path: list[dict]) -> list[dict]:
+    """The leaves this walk could not test: a leaf whose every question on the path was one the run could not
+    answer (a signal or a fact of the logging it needs is absent); a leaf another question tested is not in it."""
+    tested = {_first_leaf(ITEMS[p["node"]].yes).id for p in path if not p.get("not_measured")}
+    out: list[dict] = []
+    for p in path:
+        if not p.get("not_measured"):
+            continue
+        leaf = _first_leaf(ITEMS[p["node"]].yes)
+        if leaf.cause in ("healthy", "unknown") or leaf.id in tested:
+            continue
+        known = next((u for u in out if u["leaf"] == leaf.id), None)
+        if known is None:
+            out.append({"leaf": leaf.id, "cause": leaf.cause, "nodes": [p["node"]], "needs": list(p["not_measured"])})
+        else:
+            known["nodes"].append(p["node"])
+            known["needs"] += [n for n in p["not_measured"] if n not in known["needs"]]
+    return out
+
+
+def to_test(untested: list[dict]) -> list[dict]:
+    """What to log, pass or attach to test the untestable leaves: one entry per remedy, with what it supplies."""
+    by_how: dict[str, dict] = {}
+    for u in untested:
+        for need in u["needs"]:
+            entry = by_how.setdefault(HOW_TO_TEST.get(need, PROBE_ADVICE), {"needs": [], "leaves": []})
+            entry["needs"] += [need] if need not in entry["needs"] else []
+            name = f"{u['leaf']} {u['cause']}"
+            entry["leaves"] += [name] if name not in entry["leaves"] else []
+    return [{"needs": e["needs"], "leaves": e["leaves"], "how": how} for how, e in by_how.items()]
 
 
 def answer(node: Node, ev: Evidence) -> tuple[Finding, list[str]]:

@@ -349,16 +349,22 @@ REMEDIATE = Command(
 IMPORT = Command(
     "import", "make a run folder from another trainer's TensorBoard events or CSV / JSONL history",
     "Write RUN from a run made elsewhere: a TensorBoard log folder or events file (read with tensorboard's own "
-    "event reader), a CSV history (W&B's export, Lightning's CSVLogger) or a JSONL history (nanoGPT's wandb.log "
+    "event reader; a parent folder with one run below it, as HF's runs/), HF's trainer_state.json, nanoGPT's "
+    "printed log, a CSV history (W&B's export, Lightning's CSVLogger) or a JSONL history (nanoGPT's wandb.log "
     "dicts). The usual tag names of the training loss, learning rate, gradient norm and validation loss are "
     "recognised; --map TAG=SIGNAL maps any other. Then 'minitrain diagnose RUN' walks the stability check on it, "
     "answering 'not measured' where a question reads what the source does not hold (docs/probe.md).",
-    (Arg("source", metavar="SOURCE", help="TensorBoard log folder or events file, .csv or .jsonl history"),
+    (Arg("source", metavar="SOURCE", help="TensorBoard log folder or events file, trainer_state.json, printed log, .csv or .jsonl"),
      Arg("--out", required=True, metavar="RUN", help="run folder to write"),
      Arg("--map", action="append", metavar="TAG=SIGNAL",
          help="map a source tag to loss | lr | grad_norm | val_loss | grad_norm_clipped | logit_max; repeatable"),
      Arg("--vocab-size", type=int, metavar="V", help="the model's vocabulary size (the walker's ln V at step 0; "
-                                                     "default: assumed as for minitrain's model)"),
+                                                     "default: HF's config.json beside the log, else unknown and "
+                                                     "the checks that need it are not testable)"),
+     Arg("--batch-size", type=int, metavar="B", help="sequences per optimizer step (the bad-batch check's unit; "
+                                                     "default: trainer_state.json's, else unknown)"),
+     Arg("--log-every", type=int, metavar="N", help="steps between logged rows (default: trainer_state.json's "
+                                                    "logging_steps, else the logged steps' spacing)"),
      Arg("--force", action="store_true", help="replace RUN when it already holds a run")),
     pages.cmd_import)
 

@@ -41,7 +41,8 @@ def cmd_import(args) -> int:
     from minitrain.lab import spoilers
     from minitrain.run.importer import import_run
 
-    res = import_run(Path(args.source), Path(args.out), args.map or [], force=args.force, vocab_size=args.vocab_size)
+    res = import_run(Path(args.source), Path(args.out), args.map or [], force=args.force, vocab_size=args.vocab_size,
+                     batch_size=args.batch_size, log_every=args.log_every)
     mapped = ", ".join(f"{tag} -> {signal}" for signal, tag in res["signals"].items())
     print(f"wrote {res['out']}: {res['steps']} steps from a {res['kind']} history ({mapped})"
           + (f"; not imported: {', '.join(res['unmapped'])} (map with --map TAG=SIGNAL)" if res["unmapped"] else ""))
@@ -50,6 +51,12 @@ def cmd_import(args) -> int:
         print(f"carried forward (not logged at those steps, so their last earlier value): {carried}")
     if res["dropped"]:
         print("not imported: " + ", ".join(f"{n} {what}" for what, n in res["dropped"].items()))
+    facts = res["facts"]
+    unknown = [k for k in ("vocab_size", "batch_size") if k not in facts]
+    print("known: " + ", ".join(f"{k} {facts[k]} ({facts[k + '_from']})" for k in ("vocab_size", "batch_size",
+                                                                                     "log_every") if k in facts)
+          + (f"; unknown: {', '.join(unknown)} (pass --{unknown[0].replace('_', '-')} to test the checks that "
+             f"need it)" if unknown else ""))
     print(f"next: minitrain diagnose {args.out}   (what the source lacks reads 'not measured')")
     spoilers.refresh_beside(Path(args.out))
     return 0

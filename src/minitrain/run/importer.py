@@ -5,12 +5,15 @@ SOURCE is one of:
     a TensorBoard log folder (or one events.out.tfevents.* file)   read with tensorboard's EventAccumulator
     a .csv history (W&B's exported run history, a Lightning CSVLogger metrics.csv, ...)
     a .jsonl history (one JSON object per logged step: nanoGPT's wandb.log dicts, W&B's history export)
+    a Hugging Face trainer_state.json, or nanoGPT's printed log (run/formats.py)
 
 Each tag (or column) is mapped to a minitrain signal by its usual names (TAGS; case, "-" and spaces do not
 matter); `--map TAG=SIGNAL` maps any other. A row is written per step that logged a training loss; a
-validation loss logged at a step without one goes to the last training step at or before it. The walker
-needs loss, lr and grad_norm in every row (analysis/evidence.py REQUIRED): a source without one of them is
-refused with the tags it has, so that the user maps it. Everything else minitrain measures (per-tensor
+validation loss logged at a step without one goes to the last training step at or before it. A source
+without a training loss is refused with the tags it has, so that the user maps it; one without an LR or a
+gradient norm is imported without them, and the walker says which checks that leaves untestable. The
+vocabulary size, logging interval and batch size come from a flag, else from the files beside the log (HF's
+config.json, trainer_state.json), else stay unknown (never assumed). Everything else minitrain measures (per-tensor
 statistics, batch composition, activations, the n-gram baseline) is absent from an imported run, and the
 walker answers "not measured" where a question reads it; the manifest's `imported.absent` lists them.
 """
@@ -22,20 +25,26 @@ import stat
 from pathlib import Path
 
 from minitrain.core.errors import UserError
-from minitrain.run import files, reader, record
+from minitrain.run import files, formats, reader, record
 from minitrain.run.nonfinite import non_finite_in
 from minitrain.core.provenance import now_iso
 
 SIGNALS = ("loss", "lr", "grad_norm", "val_loss", "grad_norm_clipped", "logit_max")
-REQUIRED = ("loss", "lr", "grad_norm")
-# usual names of each signal in other trainers' logs (compared after norm_tag)
+REQUIRED = ("loss",)
+# usual names of each signal in other trainers' logs (compared after norm_tag): HF Trainer (train/*), Lightning
+# (train_loss, lr-Adam, grad_2.0_norm_total), fairseq (gnorm), Composer (loss/train/total, lr-DecoupledAdamW/group0),
+# torchtitan (loss_metrics/global_avg_loss, grad_norm), Megatron (lm loss, learning-rate, grad-norm), DeepSpeed
+# (Train/Samples/*: its steps are samples, so a DeepSpeed run's logging interval reads in samples)
 TAGS = {
     "loss": ("loss", "train/loss", "train_loss", "loss/train", "training_loss", "train/loss_step", "trainloss",
-             "train/lm_loss", "lm_loss"),
+             "train/lm_loss", "lm_loss", "train_loss_step", "loss/train/total", "loss_metrics/global_avg_loss",
+             "lm loss", "train/samples/train_loss", "train/samples/loss"),
     "lr": ("lr", "learning_rate", "train/lr", "train/learning_rate", "lr/group_0", "optimizer/lr", "lr-adamw",
-           "lr-adam", "learningrate"),
+           "lr-adam", "learningrate", "lr-sgd", "lr-decoupledadamw/group0", "lr-adamw/group0", "learning-rate",
+           "train/samples/lr", "lr_step"),
     "grad_norm": ("grad_norm", "train/grad_norm", "gradient_norm", "grad_norm/pre_clip", "grad-norm", "total_norm",
-                  "train/gradient_norm", "grad_norm/total", "optimizer/grad_norm", "gradnorm"),
+                  "train/gradient_norm", "grad_norm/total", "optimizer/grad_norm", "gradnorm", "gnorm",
+                  "grad_2.0_norm_total", "grad_2.0_norm/total", "l2-norm/grad/global", "train/samples/grad_norm"),
     "val_loss": ("val_loss", "val/loss", "eval/loss", "eval_loss", "validation_loss", "loss/val", "valid/loss",
                  "validation/loss", "val/lm_loss", "valloss"),
     "grad_norm_clipped": ("grad_norm/post_clip", "grad_norm_clipped", "clipped_grad_norm"),
@@ -89,6 +98,13 @@ def number(cell) -> tuple[bool, float | None]:
 
 
 MAX_SOURCE_BYTES = 4 << 30  # a history file larger than this is not a training log (and would not fit in memory)
+
+
+def as_series(series: dict) -> "Series":
+    """A reader's plain {tag: {step: value}} as a Series (nothing noted while reading)."""
+    out = Series()
+    out.update(series)
+    return out
 
 
 class Series(dict):
@@ -220,25 +236,31 @@ def read_csv(text: str, source: Path) -> list[dict]:
     return rows
 
 
-def read_source(source: Path) -> tuple[str, Series]:
+def read_source(source: Path) -> tuple[str, Series, dict]:
+    """(kind, {tag: {step: value}}, facts of the run the source itself holds)."""
     source = Path(source)
     if not source.exists():
         raise UserError(f"{source} does not exist; give a TensorBoard log folder, an events file, a .csv or a .jsonl")
     if source.is_dir() or source.name.startswith("events.out.tfevents"):
-        return "tensorboard", read_tensorboard(source)
-    if source.suffix.lower() not in (".csv", ".jsonl", ".json", ".ndjson"):
-        raise UserError(f"{source}: unknown kind of history; give a TensorBoard log folder, an events file, a .csv or a .jsonl")
+        return "tensorboard", read_tensorboard(formats.tensorboard_run(source)), {}
     text = read_text(source)
+    if formats.is_trainer_state(source):
+        series, facts = formats.read_trainer_state(source, text)
+        return "trainer_state", as_series(series), facts
+    if formats.is_printed_log(source, text):
+        return "printed_log", as_series(formats.read_printed_log(source, text)), {}
     if source.suffix.lower() == ".csv":
-        return "csv", read_table(read_csv(text, source), source)
-    records = []
-    for i, line in enumerate(text.splitlines()):
-        if line.strip():
-            try:
-                records.append(reader.loads_json(line))
-            except (ValueError, UnicodeError):
-                raise UserError(f"{source} line {i + 1} is not JSON; give one JSON object per line") from None
-    return "jsonl", read_table(records, source)
+        return "csv", read_table(formats.unpanel(read_csv(text, source)), source), {}
+    if source.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        records = []
+        for i, line in enumerate(text.splitlines()):
+            if line.strip():
+                try:
+                    records.append(reader.loads_json(line))
+                except (ValueError, UnicodeError):
+                    raise UserError(f"{source} line {i + 1} is not JSON; give one JSON object per line") from None
+        return "jsonl", read_table(records, source), {}
+    raise UserError(f"{source}: unknown kind of history; give a TensorBoard log folder, an events file, a .csv or a .jsonl")
 
 
 # --- building the rows ---------------------------------------------------------------------------------
@@ -264,6 +286,8 @@ def build_rows(series: Series, mapping: dict[str, str], source: Path) -> tuple[l
         tags = ", ".join(sorted(set(series) | set(series.text))) or "none"
         raise UserError(f"{source} has no {' / '.join(missing)} the import recognises (its tags: {tags}); map one "
                         f"with --map TAG={missing[0]}")
+    # a signal the source lacks is left out of the rows (null would read as non-finite): the walker reads its
+    # absence as not measured
     cols = {s: series[t] for s, t in used.items()}
     steps = sorted(cols["loss"])
     rows = [{"step": step} for step in steps if step >= 0]
@@ -325,18 +349,21 @@ def place_val(rows: list[dict], col: dict[int, float | None]) -> int:
 
 
 def import_run(source: Path, out: Path, mapping: list[str] = (), force: bool = False,
-               vocab_size: int | None = None) -> dict:
+               vocab_size: int | None = None, batch_size: int | None = None, log_every: int | None = None) -> dict:
     """Write OUT as a minitrain run folder from SOURCE; returns a summary."""
     source, out = Path(source), Path(out)
     maps = parse_map(list(mapping))
-    kind, series = read_source(source)
+    kind, series, own = read_source(source)
     rows, used, notes = build_rows(series, maps, source)
     non_finite = next(({"step": r["step"], "what": what} for r in rows if (what := non_finite_in(r))), None)
     status = "non_finite" if non_finite else "finished"
-    cfg = {"injection": "none", **({"vocab_size": int(vocab_size)} if vocab_size else {})}
+    facts = run_facts(source, rows, own, vocab_size, batch_size, log_every)
+    cfg = {"injection": "none", **({"vocab_size": facts["vocab_size"]} if facts.get("vocab_size") else {}),
+           **({"batch_size": facts["batch_size"]} if facts.get("batch_size") else {})}
     unmapped = sorted(t for t in {*series, *series.text} if t not in used.values())
     fields = {"seed": None, "config": cfg, "injection": {"injection": "none"}, "ended": now_iso(),
               "imported": {"source": str(source), "kind": kind, "signals": used, "unmapped_tags": unmapped, **notes,
+                           "facts": facts,
                            "absent": {**ABSENT, **{s: "not in the source" for s in SIGNALS if s not in used}}}}
     val = next((r["val_loss"] for r in reversed(rows) if r["val_loss"] is not None), None)
     results = record.results(status, len(rows), rows[-1]["loss"], val, non_finite=non_finite)
@@ -347,4 +374,28 @@ def import_run(source: Path, out: Path, mapping: list[str] = (), force: bool = F
         record.write_manifest(out, status, fields)
     finally:
         lock.release()
-    return {"out": str(out), "kind": kind, "steps": len(rows), "signals": used, "unmapped": unmapped, **notes}
+    return {"out": str(out), "kind": kind, "steps": len(rows), "signals": used, "unmapped": unmapped, **notes,
+            "facts": facts}
+
+
+def run_facts(source: Path, rows: list[dict], own: dict, vocab_size: int | None, batch_size: int | None,
+              log_every: int | None) -> dict:
+    """What is known of the run beyond its series, each with where it came from: a flag wins, then the log
+    itself, then the files beside it (formats.config_facts); the logging interval else reads from the logged
+    steps (their most common spacing). Unknown stays out: nothing is assumed."""
+    beside = formats.config_facts(source)
+    facts: dict = {}
+    for key, flag in (("vocab_size", vocab_size), ("batch_size", batch_size), ("log_every", log_every)):
+        if flag:
+            facts[key], facts[f"{key}_from"] = int(flag), "flag"
+        elif own.get(key):
+            facts[key], facts[f"{key}_from"] = int(own[key]), own.get(f"{key}_from", source.name)
+        elif beside.get(key):
+            facts[key], facts[f"{key}_from"] = int(beside[key]), beside[f"{key}_from"]
+    steps = [r["step"] for r in rows]
+    gaps = [b - a for a, b in zip(steps, steps[1:]) if b > a]
+    if "log_every" not in facts and gaps:
+        facts["log_every"], facts["log_every_from"] = max(set(gaps), key=gaps.count), "the logged steps"
+    facts["first_step"] = steps[0]
+    return facts
+

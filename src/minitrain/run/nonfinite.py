@@ -13,7 +13,7 @@ def non_finite_in(row: dict) -> str | None:
     the logits, an activation, a spectral norm, or a per-tensor statistic (weights, gradients, Adam's moments)."""
     if row["loss"] is None:
         return "loss"
-    if row["grad_norm"] is None:
+    if row.get("grad_norm", 0.0) is None:  # absent (an imported log without one): not measured, not non-finite
         return "gradient norm"
     if row.get("logit_max", 0.0) is None:
         return "logits"

@@ -90,7 +90,9 @@ def verdict_text(run: Path, sealed: bool, live: bool) -> str:
     v = (readings.read(run) or {}).get("verdict")
     if v is None:
         return "the walker cannot read this run"
-    return f"{v['leaf']} {v['title']}" + (f" at step {v['anomaly_step']}" if v.get("anomaly_step") is not None else "")
+    untested = v.get("untestable") or []
+    return (f"{v['leaf']} {v['title']}" + (f" at step {v['anomaly_step']}" if v.get("anomaly_step") is not None else "")
+            + (f" ({len(untested)} leaves not testable: {', '.join(untested)})" if untested else ""))
 
 
 def printable(name: str) -> bool:

@@ -7,7 +7,8 @@ its threshold (1 = at it), so the walker can name the closest leaves when it ans
 
 One module per part of the tree, one import surface here (`from minitrain.analysis import checks as C`):
 finding.py (what a check returns), run_lr_loss.py (§1-§3), batch_init.py (§4-§5), optimizer_gradient.py
-(§6-§7), silent.py (§9), rule_outs.py (the §2-§6 leaves' rule-outs), natural.py (§2.6-§2.8 and their rule-outs).
+(§6-§7), silent.py (§9), rule_outs.py (the §2-§6 leaves' rule-outs), natural.py (§2.6-§2.8 and their rule-outs),
+logged.py (§4.4 and §7.5: the loss and norm alone, where the richer signals were not measured).
 """
 
 from minitrain.analysis.checks.finding import (  # noqa: F401
@@ -37,4 +38,7 @@ from minitrain.analysis.checks.natural import (  # noqa: F401
 from minitrain.analysis.checks.silent import (  # noqa: F401
     check_grads_carried, check_update_not_applied, check_frozen_parameters, check_loss_reduction,
     check_ranks_diverged,
+)
+from minitrain.analysis.checks.logged import (  # noqa: F401
+    check_loss_memorised_run, check_gn_scaled,
 )

@@ -57,8 +57,9 @@ def check_data_outlier(ev: Evidence) -> Finding:
                    f"own loss noise at step {ev.step_at(i)}, pre-clip grad norm x{fmt(math.exp(ev.gn_log_ratio[i]), 3)} "
                    f"its median = {gz[i]:.1f} σ, {excess[i] / ev.row_loss_unit if ev.row_loss_unit else math.inf:.2g} "
                    f"rows' worth of chance-level loss (ln V / batch = {ev.row_loss_unit:.3g} nats), previous step "
-                   f"{prv} and next step {nxt} nats; rare-token share "
-                   f"x{fmt(rare_ratio[i], 3)} its median", i,
+                   f"{prv} and next step {nxt} nats"
+                   + (f"; rare-token share x{fmt(rare_ratio[i], 3)} its median" if ev.has("batch.rare_share") else ""),
+                   i,
                    {"next_excess": float(after[i]) if np.isfinite(after[i]) else None, "loss_z": float(z[i]),
                     "grad_norm_ratio": float(math.exp(ev.gn_log_ratio[i])), "grad_norm_z": float(gz[i]),
                     "rare_share_ratio": float(rare_ratio[i])},

@@ -27,12 +27,34 @@ def check_v_factor(ev: Evidence) -> Finding:
         return Finding(False, None, f"not measurable: v does not follow one recurrence over the run (residual "
                                     f"noise {vf['noise']:.1e} > {T['v_fit_noise']:g}; §6.3 asks why)")
     thr = v_threshold(vf)
+    if in_warmup(ev, vf["index"]) and abs(vf["log_factor"]) <= math.log(T["v_factor_warmup"]):
+        return Finding(False, vf["factor"],
+                       f"{vf['tensor']}: v changed by x{fmt(vf['factor'])} beyond g^2 at step {ev.step_at(vf['index'])}, "
+                       f"during the warmup (the LR still rising), where v moves with the growing updates: allowed "
+                       f"x{1 / T['v_factor_warmup']:.4g}..x{T['v_factor_warmup']:g} there", vf["index"],
+                       {"tensor": vf["tensor"]}, near=abs(vf["log_factor"]) / math.log(T["v_factor_warmup"]),
+                       crossing=Crossing(abs(vf["log_factor"]) / vf["noise"], math.log(T["v_factor_warmup"]) / vf["noise"],
+                                         "x the run's own rounding noise of log f") if vf["noise"] > 0 else None)
     return Finding(abs(vf["log_factor"]) > thr, vf["factor"],
                    f"{vf['tensor']}: v changed by x{fmt(vf['factor'])} beyond g^2 at step {ev.step_at(vf['index'])} "
                    f"(allowed x{math.exp(-thr):.4g}..x{math.exp(thr):.4g}; rounding noise {vf['noise']:.1e})",
                    vf["index"], {"tensor": vf["tensor"]}, near=abs(vf["log_factor"]) / thr if thr > 0 else None,
                    crossing=Crossing(abs(vf["log_factor"]) / vf["noise"], thr / vf["noise"],
                                      "x the run's own rounding noise of log f") if vf["noise"] > 0 else None)
+
+
+def in_warmup(ev: Evidence, i: int) -> bool:
+    """Whether row i lies in a warmup: before the LR first reaches the schedule's top (its 90th percentile, so
+    that a one-off spike above it is not the peak), at an LR below it."""
+    lr = ev.lr
+    ok = np.isfinite(lr)
+    if not ok.any():
+        return False
+    top = float(np.quantile(lr[ok], 0.9))
+    if not top > 0:
+        return False
+    reached = np.flatnonzero(ok & (lr >= top * (1 - T["lr_flat"])))
+    return bool(len(reached)) and i < int(reached[0]) and bool(lr[i] < top)
 
 
 def check_v_up(ev: Evidence) -> Finding:

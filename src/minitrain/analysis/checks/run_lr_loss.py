@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from minitrain.analysis.evidence import Evidence
+from minitrain.analysis.evidence import ASSUMED_VOCAB, Evidence
 from minitrain.analysis.checks.finding import EXACT, X_THRESHOLD, Crossing, Finding, miss, near_ratio
 from minitrain.analysis.thresholds import T
 from minitrain.core.fmt import fmt
@@ -15,16 +15,22 @@ from minitrain.run.nonfinite import non_finite_in
 # --- §1 did the run start? ---
 
 
+def scaled_to_vocab(ev: Evidence, key: str) -> float:
+    """A step-0 loss bound the course gives in nats for its vocabulary, as the same multiple of this run's
+    ln V (a character vocabulary of 30 starts near 3.4 nats, the course's 512 near 6.2)."""
+    return T[key] * ev.ln_v / math.log(ASSUMED_VOCAB)
+
+
 def check_loss0_high(ev: Evidence) -> Finding:
-    x = ev.loss[0]
-    return Finding(not math.isfinite(x) or x > T["loss0_high"], x, f"step-0 loss {fmt(x)}", 0,
-                   crossing=Crossing(x, T["loss0_high"], "nats") if math.isfinite(x) else EXACT)
+    x, bound = ev.loss[0], scaled_to_vocab(ev, "loss0_high")
+    return Finding(not math.isfinite(x) or x > bound, x, f"step-0 loss {fmt(x)} (bound {bound:.3g} at ln V "
+                   f"{ev.ln_v:.3g})", 0, crossing=Crossing(x, bound, "nats") if math.isfinite(x) else EXACT)
 
 
 def check_loss0_low(ev: Evidence) -> Finding:
-    x = ev.loss[0]
-    return Finding(x < T["loss0_low"], x, f"step-0 loss {fmt(x)}", 0,
-                   crossing=Crossing(T["loss0_low"] / x, 1.0, X_THRESHOLD) if x > 0 else EXACT)
+    x, bound = ev.loss[0], scaled_to_vocab(ev, "loss0_low")
+    return Finding(x < bound, x, f"step-0 loss {fmt(x)} (bound {bound:.3g} at ln V {ev.ln_v:.3g})", 0,
+                   crossing=Crossing(bound / x, 1.0, X_THRESHOLD) if x > 0 else EXACT)
 
 
 def check_loss0_band(ev: Evidence) -> Finding:
@@ -75,9 +81,17 @@ def check_lr_zero(ev: Evidence) -> Finding:
 
 
 def check_no_warmup(ev: Evidence) -> Finding:
+    """The first step at (near) the peak LR. Where the schedule the user meant is unknown (an imported run),
+    no warmup is judged against the peak's size (T['warmup_lr']) and only in a schedule that varies: a constant
+    LR is a choice whose size is §2.5's question, and a small peak needs no warmup."""
     lo, hi = _lr_range(ev)
     if len(ev.rows) < 10 or not hi > 0:
         return miss("fewer than 10 steps")
+    if not ev.knows("schedule"):
+        if hi < T["warmup_lr"]:
+            return miss(f"peak LR {fmt(hi)} below {T['warmup_lr']:g}: small enough to start at")
+        if (hi - lo) / hi < T["lr_flat"]:
+            return miss(f"a constant LR {fmt(hi)}: no schedule, so no warmup to miss (its size is §2.5's)")
     share = ev.lr[0] / hi
     return Finding(share >= T["warmup_share"], share,
                    f"first-step LR {fmt(ev.lr[0])} = {share:.0%} of the peak {fmt(hi)}", 0,
@@ -102,6 +116,8 @@ def check_lr_jump(ev: Evidence) -> Finding:
     if not len(big):
         i = int(np.argmax(np.where(steady, np.abs(log), 0.0)))
         x = float(math.exp(abs(log[i])))
+        if not np.isfinite(ratio[i]):  # no steady step changed the LR at all (a constant LR)
+            return Finding(False, 1.0, "the LR never changed from one step to the next", None, near=0.0)
         return Finding(False, x, f"largest one-step LR change x{fmt(float(ratio[i]), 3)} at step {ev.step_at(i)}", i,
                        near=near_ratio(x, T["lr_jump"]))
     start = int(big[0])
