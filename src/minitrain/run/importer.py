@@ -216,7 +216,11 @@ def read_text(source: Path) -> str:
     if b"\0" in data:
         line = data.count(b"\n", 0, data.index(b"\0")) + 1
         raise UserError(f"{source} line {line} holds a NUL byte: the file is damaged or not a text history")
-    return data.decode("utf-8-sig", errors="replace")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:  # a history is text: bytes that are no UTF-8 are damage (or another encoding)
+        line = data.count(b"\n", 0, e.start) + 1
+        raise UserError(f"{source} line {line} is not UTF-8 text: the file is damaged, or save it as UTF-8") from None
 
 
 def read_csv(text: str, source: Path) -> list[dict]:
@@ -274,8 +278,8 @@ def build_rows(series: Series, mapping: dict[str, str], source: Path) -> tuple[l
         signal = signal_of(tag, mapping)
         if signal is not None and signal not in used:
             used[signal] = tag
-    for signal, tag in used.items():
-        if tag in series.text:
+    for tag in sorted(series.text):  # a signal's column with text in it, even one that holds no number at all
+        if signal_of(tag, mapping) is not None:
             row, cell = series.text[tag]
             raise UserError(f"{source} row {row}: {tag} holds {cell!r}, which is not a number; give its values "
                             "(nan and inf are numbers), or leave the cell empty where it was not logged")
