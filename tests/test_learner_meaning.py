@@ -1,7 +1,7 @@
 """The grader reads meaning (lab/learner/meaning.py): agreement with a teacher's labels on learner answers
 (tests/data/grader_answers.jsonl: dev parts used while building it, "dev" written before the first grader,
-"dev2" written for the stemmed concepts and "dev3" written blind by someone who never saw the grader, scored once
-and then tuned on; and a held-out part scored once at the end; docs/learner.md reports them), and the parts of the
+"dev2" written for the stemmed concepts and "dev3" and "dev4" written blind by people who never saw the grader,
+each scored once and then tuned on; and a held-out part scored once at the end; docs/learner.md reports them), and the parts of the
 rule one by one."""
 import json
 from pathlib import Path
@@ -19,8 +19,8 @@ def judged(row: dict) -> tuple[str, str]:
 
 
 def test_the_labelled_set_is_what_docs_learner_md_says():
-    splits = {s: [r for r in ANSWERS if r["split"] == s] for s in ("dev", "dev2", "dev3", "held-out")}
-    assert len(splits["held-out"]) >= 20 and len(splits["dev2"]) >= 40 and len(splits["dev3"]) == 104
+    splits = {s: [r for r in ANSWERS if r["split"] == s] for s in ("dev", "dev2", "dev3", "dev4", "held-out")}
+    assert len(splits["held-out"]) >= 20 and len(splits["dev2"]) >= 40 and len(splits["dev3"]) == len(splits["dev4"]) == 104
     assert sum(map(len, splits.values())) == len(ANSWERS)
     assert {r["expect_diagnosis"] for r in ANSWERS} | {r["expect_remediation"] for r in ANSWERS} == {"credit", "no", "review"}
     issue = {(r["diagnosis"], r["remediation"]) for r in ANSWERS}  # the examples the issue reported
@@ -34,7 +34,7 @@ def test_the_labelled_set_is_what_docs_learner_md_says():
     assert any("update RMS fell to ~0.06" in r["diagnosis"] and r["expect_diagnosis"] == "credit" for r in ANSWERS)
 
 
-@pytest.mark.parametrize("split", ["dev", "dev2", "dev3", "held-out"])
+@pytest.mark.parametrize("split", ["dev", "dev2", "dev3", "dev4", "held-out"])
 def test_the_grader_agrees_with_the_teacher(split):
     rows = [r for r in ANSWERS if r["split"] == split]
     pairs = [(got, want) for r in rows for got, want in zip(judged(r), (r["expect_diagnosis"], r["expect_remediation"]))]
@@ -156,6 +156,30 @@ def test_the_grader_agrees_with_the_teacher(split):
     ("remediation", "Keep clipping on; find what multiplied the grads (loss scaling?).", "gradient_explosion",
      "credit", "finding what scaled"),
     ("remediation", "Nothing to do: the run recovered in one step.", "bad_batch", "review", "recovers by itself"),
+    ("remediation", "No fix needed.", "optimizer_state_corruption", "no", "a fix for another cause"),
+    # morphology: an irregular Spanish verb's forms are its verb ("se redujo" is reducir: the wrong way round)
+    ("diagnosis", "El segundo momento v del bias se redujo en 500, así que sus updates crecieron.", "optimizer_state_corruption", "review",
+     "the wrong way round"),
+    # a setting is a statement, not a list of words; a verb's particle may come after its object
+    ("remediation", "init_scale=1 (std 0.02), bias zero, re-run.", "bad_init", "credit", "standard scale"),
+    ("remediation", "Fix the init scale.", "bad_init", "credit", "standard scale"),
+    ("remediation", "Switch the causal mask back on and train again from step 0.", "broken_mask", "credit",
+     "restoring the causal mask"),
+    # "no" before a verb of being negates the clause; a run a measurement is compared with is no diagnosis
+    ("diagnosis", "No fue el warmup, sino la inicialización: pesos cien veces más grandes.", "bad_init", "credit",
+     "no other cause"),
+    ("diagnosis", "Activations ~120x the healthy run: the initialisation is far too large.", "bad_init", "credit",
+     "no other cause"),
+    ("diagnosis", "The model is healthy.", "bad_init", "no", "a healthy run"),
+    # the right cause offered as a maybe beside another is two answers; a maybe after it explains it
+    ("diagnosis", "Maybe a bad batch, maybe the gradients were scaled.", "bad_batch", "no", "hedges between"),
+    ("diagnosis", "Adam's v was corrupted, maybe because of a bad batch.", "optimizer_state_corruption", "review",
+     "a teacher decides"),
+    # symptoms several causes share
+    ("diagnosis", "La loss da un pico en 500 y se recupera en un paso.", "bad_batch", "review", "loss spike"),
+    ("diagnosis", "The loss spiked at step 500 and recovered.", "bad_batch", "no", "no failure mode"),
+    ("diagnosis", "La validación no baja mientras el entrenamiento sí.", "broken_mask", "review", "only a symptom"),
+    ("diagnosis", "The loss rose to 9 in the first 100 steps.", "no_warmup", "review", "only a symptom"),
 ])
 def test_each_part_is_read_for_what_it_says(part, text, cause, verdict, why):
     judge = learner.judge_diagnosis if part == "diagnosis" else learner.judge_remediation
@@ -167,7 +191,7 @@ def test_words_are_compared_by_their_stems_in_both_languages():
     from minitrain.lab.learner.meaning import same_word, stems, synonyms
 
     for a, b in (("multiplied", "multiply"), ("multiplicó", "multiplicar"), ("infló", "inflar"),
-                 ("normalizer", "normaliser"), ("gradientes", "gradiente"), ("Adam's", "adam")):
+                 ("normalizer", "normaliser"), ("gradientes", "gradiente"), ("redujo", "reducir"), ("Adam's", "adam")):
         assert any(x == y for x, y in zip(stems(a.lower()), stems(b.lower()))), (a, b)
     assert not any(x == y for x, y in zip(stems("normal"), stems("normaliser")))  # the normaliser is not "normal"
     (x50,), = [p for p in synonyms("~x\\d+") if len(p) == 1]

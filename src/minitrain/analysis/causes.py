@@ -152,7 +152,14 @@ RESET = any_of("reset|reinitialise|reinitialize|reinit|re init|re initialise|re 
                "zero|clear|recompute|rebuild|reiniciar|reinicializar|inicializar|poner a cero|borrar|recalcular",
                "resetear|restablecer")
 MASK = any_of("mask|masking|máscara|enmascaramiento")
+# a "no" before a verb of being negates the clause ("no fue el warmup", "it was not"), it says nothing is missing
+NOT_BEING = "no fue|no es|no era|no ha sido|no son|no eran|no fueron|no parece"
+# what a measurement is compared with: a run named here is a baseline, not a diagnosis ("~120x the healthy run")
+COMPARED = any_of(r"than|vs|versus|compared|relative|baseline|times|~[1-9][\d.,]*[x×]|~[x×][1-9][\d.,]*|like|as in",
+                  "veces|como|frente|comparado|respecto|la de|el de|las de|los de")
 # the loss side of training: a mask near these words is the loss's, not the attention's
+LOSS = any_of("loss|pérdida")
+SPIKE = any_of("spike|spiked|jump|jumped|peak|pico|salto|saltó|saltar")
 LOSS_SIDE = "loss|padding|pad|label|labels|pérdida|relleno|etiqueta|etiquetas"
 # masks that are not the attention's causal mask: a near miss, not broken_mask
 OTHER_MASK = ("loss mask|loss masking|padding mask|pad mask|label mask|target mask|mask in the loss|masking in the loss"
@@ -250,7 +257,7 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
 _ALL = (
     Cause("healthy",
           (Concept("a healthy run", ("run|model|training|entrenamiento|modelo|corrida", "healthy|sano|saludable"),
-                   reach=2, pattern=r"\bhealthy run\b"),
+                   reach=2, not_near=COMPARED),
            Concept("no anomaly", pattern=r"no anomal|nothing wrong|sin anomal|nada raro")),
           "Nothing to prevent: keep the baseline's settings and monitoring.",
           fixes=(Concept("no fix needed", pattern=r"no (?:fix|change|action)|nothing to (?:fix|do)|do nothing|nothing needed|wait it out|ninguna"
@@ -300,7 +307,11 @@ _ALL = (
           "Check batch composition before the step (duplicated rows, rare-token share); deduplicate the data by "
           "fingerprint; skip a batch whose loss and gradient norm are both outliers (llm.c, Lightning).",
           remedy="skip_batch", recovers=True,
-          signs=(Concept("the data", ("batch|minibatch|lote|minilote|data|datos",)),),
+          signs=(Concept("the data", ("batch|minibatch|lote|minilote|data|datos",)),
+                 Concept("a loss spike that recovers", (LOSS, SPIKE, "recover|recovered|came back|back|settle|settled"
+                                                        "|recuperar|recupera|recuperó|volver|vuelve|volvió",
+                                                        "next step|one step|single step|a step later|un paso"
+                                                        "|siguiente paso|paso siguiente"), reach=6)),
           fixes=(Concept("skipping or filtering the batch",
                          (SKIP, BATCH + "|" + ROWS + "|it|step|update|duplicate|duplicado|paso|copies|copias"), reach=4,
                          ordered=True),
@@ -333,6 +344,7 @@ _ALL = (
           signs=(Concept("Adam's second moment", (V,), unless=NOT_V),
                  Concept("one tensor stalled", (OPTIMIZER, STALL), reach=6),
                  Concept("one tensor stalled", (TENSOR + "|update|step|actualización|paso", STALL), reach=6),
+                 Concept("a jump for one tensor", (SPIKE, "for|of|in|on|del|de|en", TENSOR), reach=0, ordered=True),
                  Concept("one tensor's updates fell", ("update|update rms|actualización", "fell|fall|drop|dropped"
                                                        "|small|smaller|cayó|bajó|pequeña"), reach=4)),
           harmful=(Concept("raising beta2 (v decays slower, the stall lasts longer)", (RAISE, "beta2|β2"), reach=3,
@@ -369,11 +381,14 @@ _ALL = (
                  Concept("initialising at the standard scale", ("standard|default|proper|correct|small|usual|estándar"
                                                                 "|correcta|habitual", INIT + "|scale|escala"), reach=2,
                          ordered=True),
+                 Concept("initialising at the standard scale", ("fix|correct|repair|restore|arreglar|corregir"
+                                                                "|restaurar", INIT + "|escala de inicialización"),
+                         reach=2, ordered=True),
                  Concept("initialising at the standard scale", ("init_scale|init scale|escala de inicialización",
                                                                 "~1|~1.0"), reach=3, ordered=True))),
     Cause("no_warmup",
           (Concept("no warmup", ("no|without|missing|skip|skipped|lack|lacking|zero|forgot|removed|sin|falta|faltó"
-                                 "|ningún|ninguna|omitido", WARMUP), reach=2, ordered=True,
+                                 "|ningún|ninguna|omitido", WARMUP), reach=2, ordered=True, unless=NOT_BEING,
                    pattern=r"warmup_steps\s*=\s*0\b|\bno_warmup\b"),
            Concept("no warmup", (WARMUP, "missing|removed|absent|disabled|off|zero|~0|gone|skipped|eliminado|ausente"
                                  "|quitado|desactivado|cero"), reach=3, ordered=True),
@@ -387,7 +402,11 @@ _ALL = (
                                                               "peak|max|maximum|full|top|máximo|pico|tope"), reach=4)),
           "Keep a linear warmup (100 steps here) and plot the LR from step 0; a flat LR at its maximum from the "
           "first step is the tell.", config_fix="warmup_steps=100",
-          signs=(Concept("the warmup", (WARMUP,)),),
+          signs=(Concept("the warmup", (WARMUP,)),
+                 Concept("the loss rising in the first steps", (LOSS, "rise|rose|risen|went up|go up|climb|climbed"
+                                                                "|jump|jumped|subir|sube|subió|crece|creció",
+                                                                "first|early|start|primeros|primeras|inicio|comienzo"),
+                         reach=6, ordered=True)),
           fixes=(Concept("restoring the warmup", ("restore|add|put|bring|reintroduce|use|keep|enable|turn on|set up|set"
                                                   "|reinstate|restaurar|añadir|agregar|volver|poner|usar|activar"
                                                   "|reactivar", WARMUP), reach=5, ordered=True,
@@ -419,13 +438,18 @@ _ALL = (
            Concept("positions see the future tokens", ("attention|atención", "bidirectional|bidireccional|non causal"
                                                        "|noncausal|not causal|no causal"), reach=3),
            Concept("a broken causal mask", ("no|without|sin|missing|lack|lacks|lacking|absent|falta|faltar|ausente",
-                                            MASK), reach=2, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
+                                            MASK), reach=2, ordered=True, unless=OTHER_MASK + "|" + NOT_BEING,
+                   not_near=LOSS_SIDE),
            Concept("a broken causal mask", (r"~\w*n't|not", "masked"), reach=0, ordered=True),
            Concept("a broken causal mask", ("unmasked|sin enmascarar",))),
           "Test the attention mask (no position sees a later one) and watch the gap between training and "
           "validation loss; validation always uses the causal mask.", config_fix="causal_mask=true",
           # seeing what it must predict fits a target leak as well
           signs=(Concept("the mask", (MASK,), unless=OTHER_MASK, not_near=LOSS_SIDE),
+                 Concept("validation loss not falling with the training loss",
+                         ("validation|val|validación", "not fall|doesn't fall|does not fall|not improve|flat|stalls"
+                          "|no baja|no mejora|no cae|plana|estancada", "train|training|entrenamiento"), reach=6,
+                         ordered=True),
                  Concept("the model sees what it must predict", ("see|sees|peek|look|has|have|copy|copies|ver|tener"
                                                                  "|tiene delante|copiar|copia",
                                                                  "answer|target|must predict|has to predict"
@@ -433,7 +457,7 @@ _ALL = (
                                                                  "|respuesta|objetivo"), reach=4)),
           fixes=(Concept("restoring the causal mask", ("make|set|keep|hacer|dejar", MASK, "causal|triangular|tril"),
                          reach=3, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
-                 Concept("restoring the causal mask", ("restore|fix|use|put|bring|enable|re enable|turn|switch on"
+                 Concept("restoring the causal mask", ("restore|fix|use|put|bring|enable|re enable|turn|switch"
                                                        "|retrain|train|rerun|re run|entrenar|reentrenar"
                                                        "|reinstate|reapply|re apply|apply|restaurar|arreglar|usar|poner|volver|aplicar"
                                                        "|activar|reactivar", "causal|triangular|tril|mask|máscara"),

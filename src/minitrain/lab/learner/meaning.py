@@ -18,7 +18,8 @@ A diagnosis of a run whose fault is X earns:
     review   it names X and also another cause (not as alternatives), or names X with a hedge ("maybe"), or names
              only a symptom of X that other causes share ("the data", "the gradient norm jumped"), or names X the
              wrong way round: a teacher reads it
-    no       empty; a list of words rather than a sentence; another cause and not X; X "or" another cause;
+    no       empty; a list of words rather than a sentence; another cause and not X; X "or" another cause, or X
+             as a "maybe" beside another cause ("maybe a bad batch, maybe the LR");
              two answers offered by their form ("either ... or", "o ... o"), or X across an "or" from what another
              cause is about ("a bad batch or the learning rate"; in a hedged answer no "or" is needed); nothing that
              names a cause; a symptom of X beside a fault put on what another cause is about ("the learning rate
@@ -31,7 +32,7 @@ A remediation earns:
              keeping the fault in place...)
     review   a registered fix with a hedge, beside another cause's fix (rewinding to a checkpoint is a step of many
              fixes, not another fix) or beside a half measure; a workaround alone; no fix for a run that recovers
-             by itself
+             by itself, saying that it recovers
     no       empty; a list of words; anything harmful; only fixes of other causes; no registered fix
 Each verdict comes with its reason, in the words of the concepts it found (what the learner is shown).
 """
@@ -69,6 +70,9 @@ CORRELATIVE = re.compile(r"(?<!\w)(?:either|whether)(?!\w).*?(?<!\w)or(?!\w)"
                          r"|(?:^|[.;:!?(]\s*)(?:o|u|ya sea|bien|sea)\s.*?(?<!\w)(?:o|u)(?!\w)")
 # an indefinite word's adjective describes nothing in particular ("something odd", "algo raro"): it names nothing
 INDEFINITE = frozenset("something anything algo nada".split())
+# "no fix" is an answer where it says why: the run recovers by itself ("no fix needed" alone says nothing)
+RECOVERY = re.compile(r"recover|recupera|decay|decae|by itself|on its own|por s[ií] sol|heals|se cura|goes away")
+SETTING = re.compile(r"\w\s*=\s*[\w.]")
 # words a sentence has and a list of keywords does not
 FUNCTION_WORDS = frozenset(
     "the a an was were is are be been of to by at in on its it that this so and has had have got with for from "
@@ -86,6 +90,17 @@ def hedged(low: str) -> bool:
     """Whether the answer is said with a hedge; a "?" in parentheses is a side question, not doubt ("(loss
     scaling?)")."""
     return bool(HEDGES.search(re.sub(r"\?(?=[^()]*\))", "", low)))
+
+
+def hedged_before(low: str, labels: list[str]) -> bool:
+    """Whether the concepts `labels` are said under a hedge: one before them in their sentence ("maybe a bad
+    batch, maybe ..."), not one after ("v was corrupted, maybe because of a bad batch" asserts v)."""
+    w = words_of(low)
+    first = min(a for label in labels for a, _, _ in w.where.get(label, [(len(w.words), 0, 0)]))
+    if first >= len(w.words):
+        return hedged(low)
+    start = max([0] + [m.end() for m in SENTENCE_END.finditer(low[:w.spans[first][0]])])
+    return hedged(low[start:w.spans[first][0]])
 
 
 def normalise(text: str) -> str:
@@ -129,9 +144,10 @@ def stems(word: str) -> tuple[str, str, str, str]:
     verb's last vowels (Snowball leaves short Spanish verbs whole: "inflar", "infló"): two words are one when a
     stem agrees ("multiplied" / "multiply", "multiplicó" / "multiplicar" / "multiplico")."""
     word = word[:-2] if word.endswith("'s") else word
-    plain = SPANISH.stemWord(without_accents(word))
+    spanish = re.sub(r"(?<=[aeiou])duj(?=[aeiou])", "duc", word)  # "-ducir" verbs: redujo is reducir's
+    plain = SPANISH.stemWord(without_accents(spanish))
     root = re.sub(r"(?:[aeiou]+|[aei]r)$", "", plain)
-    return (ENGLISH.stemWord(word.replace("iz", "is")), SPANISH.stemWord(word), plain,
+    return (ENGLISH.stemWord(word.replace("iz", "is")), SPANISH.stemWord(spanish), plain,
             root if len(root) >= 3 else plain)
 
 
@@ -335,10 +351,11 @@ def causes_named(text: str, part: str = "names") -> dict[str, list[str]]:
 
 def keyword_list(text: str) -> bool:
     """A list of keywords, not a sentence: two or more short items between commas (or ; / |) and not one of
-    the little words a sentence is made with."""
+    the little words a sentence is made with. A setting ("init_scale=1") says what to set: it is no keyword."""
     items = [x for x in re.split(r"[,;/|\n]", text) if x.strip()]
     words = re.findall(r"[\w'.-]+", normalise(text))
-    return len(items) >= 2 and all(len(x.split()) <= 3 for x in items) and not FUNCTION_WORDS & set(words)
+    return (len(items) >= 2 and all(len(x.split()) <= 3 for x in items) and not FUNCTION_WORDS & set(words)
+            and not SETTING.search(text))
 
 
 def backwards(text: str, cause: str) -> list[str]:
@@ -434,7 +451,7 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
             return Point(REVIEW, f"names {said({cause: right})}, with a hedge: a teacher reads it")
         return Point(CREDIT, f"names {said({cause: right})} and no other cause")
     if right:
-        if ALTERNATIVES.search(low):
+        if ALTERNATIVES.search(low) or hedged_before(low, right):  # the right cause offered as a maybe: two answers
             return Point(NO, f"hedges between {said({cause: right})} and {said(others)}: name one cause")
         return Point(REVIEW, f"names {said({cause: right})}, and also {said(others)}: a teacher decides which "
                              "one you gave as the cause")
@@ -487,7 +504,7 @@ def judge_remediation(text: str, cause: str) -> Point:
     if workaround:
         return Point(REVIEW, f"proposes {', '.join(workaround)}, which eases {cause} without removing it: a teacher "
                              "reads it")
-    if CAUSES[cause].recovers and set(fixes) == {"healthy"}:
+    if CAUSES[cause].recovers and set(fixes) == {"healthy"} and RECOVERY.search(low):
         return Point(REVIEW, f"proposes no fix: {cause}'s run recovers by itself, a teacher reads it")
     if fixes:
         return Point(NO, f"proposes {said(fixes)}: a fix for another cause, not for {cause}")
