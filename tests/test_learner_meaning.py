@@ -222,3 +222,16 @@ def test_words_are_compared_by_their_stems_in_both_languages():
 def test_the_examples_docs_learner_md_gives(part, text, verdict):
     judge = learner.judge_diagnosis if part == "diagnosis" else learner.judge_remediation
     assert judge(text, "lr_too_high").verdict == verdict
+
+
+BLIND3 = [json.loads(line) for line in
+          (Path(__file__).parent / "data" / "grader_answers_blind3.jsonl").read_text().splitlines()]
+
+
+def test_the_third_blind_set_keeps_its_measured_agreement_and_credits_no_answer_keyed_no():
+    """The third blind set (written by someone who never saw the grader, never tuned on) scored 147/168 once on
+    the round-3 grader (docs/learner.md): a floor for later rounds, and the hard rule on what its key refuses."""
+    pairs = [(got, want) for r in BLIND3 for got, want in zip(judged(r), (r["expect_diagnosis"], r["expect_remediation"]))]
+    assert len(pairs) == 168 and sum(got == want for got, want in pairs) >= 147
+    assert not [r["id"] for r in BLIND3 for got, want in zip(judged(r), (r["expect_diagnosis"], r["expect_remediation"]))
+                if got == "credit" and want == "no"]
