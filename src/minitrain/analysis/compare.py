@@ -13,8 +13,6 @@ from pathlib import Path
 
 from minitrain.analysis import definitions, movers
 from minitrain.analysis.definitions import first_non_finite_step, recovery_steps, v_back
-# lab/ modules still import these definitions from here (lab/explore.py, lab/postmortem.py, lab/explain.py)
-from minitrain.analysis.definitions import CLIP_OFF, RECOVERY_RULE, SPIKE, TOL, WINDOW, clipping_off  # noqa: F401
 from minitrain.core.config import INJECTION_FIELDS, NON_NUMERIC_FIELDS
 from minitrain.core.fmt import page_number
 from minitrain.run import reader

@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 
-from minitrain.analysis.definitions import ROLLING_RULE, rolling_zscore_spike, rolling_zscore_spikes, trailing_mean_std
+from minitrain.analysis.definitions import ROLLING_RULE, rolling_zscore_spike, trailing_mean_std
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,6 @@ def zclip(gn: np.ndarray, alpha: float = 0.97, z: float = 2.5, warmup: int = 25)
     return out
 
 
-# the course's row is definitions.rolling_zscore_spike; lab/postmortem.py still reads it under these names
-COURSE_RULE, spike_flags = ROLLING_RULE, rolling_zscore_spikes
 
 
 DETECTORS: tuple[Detector, ...] = (

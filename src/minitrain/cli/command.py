@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from minitrain.core.errors import UserError
 
-# After Ctrl-C, unless the command says more: every file is written whole or not at all (run/files.py), so
+# After Ctrl-C, unless the command says more: every file is written whole or not at all (run/files/atomic.py), so
 # nothing half-written is left
 AGAIN = "run the same command again"
 

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from minitrain.analysis import counterfactual as cf
-from minitrain.analysis.compare import clipping_off
+from minitrain.analysis.definitions import clipping_off
 from minitrain.analysis.evidence import load_evidence
 from minitrain.analysis.report import write_diagnosis
 from minitrain.analysis.walk import diagnose_run

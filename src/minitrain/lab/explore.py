@@ -4,7 +4,7 @@ The lab's predictions come from large-scale pretraining, where the clip threshol
 gradient norm. With the course's settings this model's healthy pre-clip norm is above 1.0 on every step, so
 clipping at 1.0 engages always (docs/lab-findings.md). This sweeps the settings that decide whether a fault is
 visible and judges every prediction in every cell with the lab report's own definitions (analysis/signature.py:
-PREDICTIONS, judge; analysis/compare.py: spike, recovery). Nothing here redefines a verdict.
+PREDICTIONS, judge; analysis/definitions.py: spike, recovery). Nothing here redefines a verdict.
 
 A *trunk* is (peak lr, batch size, clip threshold) and has one baseline. A *cell* is one injection at K forked
 from its trunk's baseline (same config but the injection: both share steps 0..K-1 and every batch after) and
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from minitrain.analysis import regimes, signature
-from minitrain.analysis.compare import CLIP_OFF, SPIKE, TOL, WINDOW
+from minitrain.analysis.definitions import CLIP_OFF, SPIKE, TOL, WINDOW
 from minitrain.analysis.regimes import CLIPS, axis_value, calibrate, clip_rate, fmt_lr
 from minitrain.core.config import TrainConfig, build_config
 from minitrain.core.course import LAB_K

@@ -14,8 +14,8 @@ from minitrain.run import files, reader
 from minitrain.core.errors import UserError
 from minitrain.core.fmt import fmt
 from minitrain.analysis.causes import CAUSES
-from minitrain.analysis.compare import RECOVERY_RULE, measure, v_jumped
-from minitrain.analysis.detectors import COURSE_RULE, spike_flags
+from minitrain.analysis.compare import measure, v_jumped
+from minitrain.analysis.definitions import RECOVERY_RULE, ROLLING_RULE, rolling_zscore_spikes
 from minitrain.lab import spoilers
 from minitrain.lab.learner import REPO_ROOT, walk
 
@@ -44,7 +44,7 @@ def evidence(run: Path, baseline: Path | None) -> dict:
     k = cfg.get("injection_step") if injected else verdict.get("anomaly_step")
     m = measure(run, baseline, k)
     rows, _ = reader.read_metrics(run / "metrics.jsonl")
-    flags = spike_flags([r["step"] for r in rows], [r.get("loss") for r in rows])
+    flags = rolling_zscore_spikes([r["step"] for r in rows], [r.get("loss") for r in rows])
     return {"manifest": manifest, "config": cfg, "verdict": verdict, "injected": injected, "K": k,
             "measure": m, "spike_flags": flags}
 
@@ -77,7 +77,7 @@ def render(run: Path, baseline: Path | None, template: str) -> str:
     if m.get("dup_rows_at_K"):
         detection.append(f"- batch at K: {m['dup_rows_at_K']} duplicated rows, rare-token share {fmt(m.get('rare_share_at_K'))}")
     flags = ev["spike_flags"]
-    detection.append(f"- course spike flag ({COURSE_RULE}): "
+    detection.append(f"- course spike flag ({ROLLING_RULE}): "
                      + (f"steps {', '.join(map(str, flags[:8]))}" + (" ..." if len(flags) > 8 else "") if flags else "never raised"))
     if v.get("path"):
         detection.append(f"- stability-check walk: {' → '.join(map(str, v['path']))}")

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from minitrain.analysis import readings, signature, stability
-from minitrain.analysis.compare import RECOVERY_RULE, measure, measure_own
+from minitrain.analysis.compare import measure, measure_own
+from minitrain.analysis.definitions import RECOVERY_RULE
 from minitrain.core.errors import UserError
 from minitrain.core.fmt import fmt
 from minitrain.lab import blind, spoilers

@@ -100,7 +100,7 @@ def read_history(d: Path) -> tuple[list[dict], str | None]:
 
 
 def log_reveal(d: Path, lab: Lab, seal: dict, new_seal: bool) -> None:
-    """Add this reveal to the history: the file is rewritten whole and atomically (run/files.py), so an
+    """Add this reveal to the history: the file is rewritten whole and atomically (run/files/atomic.py), so an
     interrupt leaves either the old history or the new one, never half a line. The reveal calls it before
     it unseals anything."""
     path = history_path(d)
