@@ -218,8 +218,10 @@ def test_a_fifo_a_device_or_a_file_too_large_is_refused_before_reading(tmp_path,
     try:
         assert_one_line_error(run_cli("import", str(fifo), "--out", str(tmp_path / "r")), "not a regular file")
     finally:
-        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # lets the writer's open return
+        # a reader held open until the writer has joined lets its open return, whenever the thread gets to it
+        held = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
         writer.join()
+        os.close(held)
     (tmp_path / "zero.csv").symlink_to("/dev/zero")
     assert_one_line_error(run_cli("import", str(tmp_path / "zero.csv"), "--out", str(tmp_path / "r")), "not a regular file")
     monkeypatch.setattr(importer, "MAX_SOURCE_BYTES", 100)
