@@ -17,6 +17,12 @@ here; none restates a number or a rule.
     clip off                grad_clip == CLIP_OFF (0: none / off / null in the config)
     LR too high (sweep)     a sweep run at an LR above the plain model's best that ends FAIL_NATS above that
                             best, diverges, or has a robust_spike
+    untrained loss          what an untrained model scores: ln V when V is known, else the first logged loss
+                            when that row is the untrained model's (step 0 or 1, every step logged); else
+                            ln LARGEST_VOCAB, a bound above any vocabulary's
+    capped norm             a logged gradient norm whose largest value recurs on CAPPED_SHARE of the rows: the
+                            clip's return capped at max_norm, logged after clipping (a pre-clip norm never
+                            repeats one float); the checks that read a pre-clip norm do not read it
 
 docs/metrics.md ("Definitions") has the same table with the pages that show each.
 """
@@ -34,7 +40,7 @@ __all__ = ["first_non_finite_step", "is_non_finite", "non_finite_in", "SPIKE", "
            "ROLLING_WINDOW", "ROLLING_SIGMA", "ROLLING_RULE", "trailing_mean_std", "rolling_zscore_spike",
            "rolling_zscore_spikes", "ROBUST_RULE", "robust_spikes", "TOL", "WINDOW", "RECOVERY_RULE",
            "recovery_steps", "V_BACK", "V_JUMP", "v_back", "v_jumped", "CLIP_OFF", "clipping_off", "clip_limit",
-           "FAIL_NATS", "sweep_failure"]
+           "FAIL_NATS", "sweep_failure", "LARGEST_VOCAB", "untrained_loss", "CAPPED_SHARE", "CAPPED_MIN_ROWS", "capped_norm"]
 
 # --- spikes: three definitions for three questions ---------------------------------------------------------------
 
@@ -168,3 +174,37 @@ def sweep_failure(run: dict, ref_best: float, ref_best_lr: float) -> str | None:
     if run["spikes"]:
         return f"loss spike(s) at step {', '.join(str(s) for s in run['spikes'][:5])}"
     return None
+
+
+# --- what an untrained model scores ---------------------------------------------------------------------------------
+
+
+LARGEST_VOCAB = 2 ** 20  # no tokenizer in use has more tokens (the largest are ~262k): ln of it bounds any ln V
+
+
+def untrained_loss(vocab_size: int | None, first_loss: float, first_row_untrained: bool) -> tuple[float, str]:
+    """The loss an untrained model scores, and what it was taken from: ln V (uniform over the vocabulary) when
+    V is known, else the first logged loss when that row is the untrained model's own, else ln LARGEST_VOCAB:
+    a bound above any vocabulary's, so a loss read against it can only be judged too high less often."""
+    if vocab_size:
+        return math.log(vocab_size), f"ln V = {math.log(vocab_size):.3g}"
+    if first_row_untrained and math.isfinite(first_loss):
+        return float(first_loss), f"the first logged loss {first_loss:.3g}"
+    return math.log(LARGEST_VOCAB), f"ln 2^20 = {math.log(LARGEST_VOCAB):.3g}, above any vocabulary in use"
+
+
+# --- a gradient norm logged after clipping --------------------------------------------------------------------------
+
+CAPPED_SHARE = 0.1  # the largest logged norm recurs on at least this share of the rows: capped at max_norm
+CAPPED_MIN_ROWS = 5  # ... and on at least this many rows (a short log repeats a value by chance)
+
+
+def capped_norm(norm: np.ndarray) -> float | None:
+    """The cap, when a logged gradient norm is the clip's return capped at max_norm (capped norm): its largest
+    value, equal (to 1e-6) on CAPPED_SHARE of the finite rows and CAPPED_MIN_ROWS or more; else None."""
+    x = norm[np.isfinite(norm)]
+    if not len(x) or not x.max() > 0:
+        return None
+    top = float(x.max())
+    at_top = int(np.sum(np.abs(x - top) <= 1e-6 * top))
+    return top if at_top >= max(CAPPED_MIN_ROWS, CAPPED_SHARE * len(x)) else None

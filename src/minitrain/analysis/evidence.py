@@ -17,9 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
+from minitrain.analysis.definitions import capped_norm, untrained_loss
 from minitrain.analysis.thresholds import MIN_HISTORY, WINDOW, T
 from minitrain.core.config import TrainConfig
 from minitrain.core.errors import UserError
+from minitrain.core.fmt import fmt
 from minitrain.run import reader
 from minitrain.run.nonfinite import is_non_finite
 
@@ -167,6 +169,12 @@ class Evidence:
         self.batch_prints = prints
         self.param_names = names
         self._cube = cube
+        # another trainer's loop may log the clip's return capped at max_norm: not a pre-clip norm (definitions.py)
+        self.grad_norm_cap = capped_norm(self.grad_norm) if self.imported is not None else None
+        if self.grad_norm_cap is not None:
+            self.note = "; ".join(filter(None, [self.note, f"grad_norm is capped at {fmt(self.grad_norm_cap)} on many "
+                                                "rows: logged after clipping, so the checks that read a pre-clip "
+                                                "norm are not testable"]))
 
     def batch(self, key: str) -> np.ndarray:
         """A batch-composition series (all NaN when the run does not carry it)."""
@@ -180,6 +188,8 @@ class Evidence:
             return self.ngram_val_loss is not None
         if signal in LOGGING_FACTS:
             return self.knows(signal)
+        if signal == "grad_norm" and self.grad_norm_cap is not None:
+            return False
         field, _, stat = signal.partition(".")
         if field in ("params", "batch") and stat:
             return stat in (self.param_keys if field == "params" else self.batch_keys)
@@ -218,6 +228,12 @@ class Evidence:
     @cached_property
     def ln_v(self) -> float:
         return math.log(self.vocab)
+
+    @cached_property
+    def untrained(self) -> tuple[float, str]:
+        """An untrained model's loss on this run and where it came from (definitions.untrained_loss)."""
+        first = float(self.loss[0]) if len(self.loss) else math.nan
+        return untrained_loss(self.vocab_size, first, self.knows("step0"))
 
     def step_at(self, i: int | None) -> int | None:
         return None if i is None else int(self.steps[i])

@@ -50,6 +50,23 @@ THRESHOLDS: dict[str, Threshold] = {
     "ur_run_steps": Threshold(1000, "tuned", "steps a run needs before §2.5 judges its LR's size: early in any run "
                                             "the weights are small and the ratio is high whatever the LR (a 200-step "
                                             "run's median is near the threshold); validated on 2000-step runs"),
+    # §2.9 the LR's size read from the loss and the LR (a run without the update-to-weight ratio), set on the
+    # foreign suite's 40 runs (docs/foreign-runs.md)
+    "lr_peak_share": Threshold(0.8, "tuned", "§2.9: a row 'at the peak LR' has an LR at least this share of the run's "
+                                             "largest ..."),
+    "lr_decay_share": Threshold(0.5, "tuned", "... and one 'decayed' at most this share, after the peak"),
+    "above_untrained": Threshold(1.2, "tuned", "§2.9: the smoothed loss at the peak LR above this many times an "
+                                               "untrained model's (ln V, else the first logged loss): worse than "
+                                               "not training (healthy runs stay below 1.0 after their first steps)"),
+    "stall_rate": Threshold(0.1, "tuned", "§2.9: the loss fell per step at the peak LR at most this share of its "
+                                          "rate once the LR decayed: it stalled at the peak, not near the end"),
+    "decay_fall": Threshold(0.03, "tuned", "... and fell at least this share of its level while the LR decayed "
+                                           "(the stalled runs 6-10%; a share of 2% is noise-level on HF's defaults)"),
+    "stall_share": Threshold(0.02, "tuned", "§2.9, an LR held at its peak: the loss's median over the run's last "
+                                            "quarter fell less than this share below its second quarter's (healthy "
+                                            "constant-LR runs: 9-12%) ..."),
+    "stall_level": Threshold(0.6, "tuned", "... while it stays above this share of an untrained model's loss (the "
+                                           "stalled runs 0.80-0.85; healthy runs here end at 0.30-0.84 of it)"),
     # §3 loss health
     "mask_train": Threshold(0.5, "tuned", "training loss (smoothed) below this share of the n-gram baseline ..."),
     "mask_val": Threshold(0.85, "tuned", "... while the best validation loss stays above this share of it ..."),
@@ -94,6 +111,8 @@ THRESHOLDS: dict[str, Threshold] = {
     "stuck_fall_z": Threshold(3.0, "tuned", "... by at least this many σ of its own noise in all ..."),
     "stuck_back": Threshold(0.5, "tuned", "... and the next step's loss jumped back at least this share of that "
                                           "fall (new batches: the memorised one's gain is gone)"),
+    "coarse_min_rows": Threshold(20, "tuned", "a log written every N steps (§4.5) needs this many rows before one row's "
+                                              "bump is read against the others' (8 rows of a Lightning log: too few)"),
     # §5 initialisation
     "logit0_high": Threshold(10.0, "tuned", "largest |logit| at step 0 (an untrained model's logits are ~1)"),
     # §6 optimizer state
@@ -116,6 +135,10 @@ THRESHOLDS: dict[str, Threshold] = {
     "gn_scaled": Threshold(100.0, "tuned", "without per-tensor gradients (§7.5): the pre-clip norm this many times "
                                            "its trailing median at a step whose loss is normal: a common scale "
                                            "(natural spikes reach a few times the median)"),
+    "climb_steps": Threshold(5, "tuned", "without a pre-clip norm (§7.6): the loss rose at every one of at least this "
+                                         "many steps in a row (a scaled gradient in Adam's first moment keeps pushing "
+                                         "for ~1/(1-beta1) steps; a healthy loss's noise breaks a climb within 2-3) ..."),
+    "climb_from_z": Threshold(3.0, "tuned", "... from a step whose loss was within this many σ of its own noise (normal) ..."),
     "loss_jump_z": Threshold(10.0, "tuned", "a loss jump this many σ of the run's own loss noise that no question "
                                             "explained: unknown, not healthy"),
     # §2 natural instabilities (Wortsman et al. 2023 and 2023b), set on the LR sweep's seed-42 runs

@@ -147,6 +147,15 @@ TREE: tuple[Section, ...] = (
              f"(update / weight), on runs of {T['ur_run_steps']:g}+ steps", P_UR,
              f"> {T['ur_high']:g}", C.check_update_ratio, yes="§2.E",
              needs=("params.ur", "long_run")),
+        Node("§2.9", "Without the update-to-weight ratio: did the loss climb above an untrained model's at the peak "
+             "LR, or stall at the peak and fall only as the LR decayed (or stall far up with the LR held there)?",
+             "the loss (median over a tenth of the log) against the untrained loss (ln V, else the first logged "
+             "loss) and the lr (a run that measured params[*].ur: no, §2.5 decides)", P_LOSS + "; " + P_LR,
+             f"> x{T['above_untrained']:g} the untrained loss at >= {T['lr_peak_share']:g} x the peak LR; or a fall "
+             f"per step at the peak <= {T['stall_rate']:g} x the decay's (<= {T['lr_decay_share']:g} x peak, a "
+             f"fall >= {T['decay_fall']:.0%}); or, held at the peak, the last quarter < {T['stall_share']:.0%} "
+             f"below the second at >= {T['stall_level']:g} x the untrained loss",
+             C.check_lr_too_high_loss, yes="§2.I", needs=("lr",)),
         Leaf("§2.A", "lr_schedule", "the scheduler never stepped",
              "The learning rate never changes: the scheduler is not stepped (or the optimizer is rebuilt every "
              "step), so there is neither warmup nor decay.",
@@ -171,6 +180,12 @@ TREE: tuple[Section, ...] = (
              "near 1e-3.",
              rule_out=(("validation never climbed after its best: the large updates did not make the model memorise",
                         C.rule_out_val_not_climbing),)),
+        Leaf("§2.I", "lr_too_high", "learning rate too high (read from the loss)",
+             "The loss answers the LR's size: at the peak LR it climbed above what an untrained model scores, or "
+             "stalled there and fell only once the LR decayed, or stalled far up with the LR held at its peak. A "
+             "step too large for the loss surface overshoots, so the loss cannot settle until the LR comes down.",
+             "Lower the peak LR (3-10x, or run a short LR sweep) and re-run from step 0; to see the cause directly, "
+             "log the update-to-weight ratio (attach minitrain's probe)."),
         Leaf("§2.F", "attention_logit_growth", "attention-logit growth",
              "The LR is too high for this attention: the pre-softmax attention logits grew far beyond a healthy "
              "run's, attention went near one-hot (its entropy collapsed), and the loss degraded or diverged. "
@@ -258,8 +273,8 @@ TREE: tuple[Section, ...] = (
              "50 steps before); grad_norm / trailing median, in σ of its own noise; the previous and next steps' "
              "loss excess", P_LOSS + "; " + P_GN, f"loss >= {T['outlier_z']:g} σ and >= {T['outlier_rows']:g} x ln V / batch "
              f"size nats, grad norm >= {T['outlier_gn_z']:g} σ, "
-             f"previous and next excess <= {T['outlier_back']:g} x the jump", C.check_data_outlier, yes="§4.A",
-             needs=("every_step", "grad_norm")),
+             f"previous and next excess <= {T['outlier_back']:g} x the jump (a log without a pre-clip norm: the loss "
+             "alone)", C.check_data_outlier, yes="§4.A", needs=("every_step",)),
         Node("§4.3", "Is the same batch served on several consecutive steps?",
              "batch.rows and the batch's token statistics equal to the previous step's", P_BATCH,
              f">= {T['stuck_steps']:g} repeats in a row", C.check_stuck_loader, yes="§4.B", needs=("batch",)),
@@ -268,6 +283,11 @@ TREE: tuple[Section, ...] = (
              P_LOSS, f">= {T['stuck_fall_steps']:g} falls in a row, >= {T['stuck_fall_z']:g} σ in all, then back "
              f">= {T['stuck_back']:.0%} of it in one step", C.check_loss_memorised_run, yes="§4.B",
              needs=("every_step",)),
+        Node("§4.5", "In a log written every N steps: is one row's loss far above both its neighbours, which agree?",
+             "loss - the mean of the rows before and after, in σ of the log's own row-to-row noise (a log of every "
+             "step: no, §4.2 decides)", P_LOSS, f">= {T['outlier_z']:g} σ and >= {T['outlier_rows']:g} x ln V / batch "
+             f"size / N nats, neighbours apart and every other row's bump <= {T['outlier_back']:g} x it", C.check_interval_outlier,
+             yes="§4.A"),
         Leaf("§4.A", "bad_batch", "bad batch / data outlier",
              "One batch is an outlier (one repeated or rare sentence, or corrupted rows: random tokens, rows cut "
              "in the wrong place, targets that belong to other rows): its own loss is high and its gradient large, "
@@ -353,6 +373,11 @@ TREE: tuple[Section, ...] = (
              "whose own loss was normal?", "grad_norm / its trailing median at steps whose loss is within "
              f"{T['outlier_z']:g} σ of its own (a run that measured per-tensor g: no, §7.1 decides)", P_GN,
              f">= x{T['gn_scaled']:g}", C.check_gn_scaled, yes="§7.A", needs=("every_step", "grad_norm")),
+        Node("§7.6", "Without a pre-clip norm: was the loss normal at one step, then rising at every step after it, "
+             "far out of its own noise, at a steady LR?", "loss step to step, its excess over the trailing median in "
+             f"σ of its own noise; lr (a run that logged a pre-clip norm: no, §7.5 decides)", P_LOSS + "; " + P_LR,
+             f"< {T['climb_from_z']:g} σ at K, then >= {T['climb_steps']:g} rises in a row to >= {T['outlier_z']:g} σ",
+             C.check_loss_climb_after_scale, yes="§7.A", needs=("every_step", "lr")),
         Node("§7.3", f"Is there any pre-clip jump of {T['gn_huge_z']:g} σ of the norm's own noise beyond what the loss "
              "explains?", "log(grad_norm / trailing median) less the loss's log rise (if > 0), over the norm's own "
              "trailing spread", P_GN, f">= {T['gn_huge_z']:g} σ", C.check_gn_huge, yes="§7.C", needs=("every_step", "grad_norm")),

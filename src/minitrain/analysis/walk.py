@@ -274,7 +274,8 @@ def leaf_evidence(leaf: Leaf, path: list[dict], ev: Evidence, step: int | None) 
         finding = next(p["_finding"] for p in path if "ruled_out" in p)
     i = finding.index if finding is not None else None
     if leaf.cause == "lr_too_high":
-        out["update_to_weight_ratio"] = {k: _jsonable(v) for k, v in finding.extra.items()}
+        key = "update_to_weight_ratio" if leaf.id == "§2.E" else "loss_against_the_lr"  # §2.I reads the loss
+        out[key] = {k: v if isinstance(v, str) else _jsonable(v) for k, v in finding.extra.items()}
         idx, val = val_points(ev)
         out["val_loss"] = {str(int(ev.steps[j])): _jsonable(v) for j, v in zip(idx, val)}
         out["train_loss_smoothed_min"] = _jsonable(float(np.nanmin(train_smooth(ev))))

@@ -8,7 +8,7 @@ its threshold (1 = at it), so the walker can name the closest leaves when it ans
 One module per part of the tree, one import surface here (`from minitrain.analysis import checks as C`):
 finding.py (what a check returns), run_lr_loss.py (§1-§3), batch_init.py (§4-§5), optimizer_gradient.py
 (§6-§7), silent.py (§9), rule_outs.py (the §2-§6 leaves' rule-outs), natural.py (§2.6-§2.8 and their rule-outs),
-logged.py (§4.4 and §7.5: the loss and norm alone, where the richer signals were not measured).
+logged.py (§2.9, §4.4, §4.5, §7.5 and §7.6: the loss, LR and norm alone, where the richer signals were not measured).
 """
 
 from minitrain.analysis.checks.finding import (  # noqa: F401
@@ -40,5 +40,6 @@ from minitrain.analysis.checks.silent import (  # noqa: F401
     check_ranks_diverged,
 )
 from minitrain.analysis.checks.logged import (  # noqa: F401
-    check_loss_memorised_run, check_gn_scaled,
+    check_loss_memorised_run, check_gn_scaled, check_lr_too_high_loss, lr_loss_reading, check_loss_climb_after_scale,
+    check_interval_outlier,
 )

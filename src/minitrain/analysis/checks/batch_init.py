@@ -44,7 +44,9 @@ def check_data_outlier(ev: Evidence) -> Finding:
     # noise alone is not enough: a memorised run's loss (~1e-4) has so little spread that a +0.1 nat wobble reads
     # hundreds of σ; a bad batch also moves the batch mean by at least a row's worth of chance-level loss
     big = excess >= T["outlier_rows"] * ev.row_loss_unit
-    hit = (z >= T["outlier_z"]) & (gz >= T["outlier_gn_z"]) & big & back & alone
+    # the norm's jump is read where a pre-clip norm was logged; a log of the loss alone is judged by the loss
+    gn_up = gz >= T["outlier_gn_z"] if ev.has("grad_norm") else np.ones(len(z), dtype=bool)
+    hit = (z >= T["outlier_z"]) & gn_up & big & back & alone
     # the step shown: the hit, else the largest jump among those of a row's worth (else the largest of all)
     pool = hit if hit.any() else big & np.isfinite(z) if (big & np.isfinite(z)).any() else np.isfinite(z)
     i = int(np.nanargmax(np.where(pool, z, np.nan)))
@@ -54,8 +56,10 @@ def check_data_outlier(ev: Evidence) -> Finding:
     prv = f"{before[i]:+.2f}" if np.isfinite(before[i]) else "n/a"
     return Finding(bool(hit[i]), float(z[i]),
                    f"{'loss jump' if hit[i] else 'largest loss jump'} +{excess[i]:.2f} nats = {z[i]:.1f} σ of the run's "
-                   f"own loss noise at step {ev.step_at(i)}, pre-clip grad norm x{fmt(math.exp(ev.gn_log_ratio[i]), 3)} "
-                   f"its median = {gz[i]:.1f} σ, {excess[i] / ev.row_loss_unit if ev.row_loss_unit else math.inf:.2g} "
+                   f"own loss noise at step {ev.step_at(i)}, "
+                   + (f"pre-clip grad norm x{fmt(math.exp(ev.gn_log_ratio[i]), 3)} its median = {gz[i]:.1f} σ, "
+                      if ev.has("grad_norm") else "no pre-clip grad norm logged, ")
+                   + f"{excess[i] / ev.row_loss_unit if ev.row_loss_unit else math.inf:.2g} "
                    f"rows' worth of chance-level loss (ln V / batch = {ev.row_loss_unit:.3g} nats), previous step "
                    f"{prv} and next step {nxt} nats"
                    + (f"; rare-token share x{fmt(rare_ratio[i], 3)} its median" if ev.has("batch.rare_share") else ""),

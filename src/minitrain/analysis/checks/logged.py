@@ -74,3 +74,138 @@ def check_gn_scaled(ev: Evidence) -> Finding:
                    f"median at step {ev.step_at(j)}, whose loss was normal ({fmt(z[j], 3)} σ)", j,
                    near=math.log(x) / math.log(T["gn_scaled"]) if x > 1 else 0.0,
                    crossing=Crossing(x, T["gn_scaled"], "x the norm's trailing median"))
+
+
+def _smooth(x: np.ndarray) -> np.ndarray:
+    """The loss, median over the surrounding rows (a tenth of the log, at most 21): a coarse log keeps its shape."""
+    w = max(1, min(21, len(x) // 10)) | 1
+    pad = np.pad(x, w // 2, mode="edge")
+    return np.array([np.nanmedian(pad[i:i + w]) for i in range(len(x))])
+
+
+def _fall_rate(ev: Evidence, loss: np.ndarray, rows: np.ndarray) -> tuple[float, float]:
+    """How far the loss fell over `rows` (median of their first third less that of their last third, nats) and
+    that fall per step (the log's own step numbers, so a coarse log reads in steps too)."""
+    k = max(1, len(rows) // 3)
+    fall = float(np.nanmedian(loss[rows[:k]]) - np.nanmedian(loss[rows[-k:]]))
+    span = float(np.mean(ev.steps[rows[-k:]]) - np.mean(ev.steps[rows[:k]])) or 1.0
+    return fall, fall / span
+
+
+def check_lr_too_high_loss(ev: Evidence) -> Finding:
+    """§2.9: the LR's size read from the loss and the LR (lr_loss_reading), where the update-to-weight ratio
+    (§2.5) was not measured; a run that measured it is §2.5's."""
+    if ev.has("params.ur"):
+        return miss("update-to-weight ratio measured: §2.5 reads it")
+    return lr_loss_reading(ev)
+
+
+def lr_loss_reading(ev: Evidence) -> Finding:
+    """What the loss says of the LR's size: at the peak LR the loss climbed above an untrained model's; or it
+    stalled at the peak and fell only once the LR decayed; or, with the LR held at its peak, it stalled far
+    above where training takes it. Each reading scales with the run: its untrained loss (ln V, else its own
+    first loss), its own loss level and its own LR."""
+    lr, n = ev.lr, len(ev.loss)
+    if n < 8 or not np.nanmax(lr) > 0:
+        return miss("too few rows or no LR")
+    untrained, said = ev.untrained
+    peak = float(np.nanmax(lr))
+    loss = _smooth(ev.loss)
+    at_peak = np.flatnonzero(lr >= T["lr_peak_share"] * peak)
+    worse = [i for i in at_peak if loss[i] > T["above_untrained"] * untrained]
+    if worse:
+        i = worse[0]
+        x = float(loss[i] / untrained)
+        return Finding(True, x, f"at the peak LR (step {ev.step_at(i)}, LR {fmt(lr[i], 3)}) the smoothed loss "
+                       f"{fmt(loss[i])} = x{x:.3g} an untrained model's ({said})", i, {"pattern": "above untrained"},
+                       crossing=Crossing(x, T["above_untrained"], "x the untrained loss"))
+    decayed = np.flatnonzero((lr <= T["lr_decay_share"] * peak) & (np.arange(n) > at_peak[-1]))
+    if len(at_peak) >= 6 and len(decayed) >= 6:
+        fall_p, rate_p = _fall_rate(ev, loss, at_peak)
+        fall_d, rate_d = _fall_rate(ev, loss, decayed)
+        share = fall_d / float(np.nanmedian(loss[decayed]))
+        hit = share >= T["decay_fall"] and rate_p <= T["stall_rate"] * rate_d
+        r = max(rate_p, 0.0) / rate_d if rate_d > 0 else math.inf
+        return Finding(hit, r, f"the loss fell {fmt(fall_p, 3)} nats at the peak LR (steps {ev.step_at(at_peak[0])}-"
+                       f"{ev.step_at(at_peak[-1])}) and {fmt(fall_d, 3)} ({share:.0%}) once the LR decayed: "
+                       f"{'a stall at the peak' if hit else 'no stall'} (rate at the peak {r:.2g} x the decay's)",
+                       int(at_peak[0]), {"pattern": "stall at the peak"}, near=T["stall_rate"] / r if r else None,
+                       crossing=Crossing(T["stall_rate"] / max(r, 1e-9), 1.0, "x the stall bound") if hit else None)
+    half = np.arange(n // 2, n)
+    if not (lr[half] >= T["lr_peak_share"] * peak).all():
+        return Finding(False, None, "the LR neither held its peak over the run's second half nor decayed after it")
+    q2 = float(np.nanmedian(ev.loss[n // 4:n // 2]))
+    q4 = float(np.nanmedian(ev.loss[3 * n // 4:]))
+    fell, level = (q2 - q4) / q2, q4 / untrained
+    hit = fell < T["stall_share"] and level >= T["stall_level"]
+    return Finding(hit, level, f"with the LR held at its peak the loss's median went {fmt(q2)} -> {fmt(q4)} from the "
+                   f"run's second quarter to its last ({fell:+.1%}), at {level:.2f} of an untrained model's ({said})",
+                   n // 2, {"pattern": "stall at a held peak"}, near=level / T["stall_level"],
+                   crossing=Crossing(level, T["stall_level"], "share of the untrained loss") if hit else None)
+
+
+def check_loss_climb_after_scale(ev: Evidence) -> Finding:
+    """A gradient scaled by a common factor, read from the loss alone (no pre-clip norm logged: §7.5 reads the
+    norm where there is one): the loss is normal at step K, then rises at every step from K+1 on, far out of its
+    own noise, while the LR stays steady. With clipping off the scaled gradient enters Adam's first moment, which
+    keeps pushing along it for ~1/(1-β1) steps; an LR spike (a one-step jump), a bad batch (back at once) and a
+    stuck loader (falls) leave other shapes."""
+    if ev.has("grad_norm"):
+        return miss("a pre-clip gradient norm logged: §7.5 reads it")
+    z, loss = ev.loss_z, ev.loss
+    if not np.isfinite(z).any():
+        return miss("too few steps")
+    best: tuple[float, int, int] | None = None  # (z reached, first rising row, rises)
+    i = 1
+    while i < len(loss):
+        j = i
+        while j < len(loss) and loss[j] > loss[j - 1]:
+            j += 1
+        n = j - i
+        start = i - 1  # step K: the last row before the climb
+        if n >= T["climb_steps"] and np.isfinite(z[start]) and z[start] < T["climb_from_z"] \
+                and np.isfinite(z[j - 1]) and (best is None or z[j - 1] > best[0]):
+            steady = ev.lr_step_ratio[start:j]
+            if not np.any(np.isfinite(steady) & ((steady > T["lr_jump"]) | (steady < 1 / T["lr_jump"]))):
+                best = (float(z[j - 1]), i, n)
+        i = max(j, i + 1)
+    if best is None:
+        return Finding(False, 0.0, f"no climb of {T['climb_steps']:g}+ rising steps from a normal loss at a "
+                       "steady LR", None, near=0.0)
+    top, first, n = best
+    return Finding(top >= T["outlier_z"], top, f"the loss was normal at step {ev.step_at(first - 1)} "
+                   f"({fmt(loss[first - 1])}), then rose at every one of {n} steps to {fmt(loss[first + n - 1])} = "
+                   f"{top:.1f} σ of its own noise above its trailing median, the LR steady", first,
+                   near=top / T["outlier_z"], crossing=Crossing(top, T["outlier_z"], SIGMA))
+
+
+def check_interval_outlier(ev: Evidence) -> Finding:
+    """A bad batch in a log written every N steps (§4.2 needs every step): one row's loss far above both its
+    neighbours while they agree with each other, and no other row's bump half its size. Where the row is a mean over its interval (HF) one bad batch
+    moves it by its own excess / N, so the guard is a row's worth of chance-level loss / N; the bump is read in
+    units of the log's own row-to-row curvature noise (a coarse log has too few rows for a trailing window)."""
+    every = int((ev.imported or {}).get("log_every", 1) or 1)
+    if every <= 1:
+        return miss("every step logged: §4.2 reads the steps themselves")
+    loss, n = ev.loss, len(ev.loss)
+    if n < T["coarse_min_rows"]:
+        return miss(f"fewer than {T['coarse_min_rows']:g} logged rows")
+    bump = np.full(n, np.nan)
+    bump[1:-1] = loss[1:-1] - (loss[:-2] + loss[2:]) / 2
+    spread = 1.4826 * float(np.nanmedian(np.abs(bump - np.nanmedian(bump))))
+    if not spread > 0:
+        return miss("no row-to-row noise to read a bump against")
+    z = bump / spread
+    apart = np.full(n, np.nan)
+    apart[1:-1] = np.abs(loss[2:] - loss[:-2])
+    guard = T["outlier_rows"] * ev.row_loss_unit / every
+    # one bad batch stands alone: a noisy run (an LR too high) has several bumps of a size
+    second = np.sort(bump[np.isfinite(bump)])[-2]
+    alone = np.where(np.isfinite(bump), second <= T["outlier_back"] * bump, False)
+    hit = (z >= T["outlier_z"]) & (bump >= guard) & (apart <= T["outlier_back"] * bump) & alone
+    i = int(np.nanargmax(np.where(hit, z, np.nan))) if hit.any() else int(np.nanargmax(z))
+    return Finding(bool(hit[i]), float(z[i]), f"{'row' if hit[i] else 'largest row bump'} at step {ev.step_at(i)}: "
+                   f"loss {fmt(loss[i])}, +{bump[i]:.3g} nats over its neighbours' mean = {z[i]:.1f} σ of the log's "
+                   f"own row-to-row noise (guard {guard:.3g} nats: a row's worth / {every}), neighbours "
+                   f"{fmt(loss[i - 1])} and {fmt(loss[i + 1])}", i, near=float(z[i]) / T["outlier_z"],
+                   crossing=Crossing(float(z[i]), T["outlier_z"], SIGMA))

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from minitrain.analysis.checks.run_lr_loss import check_update_ratio, peak_update_ratio, train_smooth, val_points
+from minitrain.analysis.checks.logged import lr_loss_reading
 from minitrain.analysis.evidence import Evidence
 from minitrain.analysis.checks.finding import Finding
 from minitrain.analysis.thresholds import T
@@ -49,10 +50,15 @@ def rule_out_collapse_after_best_val(ev: Evidence, at: Finding) -> Finding:
 def rule_out_val_not_climbing(ev: Evidence, at: Finding) -> Finding:
     """A too-high LR memorises the training split: validation climbs after an early best. Updates larger than
     this model's healthy ones whose validation never climbed did not do what the leaf names: another optimizer
-    setting also moves the weights further per step (beta1 0.5: ~2.5x) with no harm to see."""
+    setting also moves the weights further per step (beta1 0.5: ~2.5x) with no harm to see. Unless the loss
+    shows the harm another way (it climbed or stalled at the peak LR, logged.lr_loss_reading): a run too short
+    to memorise, or validated on the probe path, then keeps §2.E."""
     idx, val = val_points(ev)
     if len(idx) < 3:
         return Finding(False, None, "fewer than 3 validation points")
+    stalled = lr_loss_reading(ev)  # a validation that never climbed clears nothing when the loss itself shows harm
+    if stalled.matched:
+        return Finding(False, None, f"validation never climbed, but the loss shows the LR's harm: {stalled.shown}")
     best, last = float(np.min(val)), float(val[-1])
     return Finding(last <= T["mask_rise"] * best, last / best,
                    f"last validation {fmt(last)} = {last / best:.2f} x its best {fmt(best)} (a memorising run climbs "
