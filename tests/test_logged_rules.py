@@ -84,6 +84,12 @@ def test_a_loss_above_an_untrained_models_at_the_peak_lr_is_lr_too_high_without_
                     imported={"first_step": 49, "log_every": 50})
     assert walk(late)["cause"] == "lr_too_high"
     assert untrained_loss(None, 121.0, False)[0] == math.log(2 ** 20)
+    # long after the LR reached its peak, a loss thrown above ln V at once is an event the log missed (an LR
+    # spike between logged rows), not the LR's size
+    spike = healthy_loss(n) + noise(n, 2)
+    spike[200:230] += 30.0 * np.exp(-np.arange(30) / 10)
+    f, _ = answer(ITEMS["§2.9"], imported(spike, np.full(n, 1e-3)))
+    assert not f.matched
 
 
 def test_the_loss_rules_answer_no_where_the_update_ratio_was_measured():
@@ -115,6 +121,11 @@ def test_a_scaled_gradient_without_a_norm_is_a_normal_loss_then_a_climb_at_a_ste
     loss[151:300] += 0.6 * (1 - np.exp(-np.arange(149) / 5)) * np.exp(-np.arange(149) / 200)
     v = walk(imported(loss, cosine_lr(n, 1e-3)))
     assert v["cause"] == "gradient_explosion" and 149 <= v["anomaly_step"] <= 153, (v["cause"], v["anomaly_step"])
+    # a loss that had stalled (at a too-high LR) and climbs out of its plateau is not a scaled gradient
+    flat = np.full(n, 0.8 * math.log(V)) + noise(n, 4, 0.01)
+    flat[:20] = np.linspace(math.log(V), 0.8 * math.log(V), 20)
+    flat[151:300] += 0.6 * (1 - np.exp(-np.arange(149) / 5))
+    assert not answer(ITEMS["§7.6"], imported(flat, np.full(n, 0.15)))[0].matched
     # where a pre-clip norm was logged, §7.5 reads it and §7.6 does not guess
     f, _ = answer(ITEMS["§7.6"], imported(loss, cosine_lr(n, 1e-3), grad_norm=np.ones(n) + noise(n, 5)))
     assert not f.matched and "§7.5 reads it" in f.shown

@@ -58,6 +58,9 @@ THRESHOLDS: dict[str, Threshold] = {
     "above_untrained": Threshold(1.2, "tuned", "§2.9: the smoothed loss at the peak LR above this many times an "
                                                "untrained model's (ln V, else the first logged loss): worse than "
                                                "not training (healthy runs stay below 1.0 after their first steps)"),
+    "peak_onset_share": Threshold(0.25, "tuned", "... within this share of the run's steps after the LR first reached "
+                                                 "its peak (the too-high runs: at once, or 24 steps of 300 after; an "
+                                                 "LR spike between logged rows lands later)"),
     "stall_rate": Threshold(0.1, "tuned", "§2.9: the loss fell per step at the peak LR at most this share of its "
                                           "rate once the LR decayed: it stalled at the peak, not near the end"),
     "decay_fall": Threshold(0.03, "tuned", "... and fell at least this share of its level while the LR decayed "

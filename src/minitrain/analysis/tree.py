@@ -151,7 +151,8 @@ TREE: tuple[Section, ...] = (
              "LR, or stall at the peak and fall only as the LR decayed (or stall far up with the LR held there)?",
              "the loss (median over a tenth of the log) against the untrained loss (ln V, else the first logged "
              "loss) and the lr (a run that measured params[*].ur: no, §2.5 decides)", P_LOSS + "; " + P_LR,
-             f"> x{T['above_untrained']:g} the untrained loss at >= {T['lr_peak_share']:g} x the peak LR; or a fall "
+             f"> x{T['above_untrained']:g} the untrained loss at >= {T['lr_peak_share']:g} x the peak LR (within "
+             f"{T['peak_onset_share']:.0%} of the run after reaching it); or a fall "
              f"per step at the peak <= {T['stall_rate']:g} x the decay's (<= {T['lr_decay_share']:g} x peak, a "
              f"fall >= {T['decay_fall']:.0%}); or, held at the peak, the last quarter < {T['stall_share']:.0%} "
              f"below the second at >= {T['stall_level']:g} x the untrained loss",
@@ -373,10 +374,11 @@ TREE: tuple[Section, ...] = (
              "whose own loss was normal?", "grad_norm / its trailing median at steps whose loss is within "
              f"{T['outlier_z']:g} σ of its own (a run that measured per-tensor g: no, §7.1 decides)", P_GN,
              f">= x{T['gn_scaled']:g}", C.check_gn_scaled, yes="§7.A", needs=("every_step", "grad_norm")),
-        Node("§7.6", "Without a pre-clip norm: was the loss normal at one step, then rising at every step after it, "
-             "far out of its own noise, at a steady LR?", "loss step to step, its excess over the trailing median in "
+        Node("§7.6", "Without a pre-clip norm: was the loss, still falling, normal at one step, then rising at every "
+             "step after it, far out of its own noise, at a steady LR?", "loss step to step, its excess over the trailing median in "
              f"σ of its own noise; lr (a run that logged a pre-clip norm: no, §7.5 decides)", P_LOSS + "; " + P_LR,
-             f"< {T['climb_from_z']:g} σ at K, then >= {T['climb_steps']:g} rises in a row to >= {T['outlier_z']:g} σ",
+             f"< {T['climb_from_z']:g} σ at K, then >= {T['climb_steps']:g} rises in a row to >= {T['outlier_z']:g} σ; "
+             f"the loss fell >= {T['stall_share']:.0%} over the 50 steps before K",
              C.check_loss_climb_after_scale, yes="§7.A", needs=("every_step", "lr")),
         Node("§7.3", f"Is there any pre-clip jump of {T['gn_huge_z']:g} σ of the norm's own noise beyond what the loss "
              "explains?", "log(grad_norm / trailing median) less the loss's log rise (if > 0), over the norm's own "

@@ -10,7 +10,7 @@ import numpy as np
 
 from minitrain.analysis.checks.finding import SIGMA, X_THRESHOLD, Crossing, Finding, miss
 from minitrain.analysis.evidence import Evidence, trailing_spread
-from minitrain.analysis.thresholds import T
+from minitrain.analysis.thresholds import MIN_HISTORY, WINDOW, T
 from minitrain.core.fmt import fmt
 
 
@@ -112,7 +112,10 @@ def lr_loss_reading(ev: Evidence) -> Finding:
     peak = float(np.nanmax(lr))
     loss = _smooth(ev.loss)
     at_peak = np.flatnonzero(lr >= T["lr_peak_share"] * peak)
-    worse = [i for i in at_peak if loss[i] > T["above_untrained"] * untrained]
+    # as the LR reaches its peak, not long after: a loss that leaves a long stay at the peak at once is an
+    # event the LR log missed (a spike between logged rows), not the LR's size
+    soon = ev.steps[at_peak[0]] + T["peak_onset_share"] * (ev.steps[-1] - ev.steps[0])
+    worse = [i for i in at_peak if loss[i] > T["above_untrained"] * untrained and ev.steps[i] <= soon]
     if worse:
         i = worse[0]
         x = float(loss[i] / untrained)
@@ -144,12 +147,24 @@ def lr_loss_reading(ev: Evidence) -> Finding:
                    crossing=Crossing(level, T["stall_level"], "share of the untrained loss") if hit else None)
 
 
+def _learning(loss: np.ndarray, k: int) -> bool:
+    """Whether the run was still learning before row k: over the trailing window its loss fell at least
+    stall_share of its level (a run stalled at a too-high LR climbs out of a plateau, not out of progress)."""
+    before = loss[max(0, k - WINDOW):k + 1]
+    if len(before) < 2 * MIN_HISTORY:
+        return False
+    k5 = max(1, len(before) // 5)
+    first, last = float(np.nanmedian(before[:k5])), float(np.nanmedian(before[-k5:]))
+    return first > 0 and (first - last) / first >= T["stall_share"]
+
+
 def check_loss_climb_after_scale(ev: Evidence) -> Finding:
     """A gradient scaled by a common factor, read from the loss alone (no pre-clip norm logged: §7.5 reads the
     norm where there is one): the loss is normal at step K, then rises at every step from K+1 on, far out of its
     own noise, while the LR stays steady. With clipping off the scaled gradient enters Adam's first moment, which
     keeps pushing along it for ~1/(1-β1) steps; an LR spike (a one-step jump), a bad batch (back at once) and a
-    stuck loader (falls) leave other shapes."""
+    stuck loader (falls) leave other shapes; a run stalled at a too-high LR (§2.9's) climbs out of a plateau, so
+    the climb counts only where the loss was still falling before K."""
     if ev.has("grad_norm"):
         return miss("a pre-clip gradient norm logged: §7.5 reads it")
     z, loss = ev.loss_z, ev.loss
@@ -164,7 +179,7 @@ def check_loss_climb_after_scale(ev: Evidence) -> Finding:
         n = j - i
         start = i - 1  # step K: the last row before the climb
         if n >= T["climb_steps"] and np.isfinite(z[start]) and z[start] < T["climb_from_z"] \
-                and np.isfinite(z[j - 1]) and (best is None or z[j - 1] > best[0]):
+                and np.isfinite(z[j - 1]) and (best is None or z[j - 1] > best[0]) and _learning(loss, start):
             steady = ev.lr_step_ratio[start:j]
             if not np.any(np.isfinite(steady) & ((steady > T["lr_jump"]) | (steady < 1 / T["lr_jump"]))):
                 best = (float(z[j - 1]), i, n)
