@@ -57,7 +57,8 @@ THRESHOLDS: dict[str, Threshold] = {
     "lr_decay_share": Threshold(0.5, "tuned", "... and one 'decayed' at most this share, after the peak"),
     "above_untrained": Threshold(1.2, "tuned", "§2.9: the smoothed loss at the peak LR above this many times an "
                                                "untrained model's (ln V, else the first logged loss): worse than "
-                                               "not training (healthy runs stay below 1.0 after their first steps)"),
+                                               "not training (healthy runs here: at most 1.0, their first row; the too-high "
+                                               "runs 1.32-8.75)"),
     "peak_onset_share": Threshold(0.25, "tuned", "... within this share of the run's steps after the LR first reached "
                                                  "its peak (the too-high runs: at once, or 24 steps of 300 after; an "
                                                  "LR spike between logged rows lands later)"),
@@ -67,9 +68,9 @@ THRESHOLDS: dict[str, Threshold] = {
                                            "(the stalled runs 6-10%; a share of 2% is noise-level on HF's defaults)"),
     "stall_share": Threshold(0.02, "tuned", "§2.9, an LR held at its peak: the loss's median over the run's last "
                                             "quarter fell less than this share below its second quarter's (healthy "
-                                            "constant-LR runs: 9-12%) ..."),
+                                            "constant-LR runs here: 11-13%) ..."),
     "stall_level": Threshold(0.6, "tuned", "... while it stays above this share of an untrained model's loss (the "
-                                           "stalled runs 0.80-0.85; healthy runs here end at 0.30-0.84 of it)"),
+                                           "stalled runs 0.80-0.85; the healthy runs held at their peak: 0.30)"),
     # §3 loss health
     "mask_train": Threshold(0.5, "tuned", "training loss (smoothed) below this share of the n-gram baseline ..."),
     "mask_val": Threshold(0.85, "tuned", "... while the best validation loss stays above this share of it ..."),

@@ -103,8 +103,8 @@ def check_lr_too_high_loss(ev: Evidence) -> Finding:
 def lr_loss_reading(ev: Evidence) -> Finding:
     """What the loss says of the LR's size: at the peak LR the loss climbed above an untrained model's; or it
     stalled at the peak and fell only once the LR decayed; or, with the LR held at its peak, it stalled far
-    above where training takes it. Each reading scales with the run: its untrained loss (ln V, else its own
-    first loss), its own loss level and its own LR."""
+    above where training takes it. Each reading scales with the run: its untrained loss (definitions.py: ln V,
+    else its own first loss, else a bound above any vocabulary's), its own loss level and its own LR."""
     lr, n = ev.lr, len(ev.loss)
     if n < 8 or not np.nanmax(lr) > 0:
         return miss("too few rows or no LR")
@@ -196,9 +196,10 @@ def check_loss_climb_after_scale(ev: Evidence) -> Finding:
 
 def check_interval_outlier(ev: Evidence) -> Finding:
     """A bad batch in a log written every N steps (§4.2 needs every step): one row's loss far above both its
-    neighbours while they agree with each other, and no other row's bump half its size. Where the row is a mean over its interval (HF) one bad batch
-    moves it by its own excess / N, so the guard is a row's worth of chance-level loss / N; the bump is read in
-    units of the log's own row-to-row curvature noise (a coarse log has too few rows for a trailing window)."""
+    neighbours while they agree with each other, and no other row's bump half its size. Where the row is a mean
+    over its interval (HF) one bad batch moves it by its own excess / N, so the guard is a row's worth of
+    chance-level loss / N; the bump is read in units of the log's own row-to-row curvature noise (a coarse log
+    has too few rows for a trailing window)."""
     every = int((ev.imported or {}).get("log_every", 1) or 1)
     if every <= 1:
         return miss("every step logged: §4.2 reads the steps themselves")
