@@ -459,7 +459,8 @@ TREE: tuple[Section, ...] = (
         Node("§9.4", "Did the pre-clip gradient norm rise for good by a batch's worth of tokens while the loss "
              "did not move?", "grad_norm (median of the next steps / trailing median, and at the run's end), loss "
              "(median on each side)", P_GN, f">= x{T['loss_sum_shift']:g} for good, loss within "
-             f"{T['loss_sum_loss_move']:.0%}", C.check_loss_reduction, yes="§9.D"),
+             f"{T['loss_sum_loss_move']:.0%}", C.check_loss_reduction, yes="§9.D",
+             needs=("grad_norm",)),
         Node("§9.5", "Did the data-parallel ranks' weights differ at some step?",
              "ranks_differ (per tensor, the largest minus the smallest weight norm over ranks, under torchrun)",
              P_UR, "> 0 on any tensor", C.check_ranks_diverged, yes="§9.E", no="§2.1"),

@@ -120,7 +120,8 @@ def lr_loss_reading(ev: Evidence) -> Finding:
         i = worse[0]
         x = float(loss[i] / untrained)
         return Finding(True, x, f"at the peak LR (step {ev.step_at(i)}, LR {fmt(lr[i], 3)}) the smoothed loss "
-                       f"{fmt(loss[i])} = x{x:.3g} an untrained model's ({said})", i, {"pattern": "above untrained"},
+                       f"{fmt(loss[i])} = x{x:.3g} an untrained model's ({said})", i,
+                       {"pattern": "above untrained", "smoothed_loss": float(loss[i]), "untrained_loss": untrained},
                        crossing=Crossing(x, T["above_untrained"], "x the untrained loss"))
     decayed = np.flatnonzero((lr <= T["lr_decay_share"] * peak) & (np.arange(n) > at_peak[-1]))
     if len(at_peak) >= 6 and len(decayed) >= 6:
@@ -132,8 +133,10 @@ def lr_loss_reading(ev: Evidence) -> Finding:
         return Finding(hit, r, f"the loss fell {fmt(fall_p, 3)} nats at the peak LR (steps {ev.step_at(at_peak[0])}-"
                        f"{ev.step_at(at_peak[-1])}) and {fmt(fall_d, 3)} ({share:.0%}) once the LR decayed: "
                        f"{'a stall at the peak' if hit else 'no stall'} (rate at the peak {r:.2g} x the decay's)",
-                       int(at_peak[0]), {"pattern": "stall at the peak"}, near=T["stall_rate"] / r if r else None,
-                       crossing=Crossing(T["stall_rate"] / max(r, 1e-9), 1.0, "x the stall bound") if hit else None)
+                       int(at_peak[0]), {"pattern": "stall at the peak", "fall_at_peak": fall_p, "fall_decayed": fall_d,
+                                         "peak_rate_over_decay_rate": r}, near=T["stall_rate"] / r if r else None,
+                       crossing=Crossing(share, T["decay_fall"], "share of its level the loss fell once the LR "
+                                         "decayed") if hit else None)
     half = np.arange(n // 2, n)
     if not (lr[half] >= T["lr_peak_share"] * peak).all():
         return Finding(False, None, "the LR neither held its peak over the run's second half nor decayed after it")
@@ -143,7 +146,8 @@ def lr_loss_reading(ev: Evidence) -> Finding:
     hit = fell < T["stall_share"] and level >= T["stall_level"]
     return Finding(hit, level, f"with the LR held at its peak the loss's median went {fmt(q2)} -> {fmt(q4)} from the "
                    f"run's second quarter to its last ({fell:+.1%}), at {level:.2f} of an untrained model's ({said})",
-                   n // 2, {"pattern": "stall at a held peak"}, near=level / T["stall_level"],
+                   n // 2, {"pattern": "stall at a held peak", "second_quarter": q2, "last_quarter": q4,
+                            "untrained_loss": untrained}, near=level / T["stall_level"],
                    crossing=Crossing(level, T["stall_level"], "share of the untrained loss") if hit else None)
 
 
