@@ -62,13 +62,15 @@ THRESHOLDS: dict[str, Threshold] = {
     "peak_onset_share": Threshold(0.25, "tuned", "... within this share of the run's steps after the LR first reached "
                                                  "its peak (the too-high runs: at once, or 24 steps of 300 after; an "
                                                  "LR spike between logged rows lands later)"),
-    "stall_rate": Threshold(0.1, "tuned", "§2.9: the loss fell per step at the peak LR at most this share of its "
-                                          "rate once the LR decayed: it stalled at the peak, not near the end"),
-    "decay_fall": Threshold(0.03, "tuned", "... and fell at least this share of its level while the LR decayed "
-                                           "(the stalled runs 6-10%; a share of 2% is noise-level on HF's defaults)"),
-    "stall_share": Threshold(0.02, "tuned", "§2.9, an LR held at its peak: the loss's median over the run's last "
+    "stall_noise": Threshold(3.0, "tuned", "§2.9: the loss's net fall at the peak LR (median of the first third of those "
+                                           "rows less the last's) within this many σ of its own row-to-row noise "
+                                           "there: it stalled at the peak (the too-high runs -1.5 to 1.4; every "
+                                           "other run here at least 6.4, the healthy ones 12 or more) ..."),
+    "decay_fall": Threshold(0.01, "tuned", "... and fell at least this share of its level once the LR decayed "
+                                           "(the stalled runs 2-17%: the fall the LR's decay allows)"),
+    "stall_share": Threshold(0.04, "tuned", "§2.9, an LR held at its peak: the loss's median over the run's last "
                                             "quarter fell less than this share below its second quarter's (healthy "
-                                            "constant-LR runs here: 11-13%) ..."),
+                                            "constant-LR runs here: 11-13%; the stalled ones -1% to 2.7%) ..."),
     "stall_level": Threshold(0.6, "tuned", "... while it stays above this share of an untrained model's loss (the "
                                            "stalled runs 0.80-0.85; the healthy runs held at their peak: 0.30)"),
     # §3 loss health

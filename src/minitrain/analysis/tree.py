@@ -152,9 +152,9 @@ TREE: tuple[Section, ...] = (
              "the loss (median over a tenth of the log) against the untrained loss (ln V, else the first logged "
              "loss) and the lr (a run that measured params[*].ur: no, §2.5 decides)", P_LOSS + "; " + P_LR,
              f"> x{T['above_untrained']:g} the untrained loss at >= {T['lr_peak_share']:g} x the peak LR (within "
-             f"{T['peak_onset_share']:.0%} of the run after reaching it); or a fall "
-             f"per step at the peak <= {T['stall_rate']:g} x the decay's (<= {T['lr_decay_share']:g} x peak, a "
-             f"fall >= {T['decay_fall']:.0%}); or, held at the peak, the last quarter < {T['stall_share']:.0%} "
+             f"{T['peak_onset_share']:.0%} of the run after reaching it); or a net fall at the peak within "
+             f"{T['stall_noise']:g} σ of its row-to-row noise, then a fall >= {T['decay_fall']:.0%} once the LR is "
+             f"<= {T['lr_decay_share']:g} x peak; or, held at the peak, the last quarter < {T['stall_share']:.0%} "
              f"below the second at >= {T['stall_level']:g} x the untrained loss",
              C.check_lr_too_high_loss, yes="§2.I", needs=("lr",)),
         Leaf("§2.A", "lr_schedule", "the scheduler never stepped",
@@ -377,7 +377,8 @@ TREE: tuple[Section, ...] = (
         Node("§7.6", "Without a pre-clip norm: was the loss, still falling, normal at one step, then rising at every "
              "step after it, far out of its own noise, at a steady LR?", "loss step to step, its excess over the trailing median in "
              f"σ of its own noise; lr (a run that logged a pre-clip norm: no, §7.5 decides)", P_LOSS + "; " + P_LR,
-             f"< {T['climb_from_z']:g} σ at K, then >= {T['climb_steps']:g} rises in a row to >= {T['outlier_z']:g} σ; "
+             f"< {T['climb_from_z']:g} σ at K, then >= {T['climb_steps']:g} rises in a row, on to >= {T['outlier_z']:g} σ "
+             f"before falling back under {T['climb_from_z']:g} σ; "
              f"the loss fell >= {T['stall_share']:.0%} over the 50 steps before K",
              C.check_loss_climb_after_scale, yes="§7.A", needs=("every_step", "lr")),
         Node("§7.3", f"Is there any pre-clip jump of {T['gn_huge_z']:g} σ of the norm's own noise beyond what the loss "

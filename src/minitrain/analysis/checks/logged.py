@@ -83,13 +83,27 @@ def _smooth(x: np.ndarray) -> np.ndarray:
     return np.array([np.nanmedian(pad[i:i + w]) for i in range(len(x))])
 
 
-def _fall_rate(ev: Evidence, loss: np.ndarray, rows: np.ndarray) -> tuple[float, float]:
-    """How far the loss fell over `rows` (median of their first third less that of their last third, nats) and
-    that fall per step (the log's own step numbers, so a coarse log reads in steps too)."""
+def _fall(loss: np.ndarray, rows: np.ndarray) -> float:
+    """How far the loss fell over `rows`: the median of their first third less that of their last third (nats)."""
     k = max(1, len(rows) // 3)
-    fall = float(np.nanmedian(loss[rows[:k]]) - np.nanmedian(loss[rows[-k:]]))
-    span = float(np.mean(ev.steps[rows[-k:]]) - np.mean(ev.steps[rows[:k]])) or 1.0
-    return fall, fall / span
+    return float(np.nanmedian(loss[rows[:k]]) - np.nanmedian(loss[rows[-k:]]))
+
+
+def _event(ev: Evidence, rows: np.ndarray) -> int | None:
+    """A step among `rows` whose loss went outlier_z σ of its own noise above its trailing median: an event (a
+    scaled gradient, a stuck loader's return) that stalls a loss too, so a stall there is not read as the LR's.
+    Read on a log of every step only: a coarse log's trailing window spans most of the run, and the one-step
+    faults it could be are not testable there anyway."""
+    if not ev.knows("every_step"):
+        return None
+    z = ev.loss_z[rows]
+    hits = np.flatnonzero(np.isfinite(z) & (z >= T["outlier_z"]))
+    return int(rows[hits[0]]) if len(hits) else None
+
+
+def _event_said(ev: Evidence, event: int | None) -> str:
+    return "" if event is None else (f"; a loss jump of {T['outlier_z']:g} σ at step {ev.step_at(event)} is an event "
+                                     "that stalls a loss too, not read as the LR's size")
 
 
 def check_lr_too_high_loss(ev: Evidence) -> Finding:
@@ -125,16 +139,20 @@ def lr_loss_reading(ev: Evidence) -> Finding:
                        crossing=Crossing(x, T["above_untrained"], "x the untrained loss"))
     decayed = np.flatnonzero((lr <= T["lr_decay_share"] * peak) & (np.arange(n) > at_peak[-1]))
     if len(at_peak) >= 6 and len(decayed) >= 6:
-        fall_p, rate_p = _fall_rate(ev, loss, at_peak)
-        fall_d, rate_d = _fall_rate(ev, loss, decayed)
+        fall_p, fall_d = _fall(loss, at_peak), _fall(loss, decayed)
         share = fall_d / float(np.nanmedian(loss[decayed]))
-        hit = share >= T["decay_fall"] and rate_p <= T["stall_rate"] * rate_d
-        r = max(rate_p, 0.0) / rate_d if rate_d > 0 else math.inf
+        step = np.diff(ev.loss[at_peak])  # the loss's own row-to-row noise at the peak (a difference of two rows)
+        noise = 1.4826 * float(np.nanmedian(np.abs(step - np.nanmedian(step)))) / math.sqrt(2)
+        r = fall_p / noise if noise > 0 else math.inf
+        event = _event(ev, at_peak)
+        hit = share >= T["decay_fall"] and r <= T["stall_noise"] and event is None
         return Finding(hit, r, f"the loss fell {fmt(fall_p, 3)} nats at the peak LR (steps {ev.step_at(at_peak[0])}-"
-                       f"{ev.step_at(at_peak[-1])}) and {fmt(fall_d, 3)} ({share:.0%}) once the LR decayed: "
-                       f"{'a stall at the peak' if hit else 'no stall'} (rate at the peak {r:.2g} x the decay's)",
+                       f"{ev.step_at(at_peak[-1])}) = {r:.2g} σ of its own row-to-row noise there, and {fmt(fall_d, 3)} "
+                       f"({share:.0%}) once the LR decayed: {'a stall at the peak' if hit else 'no stall'}"
+                       + _event_said(ev, event),
                        int(at_peak[0]), {"pattern": "stall at the peak", "fall_at_peak": fall_p, "fall_decayed": fall_d,
-                                         "peak_rate_over_decay_rate": r}, near=T["stall_rate"] / r if r else None,
+                                         "fall_at_peak_in_noise": r},
+                       near=T["stall_noise"] / r if r > 0 else None,
                        crossing=Crossing(share, T["decay_fall"], "share of its level the loss fell once the LR "
                                          "decayed") if hit else None)
     half = np.arange(n // 2, n)
@@ -143,9 +161,11 @@ def lr_loss_reading(ev: Evidence) -> Finding:
     q2 = float(np.nanmedian(ev.loss[n // 4:n // 2]))
     q4 = float(np.nanmedian(ev.loss[3 * n // 4:]))
     fell, level = (q2 - q4) / q2, q4 / untrained
-    hit = fell < T["stall_share"] and level >= T["stall_level"]
+    event = _event(ev, half)
+    hit = fell < T["stall_share"] and level >= T["stall_level"] and event is None
     return Finding(hit, level, f"with the LR held at its peak the loss's median went {fmt(q2)} -> {fmt(q4)} from the "
-                   f"run's second quarter to its last ({fell:+.1%}), at {level:.2f} of an untrained model's ({said})",
+                   f"run's second quarter to its last ({fell:+.1%}), at {level:.2f} of an untrained model's ({said})"
+                   + _event_said(ev, event),
                    n // 2, {"pattern": "stall at a held peak", "second_quarter": q2, "last_quarter": q4,
                             "untrained_loss": untrained}, near=level / T["stall_level"],
                    crossing=Crossing(level, T["stall_level"], "share of the untrained loss") if hit else None)
@@ -164,8 +184,8 @@ def _learning(loss: np.ndarray, k: int) -> bool:
 
 def check_loss_climb_after_scale(ev: Evidence) -> Finding:
     """A gradient scaled by a common factor, read from the loss alone (no pre-clip norm logged: §7.5 reads the
-    norm where there is one): the loss is normal at step K, then rises at every step from K+1 on, far out of its
-    own noise, while the LR stays steady. With clipping off the scaled gradient enters Adam's first moment, which
+    norm where there is one): the loss is normal at step K, then rises at every step from K+1 on for
+    climb_steps and goes on, without falling back into its noise, far out of it, while the LR stays steady. With clipping off the scaled gradient enters Adam's first moment, which
     keeps pushing along it for ~1/(1-β1) steps; an LR spike (a one-step jump), a bad batch (back at once) and a
     stuck loader (falls) leave other shapes; a run stalled at a too-high LR (§2.9's) climbs out of a plateau, so
     the climb counts only where the loss was still falling before K."""
@@ -183,18 +203,24 @@ def check_loss_climb_after_scale(ev: Evidence) -> Finding:
         n = j - i
         start = i - 1  # step K: the last row before the climb
         if n >= T["climb_steps"] and np.isfinite(z[start]) and z[start] < T["climb_from_z"] \
-                and np.isfinite(z[j - 1]) and (best is None or z[j - 1] > best[0]) and _learning(loss, start):
-            steady = ev.lr_step_ratio[start:j]
-            if not np.any(np.isfinite(steady) & ((steady > T["lr_jump"]) | (steady < 1 / T["lr_jump"]))):
-                best = (float(z[j - 1]), i, n)
+                and np.isfinite(z[j - 1]) and _learning(loss, start):
+            # the excursion the climb began: on while the loss stays out of its noise (a dip inside it is noise)
+            end = j
+            while end < min(len(loss), start + WINDOW) and np.isfinite(z[end]) and z[end] >= T["climb_from_z"]:
+                end += 1
+            top = float(np.nanmax(z[start:end]))
+            steady = ev.lr_step_ratio[start:end]
+            if (best is None or top > best[0]) and \
+                    not np.any(np.isfinite(steady) & ((steady > T["lr_jump"]) | (steady < 1 / T["lr_jump"]))):
+                best = (top, i, n)
         i = max(j, i + 1)
     if best is None:
         return Finding(False, 0.0, f"no climb of {T['climb_steps']:g}+ rising steps from a normal loss at a "
                        "steady LR", None, near=0.0)
     top, first, n = best
     return Finding(top >= T["outlier_z"], top, f"the loss was normal at step {ev.step_at(first - 1)} "
-                   f"({fmt(loss[first - 1])}), then rose at every one of {n} steps to {fmt(loss[first + n - 1])} = "
-                   f"{top:.1f} σ of its own noise above its trailing median, the LR steady", first,
+                   f"({fmt(loss[first - 1])}), then rose at every one of {n} steps and went on out of its noise to "
+                   f"{top:.1f} σ of it above its trailing median, the LR steady", first,
                    near=top / T["outlier_z"], crossing=Crossing(top, T["outlier_z"], SIGMA))
 
 

@@ -99,7 +99,8 @@ def _describe_gn(ev: Evidence, i: int) -> str:
              f"at step {ev.step_at(i)}"]
     if ev.g_log_ratio is not None:
         parts.append(f"per-tensor g x{math.exp(np.nanmin(ev.g_log_ratio[i])):.3g}..x{math.exp(np.nanmax(ev.g_log_ratio[i])):.3g}")
-    parts.append(f"loss x{math.exp(ev.loss_log_ratio[i]):.2f} its median; clipped norm {fmt(ev.grad_norm_clipped[i])}")
+    parts.append(f"loss x{math.exp(ev.loss_log_ratio[i]):.2f} its median"
+                 + (f"; clipped norm {fmt(ev.grad_norm_clipped[i])}" if ev.has("grad_norm_clipped") else ""))
     return "; ".join(parts)
 
 

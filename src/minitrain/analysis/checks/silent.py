@@ -69,13 +69,17 @@ def check_loss_reduction(ev: Evidence) -> Finding:
     if n < 2 * w:
         return miss("too few steps")
     before = trailing_median_fast(gn)
+    # the loss's level read against the same trailing window as the norm's: a run an event damaged (an LR spike
+    # throws the loss up and the norm with it, for good) moved the loss, a summed loss does not
+    loss_before = np.exp(trailing_median_fast(np.log(np.where(ev.loss > 0, ev.loss, np.nan))))
     last = float(np.nanmedian(gn[-w:]))
     best, at = 0.0, None
     for i in range(w, n - w):
         if not (np.isfinite(before[i]) and before[i] > 0):
             continue
         ratio = float(np.nanmedian(gn[i:i + w])) / before[i]
-        loss_move = abs(float(np.nanmedian(ev.loss[i:i + w]) / np.nanmedian(ev.loss[i - w:i])) - 1)
+        loss_move = max(abs(float(np.nanmedian(ev.loss[i:i + w]) / np.nanmedian(ev.loss[i - w:i])) - 1),
+                        abs(float(np.nanmedian(ev.loss[i:i + w]) / loss_before[i]) - 1))
         if last / before[i] >= T["loss_sum_shift"] and loss_move < T["loss_sum_loss_move"] and ratio > best:
             best, at = ratio, i
             if ratio >= T["loss_sum_shift"]:
