@@ -212,3 +212,18 @@ def test_v_moving_a_few_percent_during_warmup_is_not_an_optimizer_state_corrupti
     assert not during.matched and "during the warmup" in during.shown
     after = answer(ITEMS["§6.1"], Evidence(_v_rows(120, 1.03), vocab_size=V))[0]
     assert after.matched  # the same factor after the warmup is one
+
+
+def test_a_norm_up_for_good_after_a_loss_thrown_up_is_not_a_summed_loss():
+    """§9.4 (walked before §2) reads a lasting rise of the norm with the loss's level unchanged as a loss summed
+    over tokens; an LR spike that threw the loss far up leaves the norm up for good too, with the loss moved."""
+    n = 400
+    loss, gn = healthy_loss(n) + noise(n, 12), 1.0 + noise(n, 13, 0.1)
+    summed = gn.copy()
+    summed[200:] *= 50  # a summed loss: the norm x the token count, the loss as it was
+    assert answer(ITEMS["§9.4"], imported(loss, np.full(n, 3e-4), grad_norm=summed))[0].matched
+    damaged = loss.copy()
+    damaged[203:] += 250 * np.exp(-np.arange(n - 203) / 25) + 2.0  # thrown up, recovering slowly, never back
+    up = gn.copy()
+    up[203:] *= 20 + 300 * np.exp(-np.arange(n - 203) / 10)
+    assert not answer(ITEMS["§9.4"], imported(damaged, np.full(n, 3e-4), grad_norm=up))[0].matched
