@@ -46,7 +46,8 @@ from itertools import product
 
 import snowballstemmer
 
-from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, JUDGED, SUBJECTS, Concept
+from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, SUBJECTS, Concept
+from minitrain.analysis.vocabulary import JUDGED
 
 CREDIT, NO, REVIEW = "credit", "no", "review"
 CONCEPTS_THAT_ARE_STEPS = tuple(c for cause in CAUSES.values() for c in cause.fixes if c.step)
