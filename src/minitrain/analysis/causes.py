@@ -27,10 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minitrain.analysis.vocabulary import (
-    AT_START, BAD, BATCH, BIG, CHECKPOINT, CLIP, COMPARED, CULPRIT, DUPLICATED, EXPLODED, FIND, GRAD, GREW, INFLATED,
-    INIT, INIT_TERM, KEEP, LOADER, LOSS, LOSS_SIDE, LOWER, LR, MASK, NOT_BEING, NOT_GRAD, NOT_V, OFF, OPTIMIZER,
-    OTHER_MASK, RAISE, REPEATED_ES, RESET, RESTORE, ROWS, SCALED_UP, SCALER, SCALING, SHRANK, SKIP, SPIKE, SQUARED,
-    STALL, TENSOR, UPDATE_CLIP, V, WARMUP, WEIGHTS)
+    AT_START, BAD, BATCH, BIG, CHECKPOINT, CLIP, COMPARED, CULPRIT, DUPLICATED, EXPLODED, FIND, FROM_ZERO, GRAD, GREW,
+    INFLATED, INIT, INIT_TERM, JUDGED, KEEP, LOADER, LOSS, LOSS_SIDE, LOWER, LR, MASK, NOT_BEING, NOT_GRAD, NOT_V, OFF,
+    OPTIMIZER, OTHER_MASK, RAISE, RAMP, REPAIR, REPEATED_ES, RESET, RESTORE, ROWS, SCALED_UP, SCALER, SCALING, SHRANK,
+    SKIP, SPIKE, SQUARED, STALL, TENSOR, UPDATE_CLIP, V, WARMUP, WEIGHTS)
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("turning gradient clipping off", ("no", CLIP), reach=0, ordered=True),
     Concept("loosening the clip threshold", (CLIP, r"to ~[1-9](?:\.\d+)?e\+?[1-9]\d*|at ~[1-9](?:\.\d+)?e\+?[1-9]\d*"),
             reach=3, ordered=True),
-    Concept("raising the learning rate", (RAISE, LR), reach=3, ordered=True),
+    Concept("raising the learning rate", (RAISE, LR), reach=3, ordered=True, unless=RAMP),
     # harmful for any run: every run needs its warmup and its causal mask
     Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=2, ordered=True,
             pattern=r"warmup_steps\s*=\s*0\b"),
@@ -269,7 +269,7 @@ _ALL = (
                                  "|ningún|ninguna|omitido", WARMUP), reach=2, ordered=True, unless=NOT_BEING,
                    pattern=r"warmup_steps\s*=\s*0\b|\bno_warmup\b"),
            Concept("no warmup", (WARMUP, "missing|removed|absent|disabled|off|zero|~0|gone|skipped|eliminado|ausente"
-                                 "|quitado|desactivado|cero"), reach=3, ordered=True),
+                                 "|quitado|desactivado|cero"), reach=3, ordered=True, unless=FROM_ZERO),
            Concept("the LR at its peak from the first step", (LR, r"not|no|never|nunca|~\w*n't", "start|begin|ramp"
                                                               "|arrancar|empezar|comenzar|partir|subir",
                                                               "~0|zero|cero|near zero|low|small|bajo"), reach=3,
@@ -335,15 +335,20 @@ _ALL = (
                                                                  "|respuesta|objetivo"), reach=4)),
           fixes=(Concept("restoring the causal mask", ("make|set|keep|hacer|dejar", MASK, "causal|triangular|tril"),
                          reach=3, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
-                 Concept("restoring the causal mask", ("restore|fix|use|put|bring|enable|re enable|turn|switch"
+                 Concept("restoring the causal mask", (REPAIR, "causal|triangular|tril"), reach=3, ordered=True,
+                         unless=OTHER_MASK, not_near=LOSS_SIDE),
+                 Concept("restoring the causal mask", ("restore|use|put|bring|enable|re enable|turn|switch"
                                                        "|retrain|train|rerun|re run|entrenar|reentrenar"
-                                                       "|reinstate|reapply|re apply|apply|restaurar|arreglar|usar|poner|volver|aplicar"
+                                                       "|reinstate|reapply|re apply|apply|restaurar|usar|poner|volver|aplicar"
                                                        "|activar|reactivar", "causal|triangular|tril|mask|máscara"),
                          reach=4, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE, pattern=r"causal_mask\s*=\s*true"),),
           # the model learned to peek: going on from its weights keeps what it learned that way
           workarounds=(Concept("resuming the model trained without the mask", (RESTORE + "|go on|keep training",
                                                                                 "checkpoint|punto de control"),
-                               reach=4, ordered=True),)),
+                               reach=4, ordered=True),
+                       # "fix the mask" does not say which mask, nor how
+                       Concept("fixing a mask without saying it is the causal one", (REPAIR, MASK), reach=2,
+                               ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE))),
     Cause("target_leak",
           (Concept("targets leaked into the inputs", ("target|label|objetivo|etiqueta", "leak|leaked|fuga|filtrar"),
                    reach=3, pattern=r"(?:no|missing|forgot\w*) (?:the )?(?:one[- ]token )?shift|\btarget_leak\b"),
@@ -365,7 +370,8 @@ _ALL = (
           "Stop at the first non-finite loss or gradient (the loop does), and resume from the last finite "
           "checkpoint with the cause fixed.", follows=True),
     Cause("lr_schedule",
-          (Concept("a broken LR schedule", ("schedule|scheduler|programa|planificador", LR), reach=2,
+          (Concept("a broken LR schedule", ("schedule|scheduler|programa|planificador", JUDGED + "|bug|buggy|reset"
+                                            "|restarted|misconfigured|reiniciado"), reach=4,
                    pattern=r"(?:lr|learning rate) (?:is )?constant|constant (?:lr|learning rate)|\blr_schedule\b"),),
           "Log the LR every step and check warmup and decay against the configured schedule.",
           fixes=(Concept("fixing the scheduler", pattern=r"schedul|programador"),)),
@@ -385,7 +391,7 @@ _ALL = (
     Cause("attention_logit_growth",
           (Concept("attention logits that grew (entropy collapse)",
                    ("attention logit|attention score|logit de atención|logits de la atención|attention",
-                    "logit|score|grow|grew|large|huge|explode|blew|crecer|grande|enorme"), reach=2,
+                    "grow|grew|large|huge|explode|blew|crecer|grande|enorme"), reach=2,
                    pattern=r"entropy collapse|colapso de (?:la )?entrop[ií]a|\battention_logit_growth\b"),
            Concept("attention logits that grew (entropy collapse)", ("attention|atención", "one hot|collapse|colapsar"),
                    reach=4)),
@@ -428,9 +434,9 @@ _ALL = (
           "Call optimizer.zero_grad() once per step (before backward); let the probe check that the gradient the "
           "optimizer gets is the one backward produced.",
           signs=(Concept("the gradients", (GRAD,)),),
-          fixes=(Concept("zeroing the gradients every step",
-                         ("call|add|put|restore|llamar|añadir|poner", "zero_grad|zero|cero"), reach=3,
-                         pattern=r"zero_grad\(\)"),)),
+          # zeroing is done to the gradients: "poner a cero la v" zeroes Adam's v
+          fixes=(Concept("zeroing the gradients every step", ("zero|cero|clear|reset|limpiar|reiniciar", GRAD),
+                         reach=4, ordered=True, unless=SQUARED, pattern=r"zero_grad"),)),
     Cause("frozen_parameters",
           (Concept("frozen parameters", (WEIGHTS + "|tensor|layer|capa", "frozen|freeze|congelar|congelado|fijo"),
                    reach=4, pattern=r"requires_grad|\bfrozen_parameters\b"),),
@@ -442,7 +448,7 @@ _ALL = (
     Cause("update_not_applied",
           (Concept("an optimizer step that changes no weight",
                    ("step|optimizer|optimiser|paso|optimizador",
-                    "no effect|nothing|not change|not applied|not update|sin efecto|no cambiar|no aplicar|copy|copia"),
+                    "no effect|nothing|not change|not applied|not update|sin efecto|no cambiar|no aplicar"),
                    reach=6, pattern=r"update not applied|\bupdate_not_applied\b"),),
           "Build the optimizer on the parameters of the model as trained (after moving and wrapping it) and assert "
           "after the first step that the weights changed.",

@@ -34,7 +34,7 @@ NOT_V = ("ln v|log v|ln of v|first moment|first moments|1st moment|momentum|adam
 # a factor of ten or more: "x3.6" or "x1.0" beside a right diagnosis is a measurement, not an explosion
 # ("many times" counts nothing)
 TIMES = any_of(r"~[x×][1-9]\d+(?:\.\d+)?|~[1-9]\d+(?:\.\d+)?[x×]|~\d+-?fold|~[1-9]\d+ times|fold|factor|hundredfold",
-               r"fiftyfold|fifty|hundred|by ~[1-9]\d+|by a factor|~[1-9]\d+ veces|cincuenta|cien|centenar|por ~[1-9]\d+")
+               r"fiftyfold|fifty|hundred|orders of magnitude|order of magnitude|órdenes de magnitud|by ~[1-9]\d+|by a factor|~[1-9]\d+ veces|cincuenta|cien|centenar|por ~[1-9]\d+")
 EXPLODED = any_of("explode|exploding|explosion|blow up|blew up|blown up|skyrocket|shot up|soar|through the roof",
                   "explotar|explosión|estallar|por las nubes")
 SCALING = any_of("scale|scaled up|multiply|multiplied|amplify|magnify|boost|crank|cranked up|turn up|turned up",
@@ -80,7 +80,7 @@ DUPLICATED = any_of("duplicate|duplicated|repeat|repeated|copy|copies|rare|uncom
 BAD = any_of("bad|corrupt|corrupted|poisoned|garbage|weird|odd|broken|outlier|anomalous|dirty|faulty|malformed",
              "contaminated|polluted|tainted|contaminado",
              "malo|mala|mal|corrupto|raro|anómalo|atípico|envenenado|sucio|basura|defectuoso")
-RESTORE = any_of("reload|restore|load|go back|roll back|rollback|rewind|revert|resume|recover|bring back|continue",
+RESTORE = any_of("reload|reinstate|restore|load|go back|roll back|rollback|rewind|revert|resume|recover|bring back|continue",
                  "continuar|seguir|retomar",
                  "recargar|restaurar|volver|retroceder|cargar|reanudar|recuperar|restablecer|reponer")
 CHECKPOINT = any_of("checkpoint|snapshot|punto de control|copia de seguridad|before step|before the spike",
@@ -102,7 +102,13 @@ LOSS_SIDE = "loss|padding|pad|label|labels|pérdida|relleno|etiqueta|etiquetas"
 OTHER_MASK = ("loss mask|loss masking|padding mask|pad mask|label mask|target mask|mask in the loss|masking in the loss"
               "|mask of the loss|mask on the loss|máscara de pérdida|máscara de la pérdida|máscara del loss"
               "|máscara en la pérdida|máscara en el loss|máscara de padding|máscara de relleno")
-WARMUP = any_of("warmup|warm up|ramp|ramp up|calentamiento|rampa")
+# the warmup by what it does: the LR raised step by step, not raised
+RAMP = any_of("linear ramp|linear increase|gradual increase|increase gradually|increase linearly|raise gradually",
+              "raise linearly|subida lineal|subida gradual|rampa lineal|aumento gradual|aumento lineal",
+              "subir gradualmente|subir linealmente|subirlo poco a poco")
+WARMUP = any_of("warmup|warm up|ramp|ramp up|calentamiento|rampa", RAMP)
+# a starting point, not a value ("the LR ramps up from 0")
+FROM_ZERO = "from 0|from zero|desde 0|desde cero"
 # the loader that serves the data, the same whole batch again, every batch: not rows repeated in one batch
 LOADER = ("data loader|dataloader|loader|cargador de datos|cargador|same batch|identical batch|mismo lote|mismo batch"
           "|every batch|all batches|each batch|all the batches|cada lote|todos los lotes|cada batch|todos los batches")
@@ -126,6 +132,7 @@ FIND = any_of("find|look for|track down|hunt down|hunt|search|locate|fix|debug|t
 SCALER = any_of("scaling|scale|scaled|multiply|multiplier|reduction|loss scale|loss scaling|knob|amplify",
                 "escalar|escaló|multiplicar|amplificar|reducción")
 CULPRIT = any_of("bug|source|cause|origin|culprit|whoever|who|causa|error|fallo|origen|culpable|qué|que")
+REPAIR = "fix|repair|correct|arreglar|corregir|reparar"
 SKIP = any_of("skip|drop|remove|filter|exclude|discard|omit|throw away|ignore|dedupe|deduplicate",
               "saltar|descartar|eliminar|filtrar|quitar|omitir|ignorar|sacar|deduplicar")
 
@@ -135,3 +142,12 @@ JUDGED = ("too|far too|wrong|broken|bad|incorrect|off|demasiado|mal|malo|mala|in
 # the gradients' clipping, not the gradients: "gradient clipping kicked in" says nothing of their size
 NOT_GRAD = SQUARED + ("|gradient clipping|grad clipping|gradient clip|grad clip|clipping de gradiente"
                       "|recorte de gradiente|recorte del gradiente|clipping del gradiente")
+
+# a learner's short forms, read as the word they stand for before stemming ("reload the ckpt", "8 dup rows")
+ABBREVIATIONS = {
+    "ckpt": "checkpoint", "chkpt": "checkpoint", "ckp": "checkpoint", "ckpts": "checkpoints", "dup": "duplicate",
+    "dups": "duplicates", "dupe": "duplicate", "dupes": "duplicates", "dupl": "duplicate", "opt": "optimizer",
+    "optim": "optimizer", "params": "parameters", "param": "parameter", "attn": "attention", "seq": "sequence",
+    "seqs": "sequences", "tok": "token", "toks": "tokens", "init'd": "initialised", "wu": "warmup",
+    "val": "validation",
+}

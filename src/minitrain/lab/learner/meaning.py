@@ -47,7 +47,7 @@ from itertools import product
 import snowballstemmer
 
 from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, SUBJECTS, Concept
-from minitrain.analysis.vocabulary import JUDGED
+from minitrain.analysis.vocabulary import ABBREVIATIONS, JUDGED
 
 CREDIT, NO, REVIEW = "credit", "no", "review"
 CONCEPTS_THAT_ARE_STEPS = tuple(c for cause in CAUSES.values() for c in cause.fixes if c.step)
@@ -143,7 +143,9 @@ def without_accents(word: str) -> str:
 def stems(word: str) -> tuple[str, str, str, str]:
     """A word's English stem (British spelling), Spanish stem, Spanish stem without accents, and that stem less a
     verb's last vowels (Snowball leaves short Spanish verbs whole: "inflar", "infló"): two words are one when a
-    stem agrees ("multiplied" / "multiply", "multiplicó" / "multiplicar" / "multiplico")."""
+    stem agrees ("multiplied" / "multiply", "multiplicó" / "multiplicar" / "multiplico"). A short form is
+    its word ("ckpt" is "checkpoint")."""
+    word = ABBREVIATIONS.get(word, word)
     word = word[:-2] if word.endswith("'s") else word
     spanish = re.sub(r"(?<=[aeiou])duj(?=[aeiou])", "duc", word)  # "-ducir" verbs: redujo is reducir's
     plain = SPANISH.stemWord(without_accents(spanish))
