@@ -51,7 +51,7 @@ SHRANK = any_of("shrink|shrank|shrunk|divide|divided|fell|fall|drop|dropped|decr
                 "too small|smaller|lower|vanish|dividir|dividió|encoger|encogió|bajar|bajó|caer|cayó|disminuir",
                 "disminuyó|reducir|reducido|menor")
 STALL = any_of("stall|stalled|froze|frozen|freeze|barely moved|barely move|stopped moving|stop moving|stuck",
-               "shrank|shrink|shrunk|tiny|strapped|anchor|brake|ballast|weighed down|dead weight|paralysed",
+               "tiny|strapped|anchor|brake|ballast|weighed down|dead weight|paralysed",
                "paralyzed|stopped learning|stop learning|no longer learned",
                "estancar|estancado|congelado|frenado|frenar|apenas se movió|dejó de moverse|dejar de moverse",
                "dejó de aprender|detenido|paralizado|ancla|lastre")

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from itertools import product
 
@@ -300,7 +300,15 @@ def said_where(w: Words, concept: Concept) -> tuple[bool, bool]:
                         w.where.setdefault(concept.label, []).append(
                             (min(a for a, _ in found), max(b for _, b in found), len(found)))
                         return True, False
+    if concept.along in concept.parts and said_where(w, the_other_way(concept))[0]:
+        w.backwards.add(concept.label)
     return any(places), bool(places) and not any(places)
+
+
+def the_other_way(concept: Concept) -> Concept:
+    """The concept with its direction turned round ("v was shrunk" for "v was inflated")."""
+    return replace(concept, label=concept.label + " (the other way)", along="", opposite="",
+                   parts=tuple(concept.opposite if part == concept.along else part for part in concept.parts))
 
 
 def close_together(w: Words, found: list[tuple[int, int]], concept: Concept) -> bool:
@@ -414,6 +422,13 @@ def blames(low: str, cause: str) -> str:
     return ""
 
 
+def first_said(low: str, labels: list[str]) -> int:
+    """The first word where one of the concepts `labels` is affirmed; a `cause:` field (no place in the sentence)
+    comes first."""
+    w = words_of(low)
+    return min((a for label in labels for a, _, _ in w.where.get(label, [])), default=-1)
+
+
 def said(named: dict[str, list[str]]) -> str:
     return "; ".join(f"{', '.join(labels)} ({cause})" for cause, labels in named.items())
 
@@ -456,6 +471,9 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
     if right:
         if ALTERNATIVES.search(low) or hedged_before(low, right):  # the right cause offered as a maybe: two answers
             return Point(NO, f"hedges between {said({cause: right})} and {said(others)}: name one cause")
+        if first_said(low, [label for labels in others.values() for label in labels]) < first_said(low, right):
+            return Point(NO, f"gives {said(others)} as the cause, and {said({cause: right})} after it as what "
+                             "followed")
         return Point(REVIEW, f"names {said({cause: right})}, and also {said(others)}: a teacher decides which "
                              "one you gave as the cause")
     wrong_way = backwards(low, cause)
