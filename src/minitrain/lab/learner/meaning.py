@@ -56,8 +56,13 @@ CONCEPTS_THAT_ARE_STEPS = tuple(c for cause in CAUSES.values() for c in cause.fi
 NEGATION_REACH = 6
 NEGATORS = re.compile(r"(?<![\w'])(?:not|n't|no|never|nor|neither|ni|nunca|rather than|instead of|en vez de"
                       r"|en lugar de|excluding|except)(?![\w'])|n't\b")
-AFTER_NEGATORS = re.compile(r"^\W*(?:\w+\W+){0,3}?(?:(?:is|was) (?:not it|ruled out|excluded)|ruled out|excluded|descartad[oa]s?)\b")
-CLAUSE_BREAK = re.compile(r"[;:!?\n,()]|\.(?!\w)|(?<!\w)(?:but|however|although|though|whereas|yet|because|since"
+# "... was ruled out", and what clears it ("the batch was fine", "las filas eran normales")
+AFTER_NEGATORS = re.compile(r"^\W*(?:\w+\W+){0,3}?(?:(?:is|was) (?:not it|ruled out|excluded)|ruled out|excluded"
+                            r"|descartad[oa]s?|(?:is|was|are|were|looks?|looked|seems?|seemed) (?:fine|ok|okay|normal"
+                            r"|clean|harmless|innocent|not the (?:problem|cause|issue))|harmless|irrelevant|innocent"
+                            r"|(?:estaba|está|estaban|están|era|eran|es|son) (?:bien|normal|normales|limpi[oa]s?"
+                            r"|inocentes?|inofensiv[oa]s?)|inofensiv[oa]s?)\b")
+CLAUSE_BREAK = re.compile(r"[;:!?\n,()]|\.(?!\w)|(?<!\w)(?:but|however|although|though|whereas|while|yet|because|since"
                           r"|pero|sino|aunque|porque|ya que|mientras)(?!\w)")
 # "could" and "podría" alone are ability ("could see the future"), not doubt
 HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|could be|could have|could also|not sure"
