@@ -184,7 +184,8 @@ def test_the_grader_agrees_with_the_teacher(split):
      "a teacher decides"),
     # symptoms several causes share
     ("diagnosis", "La loss da un pico en 500 y se recupera en un paso.", "bad_batch", "review", "loss spike"),
-    ("diagnosis", "The loss spiked at step 500 and recovered.", "bad_batch", "no", "no failure mode"),
+    ("diagnosis", "The loss spiked at step 500 and recovered.", "bad_batch", "review", "only a symptom"),
+    ("diagnosis", "The loss went to NaN within the first 20 steps.", "bad_init", "review", "several causes end in"),
     ("diagnosis", "La validación no baja mientras el entrenamiento sí.", "broken_mask", "review", "only a symptom"),
     ("diagnosis", "The loss rose to 9 in the first 100 steps.", "no_warmup", "review", "only a symptom"),
 ])

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minitrain.analysis.vocabulary import (
-    AT_START, BAD, BATCH, BIG, CHECKPOINT, CLIP, COMPARED, CULPRIT, DUPLICATED, EXPLODED, FIND, FROM_ZERO, GRAD, GREW,
+    AT_START, BAD, BATCH, BIG, CHECKPOINT, CLIP, COMPARED, CULPRIT, CURVE, MOVED, DUPLICATED, EXPLODED, FIND, FROM_ZERO, GRAD, GREW,
     INFLATED, INIT, INIT_TERM, JUDGED, KEEP, LOADER, LOSS, LOSS_SIDE, LOWER, LR, MASK, NOT_BEING, NOT_GRAD, NOT_V, OFF,
     OPTIMIZER, OTHER_MASK, RAISE, RAMP, REPAIR, REPEATED_ES, RESET, RESTORE, ROWS, SCALED_UP, SCALER, SCALING, SHRANK,
     SKIP, SPIKE, SQUARED, STALL, TENSOR, UPDATE_CLIP, V, WARMUP, WEIGHTS)
@@ -93,6 +93,11 @@ SUBJECTS: tuple[tuple[Concept, tuple[str, ...]], ...] = (
     (Concept("the targets", ("target|targets|label|labels|objetivo|etiqueta",)), ("target_leak",)),
     (Concept("the gradients", (GRAD,), unless=SQUARED), ("gradient_explosion",)),
     (Concept("the attention", ("attention|atención",)), ("attention_logit_growth",)),
+)
+
+# what a training curve did: a symptom every cause can show, for a teacher to read when nothing else is said
+SYMPTOMS_ALWAYS: tuple[Concept, ...] = (
+    Concept("what a training curve did", (CURVE, MOVED), reach=4),
 )
 
 HARMFUL_ALWAYS: tuple[Concept, ...] = (

@@ -96,6 +96,12 @@ COMPARED = any_of(r"than|vs|versus|compared|relative|baseline|times|~[1-9][\d.,]
                   "veces|como|frente|comparado|respecto|la de|el de|las de|los de")
 # the loss side of training: a mask near these words is the loss's, not the attention's
 LOSS = any_of("loss|pérdida")
+# a training curve, and what it did
+CURVE = any_of("loss|train loss|training loss|val loss|validation loss|validation|pérdida|grad norm|gradient norm",
+               "pre clip norm|norma del gradiente")
+MOVED = any_of("spike|spiked|jump|jumped|rose|rise|went up|go up|climb|climbed|fell|fall|drop|dropped|plateau|flat",
+               "stall|stalled|recover|recovered|came back|came down|diverge|diverged|nan|inf|pico|saltó|subió|subir",
+               "cayó|bajó|estancó|estancada|plana|meseta|recupera|recuperó|volvió")
 SPIKE = any_of("spike|spiked|jump|jumped|peak|pico|salto|saltó|saltar")
 LOSS_SIDE = "loss|padding|pad|label|labels|pérdida|relleno|etiqueta|etiquetas"
 # masks that are not the attention's causal mask: a near miss, not broken_mask

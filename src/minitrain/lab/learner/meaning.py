@@ -46,7 +46,7 @@ from itertools import product
 
 import snowballstemmer
 
-from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, SUBJECTS, Concept
+from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, SUBJECTS, SYMPTOMS_ALWAYS, Concept
 from minitrain.analysis.vocabulary import ABBREVIATIONS, JUDGED
 
 CREDIT, NO, REVIEW = "credit", "no", "review"
@@ -485,12 +485,14 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
     if wrong_way:
         also = f", and {said(others)}" if others else ""
         return Point(REVIEW, f"names {', '.join(wrong_way)} the wrong way round{also}: a teacher reads it")
+    if others and all(CAUSES[c].follows for c in others):  # a NaN alone: where several causes end
+        return Point(REVIEW, f"names only a symptom ({said(others)}) that several causes end in: a teacher reads it")
     if others:
         return Point(NO, f"names {said(others)}, not the fault of this run")
     _, ruled_out = affirmed(low, CAUSES[cause].names)
     if ruled_out:
         return Point(NO, f"rules out {', '.join(ruled_out)}, which is what happened")
-    signs = causes_named(low, "signs").get(cause)
+    signs = causes_named(low, "signs").get(cause) or affirmed(low, SYMPTOMS_ALWAYS)[0]
     other = offered_with_another(low, cause, signs or [], hedge=False)
     if other:
         return Point(NO, f"offers {', '.join(signs)} or {other} as alternatives: name one cause")
