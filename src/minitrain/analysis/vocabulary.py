@@ -133,8 +133,11 @@ BIG = any_of("too large|too big|huge|large|big|scaled|enormous|oversized|far too
              TIMES)
 KEEP = any_of("keep|leave|use|add|turn on|switch on|enable|apply|rely on|retain|in place|mantener|usar|activar",
               "dejar|aplicar|conservar|poner|puesto")
-FIND = any_of("find|look for|track down|hunt down|hunt|search|locate|fix|debug|trace|audit|inspect|buscar|encontrar",
-              "localizar|arreglar|corregir|rastrear|depurar")
+# looking at something, which changes nothing by itself
+INSPECT = any_of("check|examine|investigate|inspect|audit|look at|look into|review|debug|trace",
+                 "revisar|comprobar|verificar|investigar|mirar|examinar|auditar|depurar|rastrear")
+FIND = any_of("find|look for|track down|hunt down|hunt|search|locate|fix|buscar|encontrar|localizar|arreglar|corregir",
+              INSPECT)
 SCALER = any_of("scaling|scale|scaled|multiply|multiplier|reduction|loss scale|loss scaling|knob|amplify",
                 "escalar|escaló|multiplicar|amplificar|reducción")
 CULPRIT = any_of("bug|source|cause|origin|culprit|whoever|who|causa|error|fallo|origen|culpable|qué|que")

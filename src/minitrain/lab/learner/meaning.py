@@ -47,7 +47,7 @@ from itertools import product
 import snowballstemmer
 
 from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, SUBJECTS, SYMPTOMS_ALWAYS, Concept
-from minitrain.analysis.vocabulary import ABBREVIATIONS, JUDGED
+from minitrain.analysis.vocabulary import ABBREVIATIONS, INSPECT, JUDGED
 
 CREDIT, NO, REVIEW = "credit", "no", "review"
 CONCEPTS_THAT_ARE_STEPS = tuple(c for cause in CAUSES.values() for c in cause.fixes if c.step)
@@ -504,6 +504,20 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
     return Point(NO, "names no failure mode")
 
 
+# a verb of looking takes what follows it this close as its object
+LOOKED_AT = 3
+
+
+def inspected(low: str, labels: list[str]) -> bool:
+    """Whether every place the fixes `labels` were found is the object of a verb of looking, just before it ("check
+    the loss scaling and the sum-vs-mean reduction"): things to look at, not fixes proposed."""
+    w = words_of(low)
+    places = [p for label in labels for p in w.where.get(label, [])]
+    looks = [b for _, b in w.occurrences(INSPECT)]
+    return bool(places) and all(any(0 < a - i <= LOOKED_AT and w.clauses[i] == w.clauses[a] for i in looks)
+                                for a, _, _ in places)
+
+
 def judge_remediation(text: str, cause: str) -> Point:
     """Is this remediation a fix registered for `cause`, with nothing harmful for it?"""
     if not normalise(text):
@@ -520,7 +534,8 @@ def judge_remediation(text: str, cause: str) -> Point:
         mine = None
     workaround, _ = affirmed(low, CAUSES[cause].workarounds)
     steps = {c.label for c in CONCEPTS_THAT_ARE_STEPS}
-    fixes = {c: labels for c, labels in fixes.items() if set(labels) - steps - set(mine or ())}
+    fixes = {c: labels for c, labels in fixes.items() if set(labels) - steps - set(mine or ()) and not
+             inspected(low, labels)}
     if mine:
         if hedged(low):
             return Point(REVIEW, f"proposes {', '.join(mine)} (a fix registered for {cause}), with a hedge: a "
@@ -532,7 +547,7 @@ def judge_remediation(text: str, cause: str) -> Point:
     if workaround:
         return Point(REVIEW, f"proposes {', '.join(workaround)}, which eases {cause} without removing it: a teacher "
                              "reads it")
-    if CAUSES[cause].recovers and set(fixes) == {"healthy"} and RECOVERY.search(low):
+    if CAUSES[cause].recovers and not set(fixes) - {"healthy"} and RECOVERY.search(low):
         return Point(REVIEW, f"proposes no fix: {cause}'s run recovers by itself, a teacher reads it")
     if fixes:
         return Point(NO, f"proposes {said(fixes)}: a fix for another cause, not for {cause}")
