@@ -79,6 +79,8 @@ INDEFINITE = frozenset("something anything algo nada".split())
 # "no fix" is an answer where it says why: the run recovers by itself ("no fix needed" alone says nothing)
 RECOVERY = re.compile(r"recover|recupera|decay|decae|by itself|on its own|por s[ií] sol|heals|se cura|goes away")
 SETTING = re.compile(r"\w\s*=\s*[\w.]")
+JUDGEMENTS = frozenset(JUDGED.split("|")) - {"off"}
+FACTOR = re.compile(r"[x×]\d+(?:\.\d+)?|\d+(?:\.\d+)?[x×]")
 # words a sentence has and a list of keywords does not
 FUNCTION_WORDS = frozenset(
     "the a an was were is are be been of to by at in on its it that this so and has had have got with for from "
@@ -367,11 +369,18 @@ def causes_named(text: str, part: str = "names") -> dict[str, list[str]]:
 
 def keyword_list(text: str) -> bool:
     """A list of keywords, not a sentence: two or more short items between commas (or ; / |) and not one of
-    the little words a sentence is made with. A setting ("init_scale=1") says what to set: it is no keyword."""
+    the little words a sentence is made with. A setting ("init_scale=1") says what to set, and an item that judges
+    or measures its noun ("init mal", "pesos x100") says what happened to it: neither is a keyword."""
     items = [x for x in re.split(r"[,;/|\n]", text) if x.strip()]
     words = re.findall(r"[\w'.-]+", normalise(text))
     return (len(items) >= 2 and all(len(x.split()) <= 3 for x in items) and not FUNCTION_WORDS & set(words)
-            and not SETTING.search(text))
+            and not SETTING.search(text) and not any(statement(x) for x in items))
+
+
+def statement(item: str) -> bool:
+    """A short item that says something of its noun: a judgement ("init mal") or a factor ("pesos x100")."""
+    words = normalise(item).split()
+    return len(words) >= 2 and any(w in JUDGEMENTS or FACTOR.fullmatch(w) for w in words)
 
 
 def backwards(text: str, cause: str) -> list[str]:
