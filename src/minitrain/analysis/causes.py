@@ -269,7 +269,7 @@ _ALL = (
                                                                 "|restaurar", INIT + "|escala de inicialización"),
                          reach=2, ordered=True),
                  Concept("initialising at the standard scale", ("init_scale|init scale|escala de inicialización",
-                                                                "~1|~1.0"), reach=3, ordered=True))),
+                                                                r"~1|~1\.0+"), reach=3, ordered=True))),
     Cause("no_warmup",
           (Concept("no warmup", ("no|without|missing|skip|skipped|lack|lacking|zero|forgot|removed|sin|falta|faltó"
                                  "|ningún|ninguna|omitido", WARMUP), reach=2, ordered=True, unless=NOT_BEING,

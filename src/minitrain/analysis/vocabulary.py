@@ -142,7 +142,8 @@ SCALER = any_of("scaling|scale|scaled|multiply|multiplier|reduction|loss scale|l
                 "escalar|escaló|multiplicar|amplificar|reducción")
 CULPRIT = any_of("bug|source|cause|origin|culprit|whoever|who|causa|error|fallo|origen|culpable|qué|que")
 REPAIR = "fix|repair|correct|arreglar|corregir|reparar"
-SKIP = any_of("skip|drop|remove|filter|exclude|discard|omit|throw away|ignore|dedupe|deduplicate",
+SKIP = any_of("skip|drop|remove|filter|exclude|discard|omit|throw away|throw out|toss|leave out|take out|cut out",
+              "ignore|dedupe|deduplicate",
               "saltar|descartar|eliminar|filtrar|quitar|omitir|ignorar|sacar|deduplicar")
 
 # a judgement on what a cause is about ("the learning rate was too low"): the answer puts the fault there

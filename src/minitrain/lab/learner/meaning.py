@@ -60,15 +60,18 @@ NEGATORS = re.compile(r"(?<![\w'])(?:not|n't|no|never|nor|neither|ni|nunca|rathe
 AFTER_NEGATORS = re.compile(r"^\W*(?:\w+\W+){0,3}?(?:(?:is|was) (?:not it|ruled out|excluded)|ruled out|excluded"
                             r"|descartad[oa]s?|(?:is|was|are|were|looks?|looked|seems?|seemed) (?:fine|ok|okay|normal"
                             r"|clean|harmless|innocent|not the (?:problem|cause|issue))|harmless|irrelevant|innocent"
+                            r"|(?:worked|works|was working) (?:fine|well|correctly|as (?:it )?should)|intact|untouched"
+                            r"|(?:was|were|is|are)(?:n't| not) touched"
+                            r"|funcionaba(?:n)? bien|funciona(?:n)? bien|funcionó bien"
                             r"|(?:estaba|está|estaban|están|era|eran|es|son) (?:bien|normal|normales|limpi[oa]s?"
                             r"|inocentes?|inofensiv[oa]s?)|inofensiv[oa]s?)\b")
 CLAUSE_BREAK = re.compile(r"[;:!?\n,()]|\.(?!\w)|(?<!\w)(?:but|however|although|though|whereas|while|yet|because|since"
                           r"|pero|sino|aunque|porque|ya que|mientras)(?!\w)")
 # "could" and "podría" alone are ability ("could see the future"), not doubt
 HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|could be|could have|could also|not sure"
-                    r"|unsure|not certain|i think|i guess|quiz[aá]s?|tal vez|puede que|puede ser|podr[ií]a ser"
+                    r"|unsure|not certain|i think|guess|guessing|suspect|presumably|my bet|quiz[aá]s?|tal vez|puede que|puede ser|podr[ií]a ser"
                     r"|podr[ií]a haber|podr[ií]a tratarse|a lo mejor|es posible que|posiblemente|probablemente"
-                    r"|creo que|no estoy segur[oa]|unless|a menos que|salvo que)(?!\w)|\?")
+                    r"|creo que|no estoy segur[oa]|supongo|sospecho|presumiblemente|unless|a menos que|salvo que)(?!\w)|\?")
 ALTERNATIVES = re.compile(r"(?<!\w)(?:or|either|o|u)(?!\w)")
 # two answers offered as alternatives by their form ("either A or B", "whether A or B", "o A o B", "ya sea A o B"),
 # whatever A and B are: a hedge even where one of them names no cause the grader knows
