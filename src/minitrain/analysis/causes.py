@@ -27,10 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minitrain.analysis.vocabulary import (
-    AT_START, BAD, BATCH, BIG, CHECKPOINT, CLIP, COMPARED, CULPRIT, CURVE, MOVED, DUPLICATED, EXPLODED, FIND, FROM_ZERO, GRAD, GREW,
-    INFLATED, INIT, INIT_TERM, JUDGED, KEEP, LOADER, LOSS, LOSS_SIDE, LOWER, LR, MASK, NOT_BEING, NOT_GRAD, NOT_V, OFF,
-    OPTIMIZER, OTHER_MASK, RAISE, RAMP, REPAIR, REPEATED_ES, RESET, RESTORE, ROWS, SCALED_UP, SCALER, SCALING, SHRANK,
-    SKIP, SPIKE, SQUARED, STALL, TENSOR, UPDATE_CLIP, V, WARMUP, WEIGHTS)
+    AT_START, BAD, BATCH, BIG, CHECKPOINT, CLIP, COMPARED, COUNT, CULPRIT, CURVE, DUPLICATED, EXPLODED, FIND,
+    FROM_ZERO, GRAD, GREW, INFLATED, INIT, INIT_TERM, JUDGED, KEEP, LOADER, LOSS, LOSS_SIDE, LOWER, LR, MASK, MOVED,
+    NOT_BEING, NOT_GRAD, NOT_V, OFF, OPTIMIZER, OTHER_MASK, RAISE, RAMP, REPAIR, REPEATED_ES, RESET, RESTORE, ROWS,
+    SCALED_UP, SCALER, SCALING, SHRANK, SKIP, SPIKE, SQUARED, STALL, STEPS, TENSOR, UPDATE_CLIP, V, WARMUP, WEIGHTS)
 
 
 @dataclass(frozen=True)
@@ -185,6 +185,9 @@ _ALL = (
                                                           "|una y otra vez"), reach=3, ordered=True),
            Concept("repeated or rare rows in one batch", ("same|identical|mismo|misma|idéntico|idéntica", ROWS),
                    reach=1),
+           # "eight plates of the same dish": a count of one thing is a repetition, whatever the thing is called
+           Concept("repeated or rare rows in one batch", (COUNT, "of the same|of one|del mismo|de la misma|de un mismo"
+                                                          "|de una misma"), reach=1, ordered=True, not_near=STEPS),
            Concept("repeated or rare rows in one batch", ("rare|uncommon|unusual|raro|rara|inusual|poco común",
                                                           "token|word|palabra"), reach=1)),
           "Check batch composition before the step (duplicated rows, rare-token share); deduplicate the data by "

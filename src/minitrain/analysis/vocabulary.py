@@ -72,6 +72,10 @@ OFF = any_of("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch
 BATCH = any_of("batch|minibatch|mini batch|lote|minilote|mini lote|data|datos|sample|muestra|example|ejemplo")
 ROWS = any_of("row|sentence|line|sequence|sample|example|document|text|fila|frase|oración|línea|secuencia",
               "muestra|ejemplo|documento|texto")
+COUNT = any_of(r"~\d+|two|three|four|five|six|seven|eight|nine|ten|dozen|several|dos|tres|cuatro|cinco|seis|siete",
+               "ocho|nueve|diez|docena|varias|varios")
+# training time, not data: "100 steps of the same LR" repeats no row
+STEPS = "step|steps|paso|pasos|lr|learning rate|tasa de aprendizaje|iteration|iteración"
 # Spanish "repetir" changes its stem (repite, repitió): its forms are written out
 REPEATED_ES = "repite|repiten|repitió|repitieron|repitiendo"
 DUPLICATED = any_of("duplicate|duplicated|repeat|repeated|copy|copies|rare|uncommon|outlier|corrupt", REPEATED_ES,
