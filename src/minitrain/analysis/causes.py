@@ -285,7 +285,8 @@ _ALL = (
                    ordered=True),
            Concept("the LR at its peak from the first step", (LR, "start|begin|jump straight|from step 0|first step"
                                                                   "|step one|empezar|comenzar|arrancar|arrancó"
-                                                                  "|desde el paso 0",
+                                                                  "|desde el paso 0|step 0|paso 0|straight|directly"
+                                                                  "|right away|immediately|directamente|de golpe",
                                                               "peak|max|maximum|full|top|máximo|pico|tope"), reach=4)),
           "Keep a linear warmup (100 steps here) and plot the LR from step 0; a flat LR at its maximum from the "
           "first step is the tell.", config_fix="warmup_steps=100",
@@ -317,7 +318,8 @@ _ALL = (
                                                        "|later position|future position|posiciones futuras"
                                                        "|all positions|every position|every other token|whole sequence"
                                                        "|entire sequence|todas las posiciones|toda la secuencia"
-                                                       "|futuro|futuros|siguiente|siguientes"), reach=4),
+                                                       "|futuro|futuros|siguiente|siguientes|after it|after them|ahead"
+                                                       "|subsequent|posteriores|que vienen después|que siguen"), reach=4),
            Concept("positions see the future tokens", (MASK, "see|peek|look ahead|attend|ver|vea|veía|mirar"),
                    reach=5, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
            Concept("positions see the future tokens", ("copy|copies|copying|copiar|copia", "next token|following token"

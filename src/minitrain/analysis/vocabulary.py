@@ -148,7 +148,7 @@ CULPRIT = any_of("bug|source|cause|origin|culprit|whoever|who|causa|error|fallo|
 REPAIR = "fix|repair|correct|arreglar|corregir|reparar"
 SKIP = any_of("skip|drop|remove|filter|exclude|discard|omit|throw away|throw out|toss|leave out|take out|cut out",
               "ignore|dedupe|deduplicate",
-              "saltar|descartar|eliminar|filtrar|quitar|omitir|ignorar|sacar|deduplicar")
+              "saltar|descartar|eliminar|filtrar|quitar|omitir|ignorar|sacar|deduplicar|excluir|desechar|apartar")
 
 # a judgement on what a cause is about ("the learning rate was too low"): the answer puts the fault there
 JUDGED = ("too|far too|wrong|broken|bad|incorrect|off|demasiado|mal|malo|mala|incorrecto|incorrecta|erróneo"
