@@ -84,6 +84,9 @@ RECOVERY = re.compile(r"recover|recupera|decay|decae|by itself|on its own|por s[
 SETTING = re.compile(r"\w\s*=\s*[\w.]")
 JUDGEMENTS = frozenset(JUDGED.split("|")) - {"off"}
 FACTOR = re.compile(r"[x×]\d+(?:\.\d+)?|\d+(?:\.\d+)?[x×]")
+# a clause that starts with one of these has a subject of its own ("so its updates ...", "y su loss ...")
+SUBJECT_STARTS = frozenset("its their his her it they we the this that these su sus el la los las".split())
+THEN = frozenset("so and then thus hence y así entonces luego".split())
 # words a sentence has and a list of keywords does not
 FUNCTION_WORDS = frozenset(
     "the a an was were is are be been of to by at in on its it that this so and has had have got with for from "
@@ -330,7 +333,17 @@ def close_together(w: Words, found: list[tuple[int, int]], concept: Concept) -> 
         return False
     if len({w.sentences[a] for a, _ in ordered} | {w.sentences[b] for _, b in ordered}) > 1:
         return False
+    if any(another_subject(w, a[1], b[0]) for a, b in zip(ordered, ordered[1:])):
+        return False
     return all(between(w, a[1], b[0], concept.reach) <= concept.reach for a, b in zip(ordered, ordered[1:]))
+
+
+def another_subject(w: Words, a: int, b: int) -> bool:
+    """Whether a new clause with a subject of its own ("so its updates were too big") stands between word a and
+    word b: what follows is said of that subject."""
+    breaks = [j for j in range(a + 1, b) if w.clauses[j] != w.clauses[j - 1]]
+    return any(w.words[j] in SUBJECT_STARTS or (w.words[j] in THEN and w.words[j + 1] in SUBJECT_STARTS)
+               for j in breaks if j + 1 < b)
 
 
 # a concept this loose is a subject and what happened to it: the little words between them do not count
