@@ -204,7 +204,7 @@ def test_each_part_is_read_for_what_it_says(part, text, cause, verdict, why):
 
 
 def test_words_are_compared_by_their_stems_in_both_languages():
-    from minitrain.lab.learner.meaning import same_word, stems, synonyms
+    from minitrain.lab.learner.words import same_word, stems, synonyms
 
     for a, b in (("multiplied", "multiply"), ("multiplicó", "multiplicar"), ("infló", "inflar"),
                  ("normalizer", "normaliser"), ("gradientes", "gradiente"), ("redujo", "reducir"), ("Adam's", "adam")):
