@@ -196,6 +196,36 @@ def test_the_grader_agrees_with_the_teacher(split):
     ("diagnosis", "The loss went to NaN within the first 20 steps.", "bad_init", "review", "several causes end in"),
     ("diagnosis", "La validación no baja mientras el entrenamiento sí.", "broken_mask", "review", "only a symptom"),
     ("diagnosis", "The loss rose to 9 in the first 100 steps.", "no_warmup", "review", "only a symptom"),
+    # what clears a concept rules it out; the cause named first is the answer, what follows it its consequence
+    ("diagnosis", "The duplicated rows look harmless; the gradients were multiplied by 50.", "bad_batch", "no",
+     "not the fault"),
+    ("diagnosis", "La máscara causal funcionaba bien; el problema fue el learning rate.", "broken_mask", "no",
+     "no failure mode"),
+    ("diagnosis", "The data loader got stuck, so the batch repeated rows.", "bad_batch", "no", "as the cause"),
+    # a direction turned round in any words; a predicate after a clause with its own subject is that subject's
+    ("diagnosis", "Adam's v for the bias was divided by 100.", "optimizer_state_corruption", "review",
+     "the wrong way round"),
+    ("diagnosis", "Adam's v under-estimated g² for the bias, so its updates were too big.",
+     "optimizer_state_corruption", "no", "second_moment_underestimate"),
+    # a place to look is no second fix; waiting is an answer where the run recovers; a fix says which mask
+    ("remediation", "Keep clipping on and check the loss scaling and the reduction (sum vs mean).",
+     "gradient_explosion", "credit", "keeping"),
+    ("remediation", "Just wait: the bias recovers on its own as v decays.", "optimizer_state_corruption", "review",
+     "recovers by itself"),
+    ("remediation", "Fix the mask and retrain.", "broken_mask", "review", "without saying"),
+    # terse statements, short forms, the warmup by what it does, a count of one thing
+    ("diagnosis", "init mal, pesos x100", "bad_init", "credit", "weights initialised too large"),
+    ("remediation", "reload ckpt before 500", "optimizer_state_corruption", "credit", "reloading"),
+    ("remediation", "Bring back a gradual increase of the LR over the first 100 steps.", "no_warmup", "credit",
+     "restoring the warmup"),
+    ("diagnosis", "Batch 500 was six helpings of one dish.", "bad_batch", "credit", "repeated or rare rows"),
+    # a concept is what happened to a thing, not the thing: a schedule, attention, a step, zeroing
+    ("diagnosis", "The LR schedule has no warmup ramp.", "no_warmup", "credit", "no other cause"),
+    ("diagnosis", "Every position can peek at later tokens through attention, so it scores every time.",
+     "broken_mask", "credit", "no other cause"),
+    ("diagnosis", "Step 500's batch was eight copies of one sentence.", "bad_batch", "credit", "no other cause"),
+    ("remediation", "Poner a cero la v de ese tensor.", "optimizer_state_corruption", "credit", "resetting"),
+    ("diagnosis", "I'd guess the optimizer state got corrupted.", "optimizer_state_corruption", "review", "hedge"),
 ])
 def test_each_part_is_read_for_what_it_says(part, text, cause, verdict, why):
     judge = learner.judge_diagnosis if part == "diagnosis" else learner.judge_remediation

@@ -84,9 +84,10 @@ DUPLICATED = any_of("duplicate|duplicated|repeat|repeated|copy|copies|rare|uncom
 BAD = any_of("bad|corrupt|corrupted|poisoned|garbage|weird|odd|broken|outlier|anomalous|dirty|faulty|malformed",
              "contaminated|polluted|tainted|contaminado",
              "malo|mala|mal|corrupto|raro|anómalo|atípico|envenenado|sucio|basura|defectuoso")
-RESTORE = any_of("reload|reinstate|restore|load|go back|roll back|rollback|rewind|revert|resume|recover|bring back|continue",
-                 "continuar|seguir|retomar",
-                 "recargar|restaurar|volver|retroceder|cargar|reanudar|recuperar|restablecer|reponer")
+# "recover" is what a run does by itself, no action: "recover the checkpoint" is said with its object
+RESTORE = any_of("reload|reinstate|restore|load|go back|roll back|rollback|rewind|revert|resume|recover from",
+                 "recover the|bring back|continue|continuar|seguir|retomar|recargar|restaurar|volver|retroceder",
+                 "cargar|reanudar|recuperar el|recuperar la|recuperar los|restablecer|reponer")
 CHECKPOINT = any_of("checkpoint|snapshot|punto de control|copia de seguridad|before step|before the spike",
                     r"before the jump|before k|step ~\d+|antes del paso|paso ~\d+", V)
 RESET = any_of("reset|reinitialise|reinitialize|reinit|re init|re initialise|re initialize|initialise|initialize",
