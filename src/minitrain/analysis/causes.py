@@ -254,7 +254,8 @@ _ALL = (
           (Concept("weights initialised too large", (INIT, BIG), reach=4,
                    pattern=r"bad init|bad_init|mala inicializ|init_scale|inicializaci[oó]n (?:mala|err[oó]nea)"),
            Concept("weights initialised too large", (WEIGHTS, BIG, AT_START), reach=5, not_near=GREW),
-           Concept("weights initialised too large", (INIT, "bad|wrong|broken|mal|mala|malo|erróneo|errónea"), reach=1)),
+           Concept("weights initialised too large", (INIT, "bad|wrong|broken|mal|mala|malo|erróneo|errónea"), reach=1),
+           Concept("weights initialised too large", (INIT, "scale|escala", r"~[1-9]\d+"), reach=2, ordered=True)),
           "Assert the step-0 loss is within ln V +- 0.5 and the step-1 gradient norm within [0.1, 10] before a long "
           "run; keep init std at 0.02 scale.", config_fix="init_scale=1",
           signs=(Concept("huge logits at step 0", ("logit|activation|activación", "huge|large|enormous|enorme|grande"),
@@ -351,7 +352,8 @@ _ALL = (
                  Concept("restoring the causal mask", ("restore|use|put|bring|enable|re enable|turn|switch"
                                                        "|retrain|train|rerun|re run|entrenar|reentrenar"
                                                        "|reinstate|reapply|re apply|apply|restaurar|usar|poner|volver|aplicar"
-                                                       "|activar|reactivar", "causal|triangular|tril|mask|máscara"),
+                                                       "|activar|reactivar|activate|reactivate|re activate",
+                                                       "causal|triangular|tril|mask|máscara"),
                          reach=4, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE, pattern=r"causal_mask\s*=\s*true"),),
           # the model learned to peek: going on from its weights keeps what it learned that way
           workarounds=(Concept("resuming the model trained without the mask", (RESTORE + "|go on|keep training",

@@ -19,7 +19,7 @@ GRAD = any_of("gradient|grad|grads|gradient norm|grad norm|pre clip norm|preclip
 SQUARED = any_of("squared gradient|square gradient|gradient squared|squared grad|g2|g^2|g²",
                  "gradiente al cuadrado|gradientes al cuadrado|cuadrado del gradiente|cuadrados de los gradientes")
 # Adam's second moment, by name or by its role in the update (the per-weight normaliser under the square root)
-V = any_of("v|v_hat|vhat|exp_avg_sq|second moment|2nd moment|second raw moment|adam's v|adam v|variance estimate",
+V = any_of("v|v_hat|vhat|exp_avg_sq|second moment|2nd moment|second raw moment|adam's v|adam v|variance estimate|running variance|varianza",
            "opt state|optim state|sq grad|sq grads|" + SQUARED,
            "running average of squared gradient|moving average of squared gradient|ema of squared gradient",
            "average of squared gradient|average of the squared gradient|squared gradient average",
@@ -126,7 +126,8 @@ LOADER = ("data loader|dataloader|loader|cargador de datos|cargador|same batch|i
 # weights that grew during training, not weights born too large
 GREW = "grow|grew|grown|growing|became|become|drift|drifted|crecer|creció|crecieron|volverse|se volvieron"
 # the initialisation's scale, not a scaling of the gradients
-INIT_TERM = "init scale|init_scale|initial scale|initialisation scale|initialization scale|escala inicial"
+INIT_TERM = ("init scale|init_scale|initial scale|initialisation scale|initialization scale|escala inicial"
+             "|escala de inicialización|escala de init|init std")
 INIT = any_of("init|initialisation|initialization|initialise|initialize|init scale|init_scale|initial scale",
               "inicialización|inicializar|escala inicial")
 WEIGHTS = any_of("weight|weights|parameter|parameters|peso|pesos|parámetro|parámetros")
