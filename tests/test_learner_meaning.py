@@ -202,6 +202,8 @@ def test_the_grader_agrees_with_the_teacher(split):
     ("diagnosis", "La máscara causal funcionaba bien; el problema fue el learning rate.", "broken_mask", "no",
      "no failure mode"),
     ("diagnosis", "The data loader got stuck, so the batch repeated rows.", "bad_batch", "no", "as the cause"),
+    ("diagnosis", "The gradients exploded at step 1 because the weights were initialised 100x too large.", "bad_init",
+     "review", "a teacher decides"),
     # a direction turned round in any words; a predicate after a clause with its own subject is that subject's
     ("diagnosis", "Adam's v for the bias was divided by 100.", "optimizer_state_corruption", "review",
      "the wrong way round"),

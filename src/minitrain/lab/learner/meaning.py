@@ -54,6 +54,8 @@ HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|cou
                     r"|unsure|not certain|i think|guess|guessing|suspect|suppose|presumably|my bet|quiz[aá]s?|tal vez|puede que|puede ser|podr[ií]a ser"
                     r"|podr[ií]a haber|podr[ií]a tratarse|a lo mejor|es posible que|posiblemente|probablemente"
                     r"|creo que|no estoy segur[oa]|supongo|sospecho|presumiblemente|unless|a menos que|salvo que)(?!\w)|\?")
+BECAUSE = re.compile(r"(?<!\w)(?:because|since|due to|caused by|as a result of|porque|debido a|por culpa de"
+                     r"|causad[oa] por|ya que)(?!\w)")
 ALTERNATIVES = re.compile(r"(?<!\w)(?:or|either|o|u)(?!\w)")
 # two answers offered as alternatives by their form ("either A or B", "whether A or B", "o A o B", "ya sea A o B"),
 # whatever A and B are: a hedge even where one of them names no cause the grader knows
@@ -288,6 +290,18 @@ def first_said(low: str, labels: list[str]) -> int:
     return min((a for label in labels for a, _, _ in w.where.get(label, [])), default=-1)
 
 
+def given_first(low: str, others: list[str], right: list[str]) -> bool:
+    """Whether the answer gives another cause first, the right one after it as what followed: not when a
+    "because" between them makes the later one the reason ("the gradients exploded because the init was too
+    large")."""
+    first, then = first_said(low, others), first_said(low, right)
+    if not first < then:
+        return False
+    w = words_of(low)
+    return not (first >= 0 and w.sentences[first] == w.sentences[then] and BECAUSE.search(
+        low[w.spans[first][1]:w.spans[then][0]]))
+
+
 def said(named: dict[str, list[str]]) -> str:
     return "; ".join(f"{', '.join(labels)} ({cause})" for cause, labels in named.items())
 
@@ -330,7 +344,7 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
     if right:
         if ALTERNATIVES.search(low) or hedged_before(low, right):  # the right cause offered as a maybe: two answers
             return Point(NO, f"hedges between {said({cause: right})} and {said(others)}: name one cause")
-        if first_said(low, [label for labels in others.values() for label in labels]) < first_said(low, right):
+        if given_first(low, [label for labels in others.values() for label in labels], right):
             return Point(NO, f"gives {said(others)} as the cause, and {said({cause: right})} after it as what "
                              "followed")
         return Point(REVIEW, f"names {said({cause: right})}, and also {said(others)}: a teacher decides which "
