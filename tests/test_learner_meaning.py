@@ -196,6 +196,8 @@ def test_the_grader_agrees_with_the_teacher(split):
     ("diagnosis", "The loss went to NaN within the first 20 steps.", "bad_init", "review", "several causes end in"),
     ("diagnosis", "La validación no baja mientras el entrenamiento sí.", "broken_mask", "review", "only a symptom"),
     ("diagnosis", "The loss rose to 9 in the first 100 steps.", "no_warmup", "review", "only a symptom"),
+    ("diagnosis", "The loss spiked at step 500 because of the learning rate.", "gradient_explosion", "no",
+     "puts the fault on the learning rate"),
     # what clears a concept rules it out; the cause named first is the answer, what follows it its consequence
     ("diagnosis", "The duplicated rows look harmless; the gradients were multiplied by 50.", "bad_batch", "no",
      "not the fault"),

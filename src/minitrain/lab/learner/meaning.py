@@ -54,8 +54,10 @@ HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|cou
                     r"|unsure|not certain|i think|guess|guessing|suspect|suppose|presumably|my bet|quiz[aá]s?|tal vez|puede que|puede ser|podr[ií]a ser"
                     r"|podr[ií]a haber|podr[ií]a tratarse|a lo mejor|es posible que|posiblemente|probablemente"
                     r"|creo que|no estoy segur[oa]|supongo|sospecho|presumiblemente|unless|a menos que|salvo que)(?!\w)|\?")
-BECAUSE = re.compile(r"(?<!\w)(?:because|since|due to|caused by|as a result of|porque|debido a|por culpa de"
-                     r"|causad[oa] por|ya que)(?!\w)")
+BECAUSE_WORDS = ("because|since|due to|caused by|as a result of|porque|debido a|debido al|por culpa de|por culpa del"
+                 "|causado por|causada por"
+                 "|ya que")
+BECAUSE = re.compile(r"(?<!\w)(?:" + BECAUSE_WORDS + r")(?!\w)")
 ALTERNATIVES = re.compile(r"(?<!\w)(?:or|either|o|u)(?!\w)")
 # two answers offered as alternatives by their form ("either A or B", "whether A or B", "o A o B", "ya sea A o B"),
 # whatever A and B are: a hedge even where one of them names no cause the grader knows
@@ -274,11 +276,12 @@ def offered_with_another(low: str, cause: str, right: list[str], hedge: bool = F
 
 
 def blames(low: str, cause: str) -> str:
-    """What the text faults that another cause is about ("the learning rate was too low": the learning rate),
-    even where that is no cause the registry knows."""
+    """What the text faults that another cause is about ("the learning rate was too low": the learning rate; "the
+    loss spiked because of the learning rate"), even where that is no cause the registry knows."""
     for subject, causes in SUBJECTS:
         judged = Concept(subject.label, (subject.parts[0], JUDGED), reach=3, ordered=True, unless=subject.unless)
-        if cause not in causes and affirmed(low, (judged,))[0]:
+        reason = Concept(subject.label, (BECAUSE_WORDS, subject.parts[0]), reach=3, ordered=True, unless=subject.unless)
+        if cause not in causes and affirmed(low, (judged,))[0] + affirmed(low, (reason,))[0]:
             return subject.label
     return ""
 
