@@ -7,23 +7,27 @@ does not count the little words between them); words are compared by their stems
 stemmers), so a paraphrase, another tense or the other language is heard without its exact words. A concept
 counts only where the learner affirms it: one with a negation just before it in the same clause ("not the
 learning rate", "no es un lote malo", "rather than a bad batch", "the gradients were not scaled") is ruled out,
-not named; one said the wrong way round ("v shrank" where v grew) goes to a teacher; one with a word close by
-that makes it another thing is not said ("masking was wrong in the loss"). The adjective of an indefinite
+not named, and so is one that something after it clears ("the batch was fine"); one said the wrong way round
+("v shrank" where v grew: its direction part replaced by the opposite) goes to a teacher; one with a word close by
+that makes it another thing is not said ("masking was wrong in the loss"); a predicate after a clause with its
+own subject is that subject's ("v ..., so its updates were too big"). The adjective of an indefinite
 ("something odd", "algo raro") names nothing. A concept inside a longer one of the right cause is
 that one's words, not another cause; a verb's object is the nearest one ("restore beta2 and pin it in the
 checkpoint" restores beta2).
 
 A diagnosis of a run whose fault is X earns:
     credit   it names X and no other cause, as a sentence
-    review   it names X and also another cause (not as alternatives), or names X with a hedge ("maybe"), or names
-             only a symptom of X that other causes share ("the data", "the gradient norm jumped"), or names X the
-             wrong way round: a teacher reads it
+    review   it names X and also another cause (not as alternatives; X first, or after a "because"), or names X
+             with a hedge ("maybe"), or names only a symptom of X that other causes share ("the data", "the
+             gradient norm jumped", what a training curve did, a NaN), or names X the wrong way round: a teacher
+             reads it
     no       empty; a list of words rather than a sentence; another cause and not X; X "or" another cause, or X
              as a "maybe" beside another cause ("maybe a bad batch, maybe the LR");
              two answers offered by their form ("either ... or", "o ... o"), or X across an "or" from what another
              cause is about ("a bad batch or the learning rate"; in a hedged answer no "or" is needed); nothing that
-             names a cause; a symptom of X beside a fault put on what another cause is about ("the learning rate
-             was too low"); a `cause:` field that names another cause
+             names a cause; another cause given first and X after it as what followed; a symptom of X beside a
+             fault put on what another cause is about ("the learning rate was too low", "... because of the
+             learning rate"); a `cause:` field that names another cause
 A NaN (a state other causes end in) listed beside X is its symptom, not a second cause.
 The optional `cause:` field counts as naming its cause, but the sentence must still say something: a field
 alone beside a sentence that names nothing is "no failure mode".
@@ -31,8 +35,8 @@ A remediation earns:
     credit   it proposes a fix registered for X and nothing harmful for X (turning clipping off, raising the LR,
              keeping the fault in place...)
     review   a registered fix with a hedge, beside another cause's fix (rewinding to a checkpoint is a step of many
-             fixes, not another fix) or beside a half measure; a workaround alone; no fix for a run that recovers
-             by itself, saying that it recovers
+             fixes, not another fix; another cause's fix as the object of "check" is a place to look) or beside a
+             half measure; a workaround alone; no fix (waiting) for a run that recovers by itself, saying so
     no       empty; a list of words; anything harmful; only fixes of other causes; no registered fix
 Each verdict comes with its reason, in the words of the concepts it found (what the learner is shown).
 """
