@@ -203,6 +203,8 @@ def test_the_grader_agrees_with_the_teacher(split):
      "not the fault"),
     ("diagnosis", "La máscara causal funcionaba bien; el problema fue el learning rate.", "broken_mask", "no",
      "no failure mode"),
+    ("diagnosis", "The gradients were multiplied by 50 and clipping was fine.", "gradient_explosion", "credit",
+     "no other cause"),
     ("diagnosis", "The data loader got stuck, so the batch repeated rows.", "bad_batch", "no", "as the cause"),
     ("diagnosis", "The gradients exploded at step 1 because the weights were initialised 100x too large.", "bad_init",
      "review", "a teacher decides"),
