@@ -206,6 +206,10 @@ def test_the_grader_agrees_with_the_teacher(split):
     ("diagnosis", "The gradients were multiplied by 50 and clipping was fine.", "gradient_explosion", "credit",
      "no other cause"),
     ("diagnosis", "The data loader got stuck, so the batch repeated rows.", "bad_batch", "no", "as the cause"),
+    ("diagnosis", "Unlike a gradient explosion, here only one tensor's v jumped 100x.", "optimizer_state_corruption",
+     "credit", "no other cause"),
+    ("diagnosis", "It looks like a gradient explosion at first, but it is Adam's v for the bias inflating 100x.",
+     "optimizer_state_corruption", "review", "a teacher decides"),
     ("diagnosis", "The gradients exploded at step 1 because the weights were initialised 100x too large.", "bad_init",
      "review", "a teacher decides"),
     # a direction turned round in any words; a predicate after a clause with its own subject is that subject's

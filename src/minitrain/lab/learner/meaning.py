@@ -61,6 +61,7 @@ HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|cou
 BECAUSE_WORDS = ("because|since|due to|caused by|as a result of|porque|debido a|debido al|por culpa de|por culpa del"
                  "|causado por|causada por|ya que")
 BECAUSE = re.compile(r"(?<!\w)(?:" + BECAUSE_WORDS + r")(?!\w)")
+CONTRAST = re.compile(r"(?<!\w)(?:but|however|actually|in fact|pero|sino|en realidad|realmente)(?!\w)")
 ALTERNATIVES = re.compile(r"(?<!\w)(?:or|either|o|u)(?!\w)")
 # two answers offered as alternatives by their form ("either A or B", "whether A or B", "o A o B", "ya sea A o B"),
 # whatever A and B are: a hedge even where one of them names no cause the grader knows
@@ -299,13 +300,14 @@ def first_said(low: str, labels: list[str]) -> int:
 def given_first(low: str, others: list[str], right: list[str]) -> bool:
     """Whether the answer gives another cause first, the right one after it as what followed: not when a
     "because" between them makes the later one the reason ("the gradients exploded because the init was too
-    large")."""
+    large"), nor when a "but" sets the later one against it ("looks like an explosion, but it is ...")."""
     first, then = first_said(low, others), first_said(low, right)
     if not first < then:
         return False
     w = words_of(low)
-    return not (first >= 0 and w.sentences[first] == w.sentences[then] and BECAUSE.search(
-        low[w.spans[first][1]:w.spans[then][0]]))
+    between_them = low[w.spans[first][1]:w.spans[then][0]] if first >= 0 else ""
+    return not (BECAUSE.search(between_them) and w.sentences[first] == w.sentences[then]) and not CONTRAST.search(
+        between_them)
 
 
 def said(named: dict[str, list[str]]) -> str:
