@@ -229,6 +229,11 @@ def test_the_grader_agrees_with_the_teacher(split):
     ("remediation", "Bring back a gradual increase of the LR over the first 100 steps.", "no_warmup", "credit",
      "restoring the warmup"),
     ("diagnosis", "Batch 500 was six helpings of one dish.", "bad_batch", "credit", "repeated or rare rows"),
+    # a particle after its object is its verb's ("leave X out" drops X; "leave X off" keeps it off)
+    ("remediation", "Turn the warmup back on (100 steps).", "no_warmup", "credit", "restoring the warmup"),
+    ("remediation", "Rewind and leave batch 500 out.", "bad_batch", "credit", "skipping"),
+    ("remediation", "Turn causal_mask back on and retrain from step 0.", "broken_mask", "credit", "restoring"),
+    ("remediation", "Leave the mask off and add dropout.", "broken_mask", "no", "keeping the mask off"),
     # a concept is what happened to a thing, not the thing: a schedule, attention, a step, zeroing
     ("diagnosis", "The LR schedule has no warmup ramp.", "no_warmup", "credit", "no other cause"),
     ("diagnosis", "Every position can peek at later tokens through attention, so it scores every time.",

@@ -93,7 +93,7 @@ CHECKPOINT = any_of("checkpoint|snapshot|punto de control|copia de seguridad|bef
 RESET = any_of("reset|reinitialise|reinitialize|reinit|re init|re initialise|re initialize|initialise|initialize",
                "zero|clear|recompute|rebuild|reiniciar|reinicializar|inicializar|poner a cero|borrar|recalcular",
                "resetear|restablecer")
-MASK = any_of("mask|masking|máscara|enmascaramiento")
+MASK = any_of("mask|masking|causal_mask|máscara|enmascaramiento")
 # a "no" before a verb of being negates the clause ("no fue el warmup", "it was not"), it says nothing is missing
 NOT_BEING = "no fue|no es|no era|no ha sido|no son|no eran|no fueron|no parece"
 # what a measurement is compared with: a run named here is a baseline, not a diagnosis ("~120x the healthy run")

@@ -33,8 +33,16 @@ CLAUSE_BREAK = re.compile(r"[;:!?\n,()]|\.(?!\w)|(?<!\w)(?:but|however|although|
 INDEFINITE = frozenset("something anything algo nada".split())
 
 
+# a phrasal verb's particle said after its object ("turn the warmup back on", "leave batch 500 out") is put back
+# beside its verb; "keep" and "leave" only with "out" ("leave the mask off" keeps it off)
+SPLIT_PARTICLE = re.compile(r"\b(turn|switch|throw|take|kick|cut|bring|shut|toss|filter)((?: [\w'.-]+){1,3}?)"
+                            r"( back)? (on|off|out)\b")
+SPLIT_OUT = re.compile(r"\b(leave|keep)((?: [\w'.-]+){1,3}?) out\b")
+
+
 def normalise(text: str) -> str:
-    return re.sub(r"\s+", " ", (text or "").lower().replace("’", "'").replace("`", "")).strip()
+    low = re.sub(r"\s+", " ", (text or "").lower().replace("’", "'").replace("`", "")).strip()
+    return SPLIT_OUT.sub(r"\1 out\2", SPLIT_PARTICLE.sub(r"\1 \4\2\3", low))
 
 
 def negated(text: str, start: int, end: int) -> bool:
