@@ -234,6 +234,7 @@ def test_the_grader_agrees_with_the_teacher(split):
     ("remediation", "Rewind and leave batch 500 out.", "bad_batch", "credit", "skipping"),
     ("remediation", "Turn causal_mask back on and retrain from step 0.", "broken_mask", "credit", "restoring"),
     ("remediation", "Leave the mask off and add dropout.", "broken_mask", "no", "keeping the mask off"),
+    ("remediation", "Skip the batch and turn the LR up a bit.", "bad_batch", "no", "raising the learning rate"),
     # a concept is what happened to a thing, not the thing: a schedule, attention, a step, zeroing
     ("diagnosis", "The LR schedule has no warmup ramp.", "no_warmup", "credit", "no other cause"),
     ("diagnosis", "Every position can peek at later tokens through attention, so it scores every time.",
