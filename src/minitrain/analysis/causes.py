@@ -254,7 +254,8 @@ _ALL = (
           (Concept("weights initialised too large", (INIT, BIG), reach=4,
                    pattern=r"bad init|bad_init|mala inicializ|init_scale|inicializaci[oó]n (?:mala|err[oó]nea)"),
            Concept("weights initialised too large", (WEIGHTS, BIG, AT_START), reach=5, not_near=GREW),
-           Concept("weights initialised too large", (INIT, "bad|wrong|broken|mal|mala|malo|erróneo|errónea"), reach=1),
+           Concept("weights initialised too large", (INIT, "bad|wrong|broken|mal|mala|malo|erróneo|errónea"),
+                   reach=1),
            Concept("weights initialised too large", (INIT, "scale|escala", r"~[1-9]\d+"), reach=2, ordered=True)),
           "Assert the step-0 loss is within ln V +- 0.5 and the step-1 gradient norm within [0.1, 10] before a long "
           "run; keep init std at 0.02 scale.", config_fix="init_scale=1",

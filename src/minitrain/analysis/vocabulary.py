@@ -19,7 +19,8 @@ GRAD = any_of("gradient|grad|grads|gradient norm|grad norm|pre clip norm|preclip
 SQUARED = any_of("squared gradient|square gradient|gradient squared|squared grad|g2|g^2|g²",
                  "gradiente al cuadrado|gradientes al cuadrado|cuadrado del gradiente|cuadrados de los gradientes")
 # Adam's second moment, by name or by its role in the update (the per-weight normaliser under the square root)
-V = any_of("v|v_hat|vhat|exp_avg_sq|second moment|2nd moment|second raw moment|adam's v|adam v|variance estimate|running variance|varianza",
+V = any_of("v|v_hat|vhat|exp_avg_sq|second moment|2nd moment|second raw moment|adam's v|adam v|variance estimate",
+           "running variance|varianza",
            "opt state|optim state|sq grad|sq grads|" + SQUARED,
            "running average of squared gradient|moving average of squared gradient|ema of squared gradient",
            "average of squared gradient|average of the squared gradient|squared gradient average",
@@ -34,7 +35,8 @@ NOT_V = ("ln v|log v|ln of v|first moment|first moments|1st moment|momentum|adam
 # a factor of ten or more: "x3.6" or "x1.0" beside a right diagnosis is a measurement, not an explosion
 # ("many times" counts nothing)
 TIMES = any_of(r"~[x×][1-9]\d+(?:\.\d+)?|~[1-9]\d+(?:\.\d+)?[x×]|~\d+-?fold|~[1-9]\d+ times|fold|factor|hundredfold",
-               r"fiftyfold|fifty|hundred|orders of magnitude|order of magnitude|órdenes de magnitud|by ~[1-9]\d+|by a factor|~[1-9]\d+ veces|cincuenta|cien|centenar|por ~[1-9]\d+")
+               r"fiftyfold|fifty|hundred|orders of magnitude|order of magnitude|órdenes de magnitud|by ~[1-9]\d+",
+               r"by a factor|~[1-9]\d+ veces|cincuenta|cien|centenar|por ~[1-9]\d+")
 EXPLODED = any_of("explode|exploding|explosion|blow up|blew up|blown up|skyrocket|shot up|soar|through the roof",
                   "explotar|explosión|estallar|por las nubes")
 SCALING = any_of("scale|scaled up|multiply|multiplied|amplify|magnify|boost|crank|cranked up|turn up|turned up",
@@ -67,8 +69,9 @@ LR = any_of("lr|learning rate|tasa de aprendizaje|tasa|ritmo de aprendizaje")
 RAISE = any_of("raise|increase|higher|bigger|larger|boost|double the|crank up|turn up|bump|subir|aumentar",
                "incrementar|más alta|más alto|duplicar|elevar")
 LOWER = any_of("lower|reduce|decrease|smaller|cut|drop|bajar|reducir|disminuir")
-OFF = any_of("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch off|turn off|shut off|lift",
-             "desactivar|eliminar|quitar|apagar|sin|suprimir|retirar")
+OFF = any_of("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch off|turn off|shut off|lift|ditch",
+             "kill|bypass|strip",
+             "desactivar|eliminar|quitar|apagar|sin|suprimir|retirar|sacar|saltarse")
 BATCH = any_of("batch|minibatch|mini batch|lote|minilote|mini lote|data|datos|sample|muestra|example|ejemplo")
 ROWS = any_of("row|sentence|line|sequence|sample|example|document|text|fila|frase|oración|línea|secuencia",
               "muestra|ejemplo|documento|texto")

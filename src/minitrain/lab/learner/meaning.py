@@ -55,9 +55,11 @@ CONCEPTS_THAT_ARE_STEPS = tuple(c for cause in CAUSES.values() for c in cause.fi
 
 # "could" and "podría" alone are ability ("could see the future"), not doubt
 HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|could be|could have|could also|not sure"
-                    r"|unsure|not certain|i think|guess|guessing|suspect|suppose|presumably|my bet|quiz[aá]s?|tal vez|puede que|puede ser|podr[ií]a ser"
+                    r"|unsure|not certain|i think|guess|guessing|suspect|suppose|presumably|my bet|quiz[aá]s?|tal vez"
+                    r"|puede que|puede ser|podr[ií]a ser"
                     r"|podr[ií]a haber|podr[ií]a tratarse|a lo mejor|es posible que|posiblemente|probablemente"
-                    r"|creo que|no estoy segur[oa]|supongo|sospecho|presumiblemente|unless|a menos que|salvo que)(?!\w)|\?")
+                    r"|creo que|no estoy segur[oa]|supongo|sospecho|presumiblemente|unless|a menos que|salvo que)"
+                    r"(?!\w)|\?")
 BECAUSE_WORDS = ("because|since|due to|caused by|as a result of|porque|debido a|debido al|por culpa de|por culpa del"
                  "|causado por|causada por|ya que")
 BECAUSE = re.compile(r"(?<!\w)(?:" + BECAUSE_WORDS + r")(?!\w)")

@@ -16,10 +16,12 @@ from minitrain.analysis.vocabulary import ABBREVIATIONS
 # a negation rules out what follows it in the same clause, up to this many words later
 NEGATION_REACH = 6
 NEGATORS = re.compile(r"(?<![\w'])(?:not|n't|no|never|nor|neither|ni|nunca|rather than|instead of|en vez de"
-                      r"|en lugar de|excluding|except|unlike|as opposed to|a diferencia de|al contrario que)(?![\w'])|n't\b")
+                      r"|en lugar de|excluding|except|unlike|as opposed to|a diferencia de|al contrario que)(?![\w'])"
+                      r"|n't\b")
 # "... was ruled out", and what clears it ("the batch was fine", "las filas eran normales"), said of it: not of
 # another subject after an "and" ("the gradients were multiplied and clipping was fine")
-AFTER_NEGATORS = re.compile(r"^\W*(?:(?!(?:and|y|e|or|o)\b)\w+\W+){0,3}?(?:(?:is|was) (?:not it|ruled out|excluded)|ruled out|excluded"
+AFTER_NEGATORS = re.compile(r"^\W*(?:(?!(?:and|y|e|or|o)\b)\w+\W+){0,3}?(?:(?:is|was) (?:not it|ruled out|excluded)"
+                            r"|ruled out|excluded"
                             r"|descartad[oa]s?|(?:is|was|are|were|looks?|looked|seems?|seemed) (?:fine|ok|okay|normal"
                             r"|clean|harmless|innocent|not the (?:problem|cause|issue))|harmless|irrelevant|innocent"
                             r"|(?:worked|works|was working) (?:fine|well|correctly|as (?:it )?should)|intact|untouched"
