@@ -242,6 +242,12 @@ def test_the_grader_agrees_with_the_teacher(split):
     ("diagnosis", "Step 500's batch was eight copies of one sentence.", "bad_batch", "credit", "no other cause"),
     ("remediation", "Poner a cero la v de ese tensor.", "optimizer_state_corruption", "credit", "resetting"),
     ("diagnosis", "I'd guess the optimizer state got corrupted.", "optimizer_state_corruption", "review", "hedge"),
+    ("diagnosis", "Parece que la máscara causal no se aplicaba.", "broken_mask", "review", "hedge"),
+    # a second fault beside the right cause goes to a teacher; one that follows from it is its effect
+    ("diagnosis", "Adam's v was inflated for the bias, and the warmup was too short.", "optimizer_state_corruption",
+     "review", "also faults the warmup"),
+    ("diagnosis", "Adam's v for the bias was inflated 100x, so its effective learning rate was far too small.",
+     "optimizer_state_corruption", "credit", "no other cause"),
 ])
 def test_each_part_is_read_for_what_it_says(part, text, cause, verdict, why):
     judge = learner.judge_diagnosis if part == "diagnosis" else learner.judge_remediation

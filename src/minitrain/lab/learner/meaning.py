@@ -56,13 +56,17 @@ CONCEPTS_THAT_ARE_STEPS = tuple(c for cause in CAUSES.values() for c in cause.fi
 # "could" and "podría" alone are ability ("could see the future"), not doubt
 HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|could be|could have|could also|not sure"
                     r"|unsure|not certain|i think|guess|guessing|suspect|suppose|presumably|my bet|quiz[aá]s?|tal vez"
-                    r"|puede que|puede ser|podr[ií]a ser"
+                    r"|puede que|puede ser|podr[ií]a ser|it seems|seems like|seems that|apparently|parece que|parece ser"
+                    r"|aparentemente"
                     r"|podr[ií]a haber|podr[ií]a tratarse|a lo mejor|es posible que|posiblemente|probablemente"
                     r"|creo que|no estoy segur[oa]|supongo|sospecho|presumiblemente|unless|a menos que|salvo que)"
                     r"(?!\w)|\?")
 BECAUSE_WORDS = ("because|since|due to|caused by|as a result of|porque|debido a|debido al|por culpa de|por culpa del"
                  "|causado por|causada por|ya que")
 BECAUSE = re.compile(r"(?<!\w)(?:" + BECAUSE_WORDS + r")(?!\w)")
+CONSEQUENCE = re.compile(r"(?<!\w)(?:so|thus|therefore|hence|which|meaning|entonces|así que|por lo que|lo que"
+                         r"|por eso|de modo que)(?!\w)")
+EFFECTIVE = frozenset("effective efectivo efectiva real actual".split())
 CONTRAST = re.compile(r"(?<!\w)(?:but|however|actually|in fact|pero|sino|en realidad|realmente)(?!\w)")
 ALTERNATIVES = re.compile(r"(?<!\w)(?:or|either|o|u)(?!\w)")
 # two answers offered as alternatives by their form ("either A or B", "whether A or B", "o A o B", "ya sea A o B"),
@@ -281,15 +285,25 @@ def offered_with_another(low: str, cause: str, right: list[str], hedge: bool = F
     return ""
 
 
-def blames(low: str, cause: str) -> str:
-    """What the text faults that another cause is about ("the learning rate was too low": the learning rate; "the
-    loss spiked because of the learning rate"), even where that is no cause the registry knows."""
+def blames(low: str, cause: str, reasons: bool = True) -> str:
+    """What the text faults that another cause is about ("the learning rate was too low": the learning rate; with
+    `reasons`, "the loss spiked because of the learning rate"), even where that is no cause the registry knows."""
     for subject, causes in SUBJECTS:
         judged = Concept(subject.label, (subject.parts[0], JUDGED), reach=3, ordered=True, unless=subject.unless)
         reason = Concept(subject.label, (BECAUSE_WORDS, subject.parts[0]), reach=3, ordered=True, unless=subject.unless)
-        if cause not in causes and affirmed(low, (judged,))[0] + affirmed(low, (reason,))[0]:
+        if cause not in causes and affirmed(low, (judged, reason) if reasons else (judged,))[0]:
             return subject.label
     return ""
+
+
+def follows_from(low: str, right: list[str], subject: str) -> bool:
+    """Whether what the text faults about `subject` follows from the right concepts, after a "so" or as their
+    effect ("v was inflated, so its effective learning rate was too small")."""
+    w = words_of(low)
+    first = min(a for label in right for a, _, _ in w.where.get(label, [(len(w.words), 0, 0)]))
+    at = [a for a, _, _ in w.where.get(subject, [])]
+    return bool(at) and all(first < a and (CONSEQUENCE.search(low[w.spans[first][0]:w.spans[a][0]])
+                                           or w.words[a - 1] in EFFECTIVE) for a in at)
 
 
 def first_said(low: str, labels: list[str]) -> int:
@@ -350,6 +364,10 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
             return Point(NO, f"offers {said({cause: right})} or {other} as alternatives: name one cause")
         if hedged(low):
             return Point(REVIEW, f"names {said({cause: right})}, with a hedge: a teacher reads it")
+        blamed = blames(low, cause, reasons=False)
+        if blamed and not follows_from(low, right, blamed):  # a second fault, on what another cause is about ("... and the warmup was too short")
+            return Point(REVIEW, f"names {said({cause: right})}, and also faults {blamed}: a teacher decides which "
+                                 "one you gave as the cause")
         return Point(CREDIT, f"names {said({cause: right})} and no other cause")
     if right:
         if ALTERNATIVES.search(low) or hedged_before(low, right):  # the right cause offered as a maybe: two answers
