@@ -17,7 +17,8 @@ checkpoint" restores beta2).
 
 A diagnosis of a run whose fault is X earns:
     credit   it names X and no other cause, as a sentence
-    review   it names X and also another cause (not as alternatives; X first, or after a "because"), or names X
+    review   it names X and also another cause (not as alternatives; X first, or after a "because"), or a fault
+             on what another cause is about that does not follow from X ("and the warmup was too short"), or names X
              with a hedge ("maybe"), or names only a symptom of X that other causes share ("the data", "the
              gradient norm jumped", what a training curve did, a NaN), or names X the wrong way round: a teacher
              reads it
