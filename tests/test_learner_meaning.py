@@ -27,6 +27,7 @@ def test_the_labelled_set_is_what_docs_learner_md_says():
     splits = {s: [r for r in ANSWERS if r["split"] == s] for s in SPLITS}
     assert len(splits["held-out"]) >= 20 and len(splits["dev2"]) >= 40 and len(splits["dev3"]) == len(splits["dev4"]) == 104
     assert len(splits["dev5"]) == 84 and len(splits["dev6"]) >= 30
+    assert sum("no" in (r["expect_diagnosis"], r["expect_remediation"]) for r in splits["dev6"]) >= 10  # adversarial
     assert len({r["id"] for r in ANSWERS}) == len(ANSWERS)
     assert sum(map(len, splits.values())) == len(ANSWERS)
     assert {r["expect_diagnosis"] for r in ANSWERS} | {r["expect_remediation"] for r in ANSWERS} == {"credit", "no", "review"}
