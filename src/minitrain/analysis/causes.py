@@ -26,6 +26,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from minitrain.analysis.vocabulary import (
+    AT_START, BAD, BATCH, BIG, CHECKPOINT, CLIP, COMPARED, COUNT, CULPRIT, CURVE, DUPLICATED, EXPLODED, FIND,
+    FROM_ZERO, GRAD, GREW, INFLATED, INIT, INIT_TERM, JUDGED, KEEP, LOADER, LOSS, LOSS_SIDE, LOWER, LR, MASK, MOVED,
+    NOT_BEING, NOT_GRAD, NOT_V, OFF, OPTIMIZER, OTHER_MASK, RAISE, RAMP, REPAIR, REPEATED_ES, RESET, RESTORE, ROWS,
+    SCALED_UP, SCALER, SCALING, SHRANK, SKIP, SPIKE, SQUARED, STALL, STEPS, TENSOR, UPDATE_CLIP, V, WARMUP, WEIGHTS)
+
 
 @dataclass(frozen=True)
 class Concept:
@@ -51,11 +57,6 @@ class Concept:
     not_near: str = ""  # words that, close by in the clause, make it another thing ("masking was wrong in the loss")
 
 
-def any_of(*groups: str) -> str:
-    """Synonym groups joined into one part."""
-    return "|".join(groups)
-
-
 @dataclass(frozen=True)
 class Cause:
     name: str
@@ -76,125 +77,6 @@ class Cause:
         return tuple(c.pattern for c in self.names if c.pattern)
 
 
-# The things causes are made of, as synonyms (English | Spanish). A word is matched by its stem.
-GRAD = any_of("gradient|grad|grads|gradient norm|grad norm|pre clip norm|preclip norm|global norm",
-              "gradiente|norma del gradiente|norma de los gradientes")
-SQUARED = any_of("squared gradient|square gradient|gradient squared|squared grad|g2|g^2|g²",
-                 "gradiente al cuadrado|gradientes al cuadrado|cuadrado del gradiente|cuadrados de los gradientes")
-# Adam's second moment, by name or by its role in the update (the per-weight normaliser under the square root)
-V = any_of("v|v_hat|vhat|exp_avg_sq|second moment|2nd moment|second raw moment|adam's v|adam v|variance estimate",
-           "opt state|optim state|sq grad|sq grads|" + SQUARED,
-           "running average of squared gradient|moving average of squared gradient|ema of squared gradient",
-           "average of squared gradient|average of the squared gradient|squared gradient average",
-           "normaliser|normalizer|normalisation term|denominator|divisor|square root|sqrt|preconditioner",
-           "optimizer state|optimiser state|adam state|adam's state|optimizer moments|adam moments|moments",
-           "segundo momento|momentos|v de adam|estado del optimizador|estado de adam|denominador|divisor",
-           "normalizador|raíz cuadrada|raiz cuadrada|media móvil de los gradientes al cuadrado")
-OPTIMIZER = "adam|adamw|optimizer|optimiser|optimizador"
-# not Adam's v: the vocabulary size (ln V), and Adam's first moment (m)
-NOT_V = ("ln v|log v|ln of v|first moment|first moments|1st moment|momentum|adam's m|adam m|exp_avg|primer momento"
-         "|primeros momentos|momento de primer orden")
-# a factor of ten or more: "x3.6" or "x1.0" beside a right diagnosis is a measurement, not an explosion
-# ("many times" counts nothing)
-TIMES = any_of(r"~[x×][1-9]\d+(?:\.\d+)?|~[1-9]\d+(?:\.\d+)?[x×]|~\d+-?fold|~[1-9]\d+ times|fold|factor|hundredfold",
-               r"fiftyfold|fifty|hundred|by ~[1-9]\d+|by a factor|~[1-9]\d+ veces|cincuenta|cien|centenar|por ~[1-9]\d+")
-EXPLODED = any_of("explode|exploding|explosion|blow up|blew up|blown up|skyrocket|shot up|soar|through the roof",
-                  "explotar|explosión|estallar|por las nubes")
-SCALING = any_of("scale|scaled up|multiply|multiplied|amplify|magnify|boost|crank|cranked up|turn up|turned up",
-                 "inflate|pump|pumped up|escalar|multiplicar|amplificar|inflar")
-SCALED_UP = any_of(EXPLODED, SCALING, "blew|volume|knob|balloon|escalado|disparar|dispararon", TIMES)
-INFLATED = any_of("corrupt|corrupted|inflate|inflated|multiply|scale|scaled|blow up|blew up|blew|blown|explode",
-                  "jump|jumped|grow|grew|went up|rose|rise|increase|bigger|larger|too big|too large|too high|huge",
-                  "bloat|swell|balloon|pump|subir|subió",
-                  "pumped up|overwrite|overwritten|tamper|poison|garbage|wrong value|spike",
-                  "corromper|corrompido|corrupto|inflar|inflado|aumentar|multiplicar|disparar|crecer|creció",
-                  "enorme|hinchar|escalar|dañar|estropear|alterar|sobrescribir", TIMES)
-# the other way round: what grew in the fault fell
-SHRANK = any_of("shrink|shrank|shrunk|divide|divided|fell|fall|drop|dropped|decrease|decreased|reduce|reduced",
-                "too small|smaller|lower|vanish|dividir|dividió|encoger|encogió|bajar|bajó|caer|cayó|disminuir",
-                "disminuyó|reducir|reducido|menor")
-STALL = any_of("stall|stalled|froze|frozen|freeze|barely moved|barely move|stopped moving|stop moving|stuck",
-               "shrank|shrink|shrunk|tiny|strapped|anchor|brake|ballast|weighed down|dead weight|paralysed",
-               "paralyzed|stopped learning|stop learning|no longer learned",
-               "estancar|estancado|congelado|frenado|frenar|apenas se movió|dejó de moverse|dejar de moverse",
-               "dejó de aprender|detenido|paralizado|ancla|lastre")
-TENSOR = any_of("tensor|parameter|param|bias|lm_head.bias|weight|layer|parámetro|sesgo|peso|capa")
-# clipping Adam's update (StableAdamW), not the gradient: another cause's fix
-UPDATE_CLIP = ("update clipping|update clip|clip updates|clip the updates|clip the update|updates clipping"
-               "|recorte de actualizaciones|recorte del update|clipping de updates|clipping del update")
-CLIP = any_of("clip|clipping|clipper|zclip|limiter|norm cap|max_grad_norm|grad_clip|clip_grad_norm",
-              "gradient clipping|grad clipping|norm clipping|global norm clipping|gradient norm clipping",
-              "global clipping|adaptive clipping",
-              "recorte|recortar|limitador|tope|recorte de gradiente|recorte del gradiente|recorte de gradientes")
-LR = any_of("lr|learning rate|tasa de aprendizaje|tasa|ritmo de aprendizaje")
-RAISE = any_of("raise|increase|higher|bigger|larger|boost|double the|crank up|turn up|bump|subir|aumentar",
-               "incrementar|más alta|más alto|duplicar|elevar")
-LOWER = any_of("lower|reduce|decrease|smaller|cut|drop|bajar|reducir|disminuir")
-OFF = any_of("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch off|turn off|shut off|lift",
-             "desactivar|eliminar|quitar|apagar|sin|suprimir|retirar")
-BATCH = any_of("batch|minibatch|mini batch|lote|minilote|mini lote|data|datos|sample|muestra|example|ejemplo")
-ROWS = any_of("row|sentence|line|sequence|sample|example|document|text|fila|frase|oración|línea|secuencia",
-              "muestra|ejemplo|documento|texto")
-# Spanish "repetir" changes its stem (repite, repitió): its forms are written out
-REPEATED_ES = "repite|repiten|repitió|repitieron|repitiendo"
-DUPLICATED = any_of("duplicate|duplicated|repeat|repeated|copy|copies|rare|uncommon|outlier|corrupt", REPEATED_ES,
-                    "corrupted|stuffed|long tail|appeared|occurred|duplicado|repetido|repetir|copia|copiado|raro",
-                    "rara|poco común|atípico|atípica|cola larga|aparecía|aparecer")
-BAD = any_of("bad|corrupt|corrupted|poisoned|garbage|weird|odd|broken|outlier|anomalous|dirty|faulty|malformed",
-             "contaminated|polluted|tainted|contaminado",
-             "malo|mala|mal|corrupto|raro|anómalo|atípico|envenenado|sucio|basura|defectuoso")
-RESTORE = any_of("reload|restore|load|go back|roll back|rollback|rewind|revert|resume|recover|bring back|continue",
-                 "continuar|seguir|retomar",
-                 "recargar|restaurar|volver|retroceder|cargar|reanudar|recuperar|restablecer|reponer")
-CHECKPOINT = any_of("checkpoint|snapshot|punto de control|copia de seguridad|before step|before the spike",
-                    r"before the jump|before k|step ~\d+|antes del paso|paso ~\d+", V)
-RESET = any_of("reset|reinitialise|reinitialize|reinit|re init|re initialise|re initialize|initialise|initialize",
-               "zero|clear|recompute|rebuild|reiniciar|reinicializar|inicializar|poner a cero|borrar|recalcular",
-               "resetear|restablecer")
-MASK = any_of("mask|masking|máscara|enmascaramiento")
-# a "no" before a verb of being negates the clause ("no fue el warmup", "it was not"), it says nothing is missing
-NOT_BEING = "no fue|no es|no era|no ha sido|no son|no eran|no fueron|no parece"
-# what a measurement is compared with: a run named here is a baseline, not a diagnosis ("~120x the healthy run")
-COMPARED = any_of(r"than|vs|versus|compared|relative|baseline|times|~[1-9][\d.,]*[x×]|~[x×][1-9][\d.,]*|like|as in",
-                  "veces|como|frente|comparado|respecto|la de|el de|las de|los de")
-# the loss side of training: a mask near these words is the loss's, not the attention's
-LOSS = any_of("loss|pérdida")
-SPIKE = any_of("spike|spiked|jump|jumped|peak|pico|salto|saltó|saltar")
-LOSS_SIDE = "loss|padding|pad|label|labels|pérdida|relleno|etiqueta|etiquetas"
-# masks that are not the attention's causal mask: a near miss, not broken_mask
-OTHER_MASK = ("loss mask|loss masking|padding mask|pad mask|label mask|target mask|mask in the loss|masking in the loss"
-              "|mask of the loss|mask on the loss|máscara de pérdida|máscara de la pérdida|máscara del loss"
-              "|máscara en la pérdida|máscara en el loss|máscara de padding|máscara de relleno")
-WARMUP = any_of("warmup|warm up|ramp|ramp up|calentamiento|rampa")
-# the loader that serves the data, the same whole batch again, every batch: not rows repeated in one batch
-LOADER = ("data loader|dataloader|loader|cargador de datos|cargador|same batch|identical batch|mismo lote|mismo batch"
-          "|every batch|all batches|each batch|all the batches|cada lote|todos los lotes|cada batch|todos los batches")
-# weights that grew during training, not weights born too large
-GREW = "grow|grew|grown|growing|became|become|drift|drifted|crecer|creció|crecieron|volverse|se volvieron"
-# the initialisation's scale, not a scaling of the gradients
-INIT_TERM = "init scale|init_scale|initial scale|initialisation scale|initialization scale|escala inicial"
-INIT = any_of("init|initialisation|initialization|initialise|initialize|init scale|init_scale|initial scale",
-              "inicialización|inicializar|escala inicial")
-WEIGHTS = any_of("weight|weights|parameter|parameters|peso|pesos|parámetro|parámetros")
-# when: a weight too large from the start, not one that grew during training
-AT_START = any_of("init|initial|initially|initialised|initialized|start|started|begin|began|born|step 0|untrained",
-                  "from the start|inicial|inicialmente|inicializar|arrancar|empezar|comenzar|desde el principio",
-                  "paso 0|nacer")
-BIG = any_of("too large|too big|huge|large|big|scaled|enormous|oversized|far too|enorme|grande|demasiado grande",
-             TIMES)
-KEEP = any_of("keep|leave|use|add|turn on|switch on|enable|apply|rely on|retain|in place|mantener|usar|activar",
-              "dejar|aplicar|conservar|poner|puesto")
-FIND = any_of("find|look for|track down|hunt down|hunt|search|locate|fix|debug|trace|audit|inspect|buscar|encontrar",
-              "localizar|arreglar|corregir|rastrear|depurar")
-SCALER = any_of("scaling|scale|scaled|multiply|multiplier|reduction|loss scale|loss scaling|knob|amplify",
-                "escalar|escaló|multiplicar|amplificar|reducción")
-CULPRIT = any_of("bug|source|cause|origin|culprit|whoever|who|causa|error|fallo|origen|culpable|qué|que")
-SKIP = any_of("skip|drop|remove|filter|exclude|discard|omit|throw away|ignore|dedupe|deduplicate",
-              "saltar|descartar|eliminar|filtrar|quitar|omitir|ignorar|sacar|deduplicar")
-
-# a judgement on what a cause is about ("the learning rate was too low"): the answer puts the fault there
-JUDGED = ("too|far too|wrong|broken|bad|incorrect|off|demasiado|mal|malo|mala|incorrecto|incorrecta|erróneo"
-          "|errónea|roto|rota|equivocado|equivocada")
 # What a cause is about, and the causes about it: the right cause "or" one of these is two answers offered
 # ("a bad batch or the learning rate"), whether or not the other is said as a cause
 SUBJECTS: tuple[tuple[Concept, tuple[str, ...]], ...] = (
@@ -213,9 +95,10 @@ SUBJECTS: tuple[tuple[Concept, tuple[str, ...]], ...] = (
     (Concept("the attention", ("attention|atención",)), ("attention_logit_growth",)),
 )
 
-# the gradients' clipping, not the gradients: "gradient clipping kicked in" says nothing of their size
-NOT_GRAD = SQUARED + ("|gradient clipping|grad clipping|gradient clip|grad clip|clipping de gradiente"
-                      "|recorte de gradiente|recorte del gradiente|clipping del gradiente")
+# what a training curve did: a symptom every cause can show, for a teacher to read when nothing else is said
+SYMPTOMS_ALWAYS: tuple[Concept, ...] = (
+    Concept("what a training curve did", (CURVE, MOVED), reach=4),
+)
 
 HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("turning gradient clipping off", (OFF, CLIP), reach=2, ordered=True,
@@ -236,7 +119,7 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("turning gradient clipping off", ("no", CLIP), reach=0, ordered=True),
     Concept("loosening the clip threshold", (CLIP, r"to ~[1-9](?:\.\d+)?e\+?[1-9]\d*|at ~[1-9](?:\.\d+)?e\+?[1-9]\d*"),
             reach=3, ordered=True),
-    Concept("raising the learning rate", (RAISE, LR), reach=3, ordered=True),
+    Concept("raising the learning rate", (RAISE, LR), reach=3, ordered=True, unless=RAMP),
     # harmful for any run: every run needs its warmup and its causal mask
     Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=2, ordered=True,
             pattern=r"warmup_steps\s*=\s*0\b"),
@@ -302,6 +185,9 @@ _ALL = (
                                                           "|una y otra vez"), reach=3, ordered=True),
            Concept("repeated or rare rows in one batch", ("same|identical|mismo|misma|idéntico|idéntica", ROWS),
                    reach=1),
+           # "eight plates of the same dish": a count of one thing is a repetition, whatever the thing is called
+           Concept("repeated or rare rows in one batch", (COUNT, "of the same|of one|del mismo|de la misma|de un mismo"
+                                                          "|de una misma"), reach=1, ordered=True, not_near=STEPS),
            Concept("repeated or rare rows in one batch", ("rare|uncommon|unusual|raro|rara|inusual|poco común",
                                                           "token|word|palabra"), reach=1)),
           "Check batch composition before the step (duplicated rows, rare-token share); deduplicate the data by "
@@ -367,7 +253,10 @@ _ALL = (
     Cause("bad_init",
           (Concept("weights initialised too large", (INIT, BIG), reach=4,
                    pattern=r"bad init|bad_init|mala inicializ|init_scale|inicializaci[oó]n (?:mala|err[oó]nea)"),
-           Concept("weights initialised too large", (WEIGHTS, BIG, AT_START), reach=5, not_near=GREW)),
+           Concept("weights initialised too large", (WEIGHTS, BIG, AT_START), reach=5, not_near=GREW),
+           Concept("weights initialised too large", (INIT, "bad|wrong|broken|mal|mala|malo|erróneo|errónea"),
+                   reach=1),
+           Concept("weights initialised too large", (INIT, "scale|escala", r"~[1-9]\d+"), reach=2, ordered=True)),
           "Assert the step-0 loss is within ln V +- 0.5 and the step-1 gradient norm within [0.1, 10] before a long "
           "run; keep init std at 0.02 scale.", config_fix="init_scale=1",
           signs=(Concept("huge logits at step 0", ("logit|activation|activación", "huge|large|enormous|enorme|grande"),
@@ -385,20 +274,21 @@ _ALL = (
                                                                 "|restaurar", INIT + "|escala de inicialización"),
                          reach=2, ordered=True),
                  Concept("initialising at the standard scale", ("init_scale|init scale|escala de inicialización",
-                                                                "~1|~1.0"), reach=3, ordered=True))),
+                                                                r"~1|~1\.0+"), reach=3, ordered=True))),
     Cause("no_warmup",
           (Concept("no warmup", ("no|without|missing|skip|skipped|lack|lacking|zero|forgot|removed|sin|falta|faltó"
                                  "|ningún|ninguna|omitido", WARMUP), reach=2, ordered=True, unless=NOT_BEING,
                    pattern=r"warmup_steps\s*=\s*0\b|\bno_warmup\b"),
            Concept("no warmup", (WARMUP, "missing|removed|absent|disabled|off|zero|~0|gone|skipped|eliminado|ausente"
-                                 "|quitado|desactivado|cero"), reach=3, ordered=True),
+                                 "|quitado|desactivado|cero"), reach=3, ordered=True, unless=FROM_ZERO),
            Concept("the LR at its peak from the first step", (LR, r"not|no|never|nunca|~\w*n't", "start|begin|ramp"
                                                               "|arrancar|empezar|comenzar|partir|subir",
                                                               "~0|zero|cero|near zero|low|small|bajo"), reach=3,
                    ordered=True),
            Concept("the LR at its peak from the first step", (LR, "start|begin|jump straight|from step 0|first step"
                                                                   "|step one|empezar|comenzar|arrancar|arrancó"
-                                                                  "|desde el paso 0",
+                                                                  "|desde el paso 0|step 0|paso 0|straight|directly"
+                                                                  "|right away|immediately|directamente|de golpe",
                                                               "peak|max|maximum|full|top|máximo|pico|tope"), reach=4)),
           "Keep a linear warmup (100 steps here) and plot the LR from step 0; a flat LR at its maximum from the "
           "first step is the tell.", config_fix="warmup_steps=100",
@@ -430,7 +320,8 @@ _ALL = (
                                                        "|later position|future position|posiciones futuras"
                                                        "|all positions|every position|every other token|whole sequence"
                                                        "|entire sequence|todas las posiciones|toda la secuencia"
-                                                       "|futuro|futuros|siguiente|siguientes"), reach=4),
+                                                       "|futuro|futuros|siguiente|siguientes|after it|after them|ahead"
+                                                       "|subsequent|posteriores|que vienen después|que siguen"), reach=4),
            Concept("positions see the future tokens", (MASK, "see|peek|look ahead|attend|ver|vea|veía|mirar"),
                    reach=5, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
            Concept("positions see the future tokens", ("copy|copies|copying|copiar|copia", "next token|following token"
@@ -457,15 +348,21 @@ _ALL = (
                                                                  "|respuesta|objetivo"), reach=4)),
           fixes=(Concept("restoring the causal mask", ("make|set|keep|hacer|dejar", MASK, "causal|triangular|tril"),
                          reach=3, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
-                 Concept("restoring the causal mask", ("restore|fix|use|put|bring|enable|re enable|turn|switch"
+                 Concept("restoring the causal mask", (REPAIR, "causal|triangular|tril"), reach=3, ordered=True,
+                         unless=OTHER_MASK, not_near=LOSS_SIDE),
+                 Concept("restoring the causal mask", ("restore|use|put|bring|enable|re enable|turn|switch"
                                                        "|retrain|train|rerun|re run|entrenar|reentrenar"
-                                                       "|reinstate|reapply|re apply|apply|restaurar|arreglar|usar|poner|volver|aplicar"
-                                                       "|activar|reactivar", "causal|triangular|tril|mask|máscara"),
+                                                       "|reinstate|reapply|re apply|apply|restaurar|usar|poner|volver|aplicar"
+                                                       "|activar|reactivar|activate|reactivate|re activate",
+                                                       "causal|triangular|tril|" + MASK),
                          reach=4, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE, pattern=r"causal_mask\s*=\s*true"),),
           # the model learned to peek: going on from its weights keeps what it learned that way
           workarounds=(Concept("resuming the model trained without the mask", (RESTORE + "|go on|keep training",
                                                                                 "checkpoint|punto de control"),
-                               reach=4, ordered=True),)),
+                               reach=4, ordered=True),
+                       # "fix the mask" does not say which mask, nor how
+                       Concept("fixing a mask without saying it is the causal one", (REPAIR, MASK), reach=2,
+                               ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE))),
     Cause("target_leak",
           (Concept("targets leaked into the inputs", ("target|label|objetivo|etiqueta", "leak|leaked|fuga|filtrar"),
                    reach=3, pattern=r"(?:no|missing|forgot\w*) (?:the )?(?:one[- ]token )?shift|\btarget_leak\b"),
@@ -487,7 +384,8 @@ _ALL = (
           "Stop at the first non-finite loss or gradient (the loop does), and resume from the last finite "
           "checkpoint with the cause fixed.", follows=True),
     Cause("lr_schedule",
-          (Concept("a broken LR schedule", ("schedule|scheduler|programa|planificador", LR), reach=2,
+          (Concept("a broken LR schedule", ("schedule|scheduler|programa|planificador", JUDGED + "|bug|buggy|reset"
+                                            "|restarted|misconfigured|reiniciado"), reach=4,
                    pattern=r"(?:lr|learning rate) (?:is )?constant|constant (?:lr|learning rate)|\blr_schedule\b"),),
           "Log the LR every step and check warmup and decay against the configured schedule.",
           fixes=(Concept("fixing the scheduler", pattern=r"schedul|programador"),)),
@@ -507,7 +405,7 @@ _ALL = (
     Cause("attention_logit_growth",
           (Concept("attention logits that grew (entropy collapse)",
                    ("attention logit|attention score|logit de atención|logits de la atención|attention",
-                    "logit|score|grow|grew|large|huge|explode|blew|crecer|grande|enorme"), reach=2,
+                    "grow|grew|large|huge|explode|blew|crecer|grande|enorme"), reach=2,
                    pattern=r"entropy collapse|colapso de (?:la )?entrop[ií]a|\battention_logit_growth\b"),
            Concept("attention logits that grew (entropy collapse)", ("attention|atención", "one hot|collapse|colapsar"),
                    reach=4)),
@@ -550,9 +448,9 @@ _ALL = (
           "Call optimizer.zero_grad() once per step (before backward); let the probe check that the gradient the "
           "optimizer gets is the one backward produced.",
           signs=(Concept("the gradients", (GRAD,)),),
-          fixes=(Concept("zeroing the gradients every step",
-                         ("call|add|put|restore|llamar|añadir|poner", "zero_grad|zero|cero"), reach=3,
-                         pattern=r"zero_grad\(\)"),)),
+          # zeroing is done to the gradients: "poner a cero la v" zeroes Adam's v
+          fixes=(Concept("zeroing the gradients every step", ("zero|cero|clear|reset|limpiar|reiniciar", GRAD),
+                         reach=4, ordered=True, unless=SQUARED, pattern=r"zero_grad"),)),
     Cause("frozen_parameters",
           (Concept("frozen parameters", (WEIGHTS + "|tensor|layer|capa", "frozen|freeze|congelar|congelado|fijo"),
                    reach=4, pattern=r"requires_grad|\bfrozen_parameters\b"),),
@@ -564,7 +462,7 @@ _ALL = (
     Cause("update_not_applied",
           (Concept("an optimizer step that changes no weight",
                    ("step|optimizer|optimiser|paso|optimizador",
-                    "no effect|nothing|not change|not applied|not update|sin efecto|no cambiar|no aplicar|copy|copia"),
+                    "no effect|nothing|not change|not applied|not update|sin efecto|no cambiar|no aplicar"),
                    reach=6, pattern=r"update not applied|\bupdate_not_applied\b"),),
           "Build the optimizer on the parameters of the model as trained (after moving and wrapping it) and assert "
           "after the first step that the weights changed.",
