@@ -119,7 +119,9 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("turning gradient clipping off", ("no", CLIP), reach=0, ordered=True),
     Concept("loosening the clip threshold", (CLIP, r"to ~[1-9](?:\.\d+)?e\+?[1-9]\d*|at ~[1-9](?:\.\d+)?e\+?[1-9]\d*"),
             reach=3, ordered=True),
-    Concept("raising the learning rate", (RAISE, LR), reach=3, ordered=True, unless=RAMP),
+    Concept("raising the learning rate", (RAISE, LR), reach=3, ordered=True, unless=RAMP + "|double check"),
+    Concept("raising the learning rate", (LR, "higher|larger|bigger|up|mayor|más alta|más alto"), reach=2,
+            ordered=True, unless=RAMP),
     # harmful for any run: every run needs its warmup and its causal mask
     Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=2, ordered=True,
             pattern=r"warmup_steps\s*=\s*0\b"),
@@ -134,6 +136,26 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
                                      "|todo unos|bidireccional"), reach=3, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
     Concept("removing the mask", ("use|keep|make|leave|usar|mantener|dejar", "all ones|bidirectional|full attention"
                                   "|non causal|noncausal|todo unos|bidireccional"), reach=4, ordered=True),
+)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A config field a remediation can set, by the words that name it, and what setting it above the lab's
+    value (`up`) or to zero (`zero`) does, when that is harmful for any run."""
+    field: str
+    words: str  # a regular expression over the lower-cased text
+    up: str = ""
+    zero: str = ""
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob("lr_max", r"lr_max|lr max|max lr|peak lr|lr|learning rate|tasa de aprendizaje", up="raising the learning rate"),
+    Knob("grad_clip", r"grad_clip|max_grad_norm|clip(?:ping)? (?:threshold|norm|limit)|clip(?:ping)?|umbral de recorte"
+                      r"|recorte", up="loosening the clip threshold", zero="turning gradient clipping off"),
+    Knob("init_scale", r"init_scale|init scale|initial scale|escala de inicializaci[oó]n|escala inicial",
+         up="raising the init scale"),
+    Knob("warmup_steps", r"warmup_steps|warm-?up|calentamiento", zero="removing the warmup"),
 )
 
 
@@ -371,13 +393,20 @@ _ALL = (
           "Test the data pipeline: targets are the inputs shifted by one token, and no input position holds the "
           "token it must predict; a validation loss above an untrained model's is the alarm."),
     Cause("stuck_loader",
-          (Concept("a stuck data loader", ("loader|dataloader|cargador", "stuck|frozen|hang|atascado|congelado"),
-                   reach=3, pattern=r"\bstuck_loader\b|repeated batch(?:es)?|mismo lote repetido"),
+          (Concept("a stuck data loader", ("loader|dataloader|cargador|data pipeline|pipeline", "stuck|frozen|hang|hung"
+                                           "|jammed|wedged|looping|loop|atascado|congelado|pegado|colgado|atorado"
+                                           "|trabado|bucle"), reach=3, pattern=r"\bstuck_loader\b|repeated batch(?:es)?|mismo lote repetido"),
            Concept("a stuck data loader", ("same batch|identical batch|mismo lote", "again|every step|over and over"
                                            "|served|repeat|repeated|twice|otra vez|cada paso|repetido|" + REPEATED_ES), reach=4),
            Concept("a stuck data loader", (BATCH, "repeat|repeated|served|again|repetido|servido|" + REPEATED_ES,
                                            "~steps|consecutive|in a row|~pasos|consecutivos|seguidos"), reach=4,
-                   ordered=True)),
+                   ordered=True),
+           # the loader serving the same thing again, step after step: what it serves is no bad batch of its own
+           Concept("a stuck data loader", ("loader|dataloader|cargador|data pipeline|pipeline",
+                                           "serve|served|fed|feed|return|returned|yield|gave|kept|send|sent|sirvió"
+                                           "|servir|servía|entregó|devolvió|devolvía|dio|daba|mandó|seguía",
+                                           "same|identical|mismo|misma|idéntico|idéntica|again|over and over"
+                                           "|una y otra vez|otra vez|repeat|" + REPEATED_ES), reach=6, ordered=True)),
           "Log a fingerprint of every batch (rows, token statistics) and alarm when one repeats; the data order "
           "is a pure function of (seed, step) here, so a repeat is a bug."),
     Cause("non_finite", (Concept("NaN or Inf values", pattern=r"\bnan\b|non[- ]finite|\binf\b|infinit|no finito"),),

@@ -65,9 +65,12 @@ CLIP = any_of("clip|clipping|clipper|zclip|limiter|norm cap|max_grad_norm|grad_c
               "gradient clipping|grad clipping|norm clipping|global norm clipping|gradient norm clipping",
               "global clipping|adaptive clipping",
               "recorte|recortar|limitador|tope|recorte de gradiente|recorte del gradiente|recorte de gradientes")
-LR = any_of("lr|learning rate|tasa de aprendizaje|tasa|ritmo de aprendizaje")
-RAISE = any_of("raise|increase|higher|bigger|larger|boost|double the|crank up|turn up|bump|subir|aumentar",
-               "incrementar|más alta|más alto|duplicar|elevar")
+# a config knob is the concept it sets: lr_max is the learning rate
+LR = any_of("lr|learning rate|tasa de aprendizaje|tasa|ritmo de aprendizaje|lr_max|lr max|max lr|peak lr|peak_lr")
+# a change upward, by its verb ("bump", "double", "nudge up", "subir", "duplicar") or a factor above one
+RAISE = any_of("raise|increase|higher|bigger|larger|boost|double|triple|crank|crank up|turn up|bump|bump up|nudge up",
+               "push up|jack up|scale up|subir|aumentar|incrementar|más alta|más alto|mayor|duplicar|triplicar",
+               r"elevar|~[x×][2-9]\d*(?:\.\d+)?|~[x×]1\d+(?:\.\d+)?|~[2-9]\d*(?:\.\d+)?[x×]|~1\d+(?:\.\d+)?[x×]")
 LOWER = any_of("lower|reduce|decrease|smaller|cut|drop|bajar|reducir|disminuir")
 OFF = any_of("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch off|turn off|shut off|lift|ditch",
              "kill|bypass|strip",

@@ -47,8 +47,9 @@ import re
 from dataclasses import dataclass, replace
 from itertools import product
 
-from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, SUBJECTS, SYMPTOMS_ALWAYS, Concept
+from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, KNOBS, SUBJECTS, SYMPTOMS_ALWAYS, Concept
 from minitrain.analysis.vocabulary import INSPECT, JUDGED
+from minitrain.core.config import TrainConfig
 from minitrain.lab.learner.words import SENTENCE_END, Words, negated, normalise, words_of
 
 CREDIT, NO, REVIEW = "credit", "no", "review"
@@ -401,6 +402,26 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
     return Point(NO, "names no failure mode")
 
 
+NUMBER = r"(\d+(?:\.\d+)?(?:e[-+]?\d+)?)(?![\w.-])"
+# "lr_max to 6e-4", "grad_clip=100", "lr 3e-4 -> 6e-4", "subir lr_max a 1e-3": the value a knob is set to
+SET_TO = (r"\s*(?:(?:back )?(?:to|=|:|->|→|a|hasta|at|of|en|from|de)\s*)?" + NUMBER
+          + r"(?:\s*(?:to|->|→|a|hasta)\s*" + NUMBER + ")?")
+LAB = TrainConfig()  # the lab's own values: a change's direction is read against them
+
+
+def knobs_moved(low: str) -> list[str]:
+    """The harmful changes a remediation makes by setting a config knob to a value, read against the lab's value
+    ("lr_max to 6e-4" raises the learning rate from 3e-4; "grad_clip=100" loosens clipping at 1.0)."""
+    out = []
+    for knob in KNOBS:
+        for m in re.finditer(r"(?<![\w-])(?:" + knob.words + r")(?![\w-])" + SET_TO, low):
+            value, known = float(m.group(2) or m.group(1)), float(getattr(LAB, knob.field))
+            harm = knob.zero if value == 0 else knob.up if value > known * 1.001 else ""
+            if harm and not negated(low, *m.span()) and harm not in out:
+                out.append(harm)
+    return out
+
+
 # a verb of looking takes what follows it this close as its object
 LOOKED_AT = 3
 
@@ -423,6 +444,7 @@ def judge_remediation(text: str, cause: str) -> Point:
         return Point(NO, "a list of words, not a sentence: say what you would do")
     low = normalise(text)
     harm, _ = affirmed(low, HARMFUL_ALWAYS + CAUSES[cause].harmful)
+    harm += [h for h in knobs_moved(low) if h not in harm]
     if harm:
         return Point(NO, f"proposes {', '.join(harm)}, which makes {cause} worse")
     fixes = causes_named(low, "fixes")

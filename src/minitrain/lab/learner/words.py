@@ -38,7 +38,7 @@ INDEFINITE = frozenset("something anything algo nada".split())
 # a phrasal verb's particle said after its object ("turn the warmup back on", "leave batch 500 out") is put back
 # beside its verb; "keep" and "leave" only with "out" ("leave the mask off" keeps it off)
 SPLIT_PARTICLE = re.compile(r"\b(turn|switch|throw|take|kick|cut|bring|shut|toss|filter|crank|bump|dial|ramp|jack"
-                            r"|pump|scale)((?: [\w'.-]+){1,3}?)( back)? (on|off|out|up|down)\b")
+                            r"|pump|scale|nudge|push)((?: [\w'.-]+){1,3}?)( back)? (on|off|out|up|down)\b")
 SPLIT_OUT = re.compile(r"\b(leave|keep)((?: [\w'.-]+){1,3}?) out\b")
 
 
