@@ -100,6 +100,11 @@ SYMPTOMS_ALWAYS: tuple[Concept, ...] = (
     Concept("what a training curve did", (CURVE, MOVED), reach=4),
 )
 
+# a diagnosis that is no failure mode of a training run: a symptom beside it is no answer
+NOT_A_CAUSE: tuple[Concept, ...] = (
+    Concept("overfitting", ("overfitting|overfit|overfits|overfitted|sobreajuste|sobreajustar|sobreajusta",)),
+)
+
 HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("turning gradient clipping off", (OFF, CLIP), reach=2, ordered=True,
             pattern=r"grad_clip\s*=\s*0\b"),
@@ -173,6 +178,9 @@ _ALL = (
            Concept("the gradients multiplied at one step", (GRAD, SCALED_UP), ordered=True, unless=NOT_GRAD,
                    along=SCALED_UP, opposite=SHRANK),
            Concept("the gradients multiplied at one step", (SCALING, GRAD), reach=2, ordered=True, unless=NOT_GRAD),
+           Concept("the gradients multiplied at one step", (SCALING, "volume|knob|dial|gain|volumen|perilla",
+                                                            "on|of|for|de|del|a", GRAD), reach=3, ordered=True,
+                   unless=NOT_GRAD),
            Concept("every tensor's gradient jumped together", ("every|all|each|todos|todas|cada", GRAD,
                                                                "jump|spike|rise|rose|went up|salto|saltar|subir|subió"),
                    reach=3, ordered=True, unless=NOT_GRAD),
@@ -257,6 +265,9 @@ _ALL = (
                                                        "|small|smaller|cayó|bajó|pequeña"), reach=4)),
           harmful=(Concept("raising beta2 (v decays slower, the stall lasts longer)", (RAISE, "beta2|β2"), reach=3,
                            ordered=True),),
+          workarounds=(Concept("resetting the whole optimizer, not the tensor's moments",
+                               ("whole|entire|every|all|fresh|todo|toda|todos|completo|entero",
+                                OPTIMIZER + "|state|estado|tensor|tensors"), reach=2, ordered=True),),
           fixes=(Concept("reloading a checkpoint or the optimizer's moments", (RESTORE, CHECKPOINT), ordered=True,
                          step=True),
                  Concept("resetting the tensor's moments", (RESET, V), reach=5, ordered=True, unless=NOT_V),
@@ -283,6 +294,9 @@ _ALL = (
           "run; keep init std at 0.02 scale.", config_fix="init_scale=1",
           signs=(Concept("huge logits at step 0", ("logit|activation|activación", "huge|large|enormous|enorme|grande"),
                          reach=3),),
+          workarounds=(Concept("scaling the trained weights down by hand", ("divide|shrink|scale down|dividir|encoger",
+                                                                           WEIGHTS + "|embedding|embeddings"), reach=4,
+                               ordered=True),),
           harmful=(Concept("raising the init scale", (RAISE + "|scale up", INIT + "|std|scale|escala"), reach=3,
                            ordered=True),),
           fixes=(Concept("initialising at the standard scale", (RESET + "|init", "0.02|std|standard|small|smaller"
@@ -299,16 +313,17 @@ _ALL = (
                                                                 r"~1|~1\.0+"), reach=3, ordered=True))),
     Cause("no_warmup",
           (Concept("no warmup", ("no|without|missing|skip|skipped|lack|lacking|zero|forgot|removed|sin|falta|faltó"
-                                 "|ningún|ninguna|omitido", WARMUP), reach=2, ordered=True, unless=NOT_BEING,
+                                 "|ningún|ninguna|omitido|" + OFF, WARMUP), reach=2, ordered=True, unless=NOT_BEING,
                    pattern=r"warmup_steps\s*=\s*0\b|\bno_warmup\b"),
            Concept("no warmup", (WARMUP, "missing|removed|absent|disabled|off|zero|~0|gone|skipped|eliminado|ausente"
-                                 "|quitado|desactivado|cero"), reach=3, ordered=True, unless=FROM_ZERO),
+                                 "|quitado|desactivado|cero"), reach=5, ordered=True, unless=FROM_ZERO),
            Concept("the LR at its peak from the first step", (LR, r"not|no|never|nunca|~\w*n't", "start|begin|ramp"
                                                               "|arrancar|empezar|comenzar|partir|subir",
                                                               "~0|zero|cero|near zero|low|small|bajo"), reach=3,
                    ordered=True),
            Concept("the LR at its peak from the first step", (LR, "start|begin|jump straight|from step 0|first step"
                                                                   "|step one|empezar|comenzar|arrancar|arrancó"
+                                                                  "|empieza|empiezan|empezó|arranca|comienza"
                                                                   "|desde el paso 0|step 0|paso 0|straight|directly"
                                                                   "|right away|immediately|directamente|de golpe",
                                                               "peak|max|maximum|full|top|máximo|pico|tope"), reach=4)),
@@ -323,9 +338,15 @@ _ALL = (
                                                   "|reinstate|restaurar|añadir|agregar|volver|poner|usar|activar"
                                                   "|reactivar", WARMUP), reach=5, ordered=True,
                          pattern=r"warmup_steps\s*=\s*[1-9]"),
-                 Concept("restoring the warmup", (WARMUP, LR + "|lr_max|peak"), reach=3)),
+                 Concept("restoring the warmup", (WARMUP, LR + "|lr_max|peak"), reach=3),
+                 Concept("restoring the warmup", (LR, "climb|rise|increase|ramp|grow|go up|subir|crecer|aumentar",
+                                                  "linearly|gradually|slowly|from ~0|from 0|from zero|desde 0"
+                                                  "|desde cero|poco a poco|linealmente|gradualmente"), reach=4,
+                         ordered=True)),
           workarounds=(Concept("lowering the peak LR instead of warming up", (LOWER, LR + "|lr_max|peak|pico"),
-                               reach=3, ordered=True),)),
+                               reach=3, ordered=True),
+                       Concept("a warmup far shorter than the lab's", ("short|shorter|brief|tiny|corto|cortito|breve",
+                                                                       WARMUP), reach=2, ordered=True))),
     Cause("broken_mask",
           (Concept("a broken causal mask", ("broken|all ones|wrong|non causal|noncausal|bidirectional|full|no causal",
                                             MASK), reach=2, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
@@ -336,14 +357,16 @@ _ALL = (
                                             "|no se aplicó|no se aplicaba|ignored|ignorada"
                                             "|skipped|omitida"), reach=3, unless=OTHER_MASK, not_near=LOSS_SIDE,
                    pattern=r"\bbroken_mask\b"),
-           Concept("positions see the future tokens", ("see|peek|look|attend|ver|vea|veía|mirar|espiar|atiende"
+           Concept("positions see the future tokens", ("see|peek|look|attend|read|ver|vea|veía|mirar|espiar|atiende"
                                                        "|atienden|atender|atendía",
                                                        "future|next token|next tokens|later token"
                                                        "|later position|future position|posiciones futuras"
                                                        "|all positions|every position|every other token|whole sequence"
                                                        "|entire sequence|todas las posiciones|toda la secuencia"
                                                        "|futuro|futuros|siguiente|siguientes|after it|after them|ahead"
-                                                       "|subsequent|posteriores|que vienen después|que siguen"), reach=4),
+                                                       "|subsequent|posteriores|que vienen después|que siguen"
+                                                       "|on its right|to its right|to the right|on the right"
+                                                       "|a su derecha|a la derecha"), reach=4),
            Concept("positions see the future tokens", (MASK, "see|peek|look ahead|attend|ver|vea|veía|mirar"),
                    reach=5, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
            Concept("positions see the future tokens", ("copy|copies|copying|copiar|copia", "next token|following token"
@@ -377,7 +400,9 @@ _ALL = (
                                                        "|reinstate|reapply|re apply|apply|restaurar|usar|poner|volver|aplicar"
                                                        "|activar|reactivar|activate|reactivate|re activate",
                                                        "causal|triangular|tril|" + MASK),
-                         reach=4, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE, pattern=r"causal_mask\s*=\s*true"),),
+                         reach=4, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE, pattern=r"causal_mask\s*=\s*true"),
+                 Concept("restoring the causal mask", ("causal|triangular|tril", MASK + "|attention|atención",
+                                                       "on|enabled|activada|activa|encendida"), reach=2, ordered=True)),
           # the model learned to peek: going on from its weights keeps what it learned that way
           workarounds=(Concept("resuming the model trained without the mask", (RESTORE + "|go on|keep training",
                                                                                 "checkpoint|punto de control"),
@@ -417,7 +442,8 @@ _ALL = (
                                             "|restarted|misconfigured|reiniciado"), reach=4,
                    pattern=r"(?:lr|learning rate) (?:is )?constant|constant (?:lr|learning rate)|\blr_schedule\b"),),
           "Log the LR every step and check warmup and decay against the configured schedule.",
-          fixes=(Concept("fixing the scheduler", pattern=r"schedul|programador"),)),
+          fixes=(Concept("fixing the scheduler", (REPAIR + "|restore|restaurar", "schedule|scheduler|programador"
+                                                  "|planificador"), reach=3, ordered=True),)),
     Cause("lr_spike",
           (Concept("an LR spike", (LR, "spike|jump|jumped|pico|salto|saltar|multiply|dispararse"), reach=2,
                    pattern=r"\blr_spike\b"),),
@@ -492,7 +518,7 @@ _ALL = (
           (Concept("an optimizer step that changes no weight",
                    ("step|optimizer|optimiser|paso|optimizador",
                     "no effect|nothing|not change|not applied|not update|sin efecto|no cambiar|no aplicar"),
-                   reach=6, pattern=r"update not applied|\bupdate_not_applied\b"),),
+                   reach=6, unless="almost nothing|nearly nothing|next to nothing|casi nada", pattern=r"update not applied|\bupdate_not_applied\b"),),
           "Build the optimizer on the parameters of the model as trained (after moving and wrapping it) and assert "
           "after the first step that the weights changed.",
           signs=(Concept("the weights", (WEIGHTS,)),),

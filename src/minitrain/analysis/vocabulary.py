@@ -27,7 +27,9 @@ V = any_of("v|v_hat|vhat|exp_avg_sq|second moment|2nd moment|second raw moment|a
            "normaliser|normalizer|normalisation term|denominator|divisor|square root|sqrt|preconditioner",
            "optimizer state|optimiser state|adam state|adam's state|optimizer moments|adam moments|moments",
            "segundo momento|momentos|v de adam|estado del optimizador|estado de adam|denominador|divisor",
-           "normalizador|raíz cuadrada|raiz cuadrada|media móvil de los gradientes al cuadrado")
+           "normalizador|raíz cuadrada|raiz cuadrada|media móvil de los gradientes al cuadrado",
+           # by what it averages: the squares of the gradients
+           "mean of the squares|average of the squares|mean square|media de los cuadrados|promedio de los cuadrados")
 OPTIMIZER = "adam|adamw|optimizer|optimiser|optimizador"
 # not Adam's v: the vocabulary size (ln V), and Adam's first moment (m)
 NOT_V = ("ln v|log v|ln of v|first moment|first moments|1st moment|momentum|adam's m|adam m|exp_avg|primer momento"
@@ -103,7 +105,7 @@ MASK = any_of("mask|masking|causal_mask|máscara|enmascaramiento")
 # a "no" before a verb of being negates the clause ("no fue el warmup", "it was not"), it says nothing is missing
 NOT_BEING = "no fue|no es|no era|no ha sido|no son|no eran|no fueron|no parece"
 # what a measurement is compared with: a run named here is a baseline, not a diagnosis ("~120x the healthy run")
-COMPARED = any_of(r"than|vs|versus|compared|relative|baseline|times|~[1-9][\d.,]*[x×]|~[x×][1-9][\d.,]*|like|as in",
+COMPARED = any_of(r"than|vs|versus|compared|relative|baseline|times|over|above|below|under|por encima|por debajo|~[1-9][\d.,]*[x×]|~[x×][1-9][\d.,]*|like|as in",
                   "veces|como|frente|comparado|respecto|la de|el de|las de|los de")
 # the loss side of training: a mask near these words is the loss's, not the attention's
 LOSS = any_of("loss|pérdida")
@@ -112,7 +114,9 @@ CURVE = any_of("loss|train loss|training loss|val loss|validation loss|validatio
                "pre clip norm|norma del gradiente")
 MOVED = any_of("spike|spiked|jump|jumped|rose|rise|went up|go up|climb|climbed|fell|fall|drop|dropped|plateau|flat",
                "stall|stalled|recover|recovered|came back|came down|diverge|diverged|nan|inf|pico|saltó|subió|subir",
-               "cayó|bajó|estancó|estancada|plana|meseta|recupera|recuperó|volvió")
+               "cayó|bajó|estancó|estancada|plana|meseta|recupera|recuperó|volvió|goes up|going up|triples|doubles",
+               "stop improving|stops improving|stopped improving|desploma|desplomó|hunde|hundió|dispara|disparó",
+               "sube|baja|no para de subir")
 SPIKE = any_of("spike|spiked|jump|jumped|peak|pico|salto|saltó|saltar")
 LOSS_SIDE = "loss|padding|pad|label|labels|pérdida|relleno|etiqueta|etiquetas"
 # masks that are not the attention's causal mask: a near miss, not broken_mask
@@ -141,7 +145,7 @@ WEIGHTS = any_of("weight|weights|parameter|parameters|peso|pesos|parámetro|par�
 AT_START = any_of("init|initial|initially|initialised|initialized|start|started|begin|began|born|step 0|untrained",
                   "from the start|inicial|inicialmente|inicializar|arrancar|empezar|comenzar|desde el principio",
                   "paso 0|nacer")
-BIG = any_of("too large|too big|huge|large|big|scaled|enormous|oversized|far too|enorme|grande|demasiado grande",
+BIG = any_of("too large|too big|huge|large|big|~scaled|scaled up|enormous|oversized|far too|enorme|grande|demasiado grande",
              TIMES)
 KEEP = any_of("keep|leave|use|add|turn on|switch on|enable|apply|rely on|retain|in place|mantener|usar|activar",
               "dejar|aplicar|conservar|poner|puesto")

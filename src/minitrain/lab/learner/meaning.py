@@ -47,7 +47,7 @@ import re
 from dataclasses import dataclass, replace
 from itertools import product
 
-from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, KNOBS, SUBJECTS, SYMPTOMS_ALWAYS, Concept
+from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, KNOBS, NOT_A_CAUSE, SUBJECTS, SYMPTOMS_ALWAYS, Concept
 from minitrain.analysis.vocabulary import INSPECT, JUDGED
 from minitrain.core.config import TrainConfig
 from minitrain.lab.learner.words import SENTENCE_END, Words, negated, normalise, words_of
@@ -259,6 +259,14 @@ def inside(low: str, labels: list[str], outer: list[str]) -> bool:
     return bool(mine) and all(any(o[0] <= m[0] and m[1] <= o[1] and o[2] > m[2] for o in theirs) for m in mine)
 
 
+def same_verb(low: str, label: str, others: list[str]) -> bool:
+    """Whether every place the concept `label` was found starts at the verb of one of `others`' places."""
+    w = words_of(low)
+    starts = {p[0] for other in others for p in w.where.get(other, [])}
+    places = w.where.get(label, [])
+    return bool(places) and all(p[0] in starts for p in places)
+
+
 def verb_elsewhere(low: str, labels: list[str], others: list[str]) -> bool:
     """Whether every place the fixes `labels` were found starts at a verb that another fix takes as its object
     sooner ("restore beta2 and pin it in the checkpoint" restores beta2, not the checkpoint): a verb's object is
@@ -397,6 +405,9 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
     blamed = blames(low, cause)
     if signs and blamed:
         return Point(NO, f"puts the fault on {blamed}, not on what happened to this run")
+    misnamed = affirmed(low, NOT_A_CAUSE)[0]
+    if signs and misnamed:
+        return Point(NO, f"names {', '.join(misnamed)}, which is not what broke this run")
     if signs:
         return Point(REVIEW, f"names only a symptom ({', '.join(signs)}) that several causes share: a teacher reads it")
     return Point(NO, "names no failure mode")
@@ -452,6 +463,8 @@ def judge_remediation(text: str, cause: str) -> Point:
     if mine and verb_elsewhere(low, mine, [label for labels in fixes.values() for label in labels]):
         mine = None
     workaround, _ = affirmed(low, CAUSES[cause].workarounds)
+    if mine:  # "fix the mask (lower-triangular)": the fix says which mask the vaguer words meant
+        workaround = [label for label in workaround if not same_verb(low, label, mine)]
     steps = {c.label for c in CONCEPTS_THAT_ARE_STEPS}
     fixes = {c: labels for c, labels in fixes.items() if set(labels) - steps - set(mine or ()) and not
              inspected(low, labels)}
