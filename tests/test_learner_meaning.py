@@ -15,7 +15,7 @@ from minitrain.lab import learner
 ANSWERS = [json.loads(line) for line in (Path(__file__).parent / "data" / "grader_answers.jsonl").read_text().splitlines()]
 
 
-SPLITS = ("dev", "dev2", "dev3", "dev4", "dev5", "dev6", "held-out")
+SPLITS = ("dev", "dev2", "dev3", "dev4", "dev5", "dev6", "dev7", "held-out")
 
 
 def judged(row: dict) -> tuple[str, str]:
@@ -45,8 +45,9 @@ def test_the_labelled_set_is_what_docs_learner_md_says():
 # Credit where one teacher's key says "review" and another's credits the same answer: dev5 sends a bare "keep
 # clipping" and a pre-clip norm 50x its median to review (f08), and "dedupe the dataset" alone (f25), where dev
 # credits "Keep clipping at 1.0." (d07), dev and dev2 a pre-clip norm ~50x its usual value (d14, e11) and held-out
-# "Deduplicate the training data." (h10). No answer keyed "no" is ever credited.
-KEYS_THAT_DISAGREE = {"f08", "f25"}
+# "Deduplicate the training data." (h10); dev7 sends the pre-clip norm "up about fifty-fold" to review (e03). No
+# answer keyed "no" is ever credited.
+KEYS_THAT_DISAGREE = {"f08", "f25", "e03"}
 
 
 @pytest.mark.parametrize("split", SPLITS)

@@ -214,7 +214,7 @@ _ALL = (
            Concept("repeated or rare rows in one batch", (ROWS, "times|veces|over and over|again and again"
                                                           "|una y otra vez"), reach=3, ordered=True),
            Concept("repeated or rare rows in one batch", ("same|identical|mismo|misma|idéntico|idéntica", ROWS),
-                   reach=1),
+                   reach=1, not_near="panel|chart|plot|curve|graph|gráfico|gráfica|curva"),  # a chart's line
            # "eight plates of the same dish": a count of one thing is a repetition, whatever the thing is called
            Concept("repeated or rare rows in one batch", (COUNT, "of the same|of one|del mismo|de la misma|de un mismo"
                                                           "|de una misma"), reach=1, ordered=True, not_near=STEPS),
@@ -345,8 +345,13 @@ _ALL = (
                          ordered=True)),
           workarounds=(Concept("lowering the peak LR instead of warming up", (LOWER, LR + "|lr_max|peak|pico"),
                                reach=3, ordered=True),
+                       # a lower LR for the first steps only: a warmup of one step
+                       Concept("a lower LR for the first steps only", ("half|lower|smaller|reduced|mitad|menor|más bajo"
+                                                                        "|más baja", LR + "|peak|pico",
+                                                                        "first|early|start|beginning|primeros|primeras"
+                                                                        "|inicio|comienzo"), reach=4, ordered=True),
                        Concept("a warmup far shorter than the lab's", ("short|shorter|brief|tiny|corto|cortito|breve",
-                                                                       WARMUP), reach=2, ordered=True))),
+                                                                       WARMUP), reach=2))),
     Cause("broken_mask",
           (Concept("a broken causal mask", ("broken|all ones|wrong|non causal|noncausal|bidirectional|full|no causal",
                                             MASK), reach=2, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),

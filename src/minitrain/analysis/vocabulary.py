@@ -129,7 +129,8 @@ RAMP = any_of("linear ramp|linear increase|gradual increase|increase gradually|i
               "subir gradualmente|subir linealmente|subirlo poco a poco")
 WARMUP = any_of("warmup|warm up|ramp|ramp up|calentamiento|rampa", RAMP)
 # a starting point, not a value ("the LR ramps up from 0")
-FROM_ZERO = "from 0|from zero|desde 0|desde cero"
+FROM_ZERO = ("from 0|from zero|from ~0|from almost 0|from nearly 0|from near 0|from about 0|from almost zero"
+             "|from near zero|desde 0|desde cero|desde casi 0|desde casi cero|desde cerca de 0")
 # the loader that serves the data, the same whole batch again, every batch: not rows repeated in one batch
 LOADER = ("data loader|dataloader|loader|cargador de datos|cargador|same batch|identical batch|mismo lote|mismo batch"
           "|every batch|all batches|each batch|all the batches|cada lote|todos los lotes|cada batch|todos los batches")

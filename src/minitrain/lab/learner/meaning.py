@@ -277,13 +277,23 @@ def verb_elsewhere(low: str, labels: list[str], others: list[str]) -> bool:
     return bool(mine) and all(any(o[0] == m[0] and o[1] < m[1] for o in theirs) for m in mine)
 
 
+NUMBER_WORDS = frozenset("one two three four five ten a few un una uno dos tres cuatro cinco diez".split())
+
+
+def a_range(words: tuple[str, ...], i: int) -> bool:
+    """Whether the "or" at word i joins two numbers ("one or two gradients", "2 o 3 pasos"): a range, not two
+    answers."""
+    return 0 < i < len(words) - 1 and all(x in NUMBER_WORDS or x.replace(".", "").isdigit()
+                                          for x in (words[i - 1], words[i + 1]))
+
+
 def offered_with_another(low: str, cause: str, right: list[str], hedge: bool = False) -> str:
     """What the right concept is offered beside as an alternative ("X or the learning rate"): a subject of
     another cause on the other side of an "or" in the same sentence, outside the right concept's words; in a
     hedged answer ("maybe X, though it could be the optimizer") no "or" is needed."""
     w = words_of(low)
     mine = [p for label in right for p in w.where.get(label, [])]
-    ors = [i for i, word in enumerate(w.words) if ALTERNATIVES.fullmatch(word)]
+    ors = [i for i, word in enumerate(w.words) if ALTERNATIVES.fullmatch(word) and not a_range(w.words, i)]
     for subject, causes in SUBJECTS:
         if cause in causes or not affirmed(low, (subject,))[0]:
             continue

@@ -35,7 +35,7 @@ AFTER_NEGATORS = re.compile(r"^\W*(?:(?!(?:and|y|e|or|o)\b)\w+\W+){0,3}?(?:(?:is
 CLAUSE_BREAK = re.compile(r"[;:!?\n,()]|->|→|\.(?!\w)|(?<!\w)(?:but|however|although|though|whereas|while|yet|because|since"
                           r"|pero|sino|aunque|porque|ya que|mientras)(?!\w)")
 # an indefinite word's adjective describes nothing in particular ("something odd", "algo raro"): it names nothing
-INDEFINITE = frozenset("something anything algo nada".split())
+INDEFINITE = frozenset("something anything nothing algo nada".split())
 
 
 # a phrasal verb's particle said after its object ("turn the warmup back on", "leave batch 500 out") is put back
@@ -177,12 +177,52 @@ class Words:
         return ruled_out_after(self.text, self.spans[max(b for _, b in found)][1])
 
 
+# a word this long, one letter off a word the concepts know and like no word they know, is that word misspelt
+TYPO_LENGTH = 6
+
+
+def one_off(word: str) -> set[str]:
+    """The word and the word less any one letter: two words one edit apart (a letter dropped, added, changed or,
+    for most pairs, two swapped) share one of these."""
+    return {word} | {word[:i] + word[i + 1:] for i in range(len(word))}
+
+
+@lru_cache(maxsize=1)
+def known() -> tuple[frozenset[str], dict[str, set[str]]]:
+    """(the stems of every word the concepts are made of, {a one-letter-off form: the long words it comes from})."""
+    from minitrain.analysis import causes  # the registry the grader reads: the words it knows
+    concepts = [c for cause in causes.CAUSES.values() for group in (cause.names, cause.signs, cause.fixes,
+                                                                    cause.harmful, cause.workarounds) for c in group]
+    concepts += [*causes.HARMFUL_ALWAYS, *causes.SYMPTOMS_ALWAYS, *causes.NOT_A_CAUSE,
+                 *(subject for subject, _ in causes.SUBJECTS)]
+    words = {w for c in concepts for part in (*c.parts, c.unless, c.not_near) for synonym in part.split("|")
+             if not synonym.startswith("~") for w in TOKEN.findall(synonym)}
+    stems_known = frozenset(x for w in words for x in stems(w))
+    forms: dict[str, set[str]] = {}
+    for w in words:
+        if len(w) >= TYPO_LENGTH and w.isalpha():
+            for form in one_off(w):
+                forms.setdefault(form, set()).add(w)
+    return stems_known, forms
+
+
+@lru_cache(maxsize=None)
+def spelt(word: str) -> str:
+    """The word the concepts know that a long unknown word misspells ("momnet" is "moment", "multipled" is
+    "multiplied"); the word itself when it is known, short, or one letter off none or several."""
+    stems_known, forms = known()
+    if len(word) < TYPO_LENGTH or not word.isalpha() or stems_known.intersection(stems(word)):
+        return word
+    near = {w for form in one_off(word) for w in forms.get(form, ())}
+    return near.pop() if len({stems(w)[0] for w in near}) == 1 else word
+
+
 @lru_cache(maxsize=256)
 def words_of(text: str) -> Words:
     matches = list(TOKEN.finditer(text))
     ends = [m.end() for m in SENTENCE_END.finditer(text)]
     breaks = [m.end() for m in CLAUSE_BREAK.finditer(text)]
-    words = tuple(m.group() for m in matches)
+    words = tuple(spelt(m.group()) for m in matches)
     by_stem: dict[tuple[int, str], list[int]] = {}
     for i, word in enumerate(words):
         for k, stem in enumerate(stems(word)):
