@@ -45,9 +45,9 @@ def test_the_labelled_set_is_what_docs_learner_md_says():
 # Credit where one teacher's key says "review" and another's credits the same answer: dev5 sends a bare "keep
 # clipping" and a pre-clip norm 50x its median to review (f08), and "dedupe the dataset" alone (f25), where dev
 # credits "Keep clipping at 1.0." (d07), dev and dev2 a pre-clip norm ~50x its usual value (d14, e11) and held-out
-# "Deduplicate the training data." (h10); dev7 sends the pre-clip norm "up about fifty-fold" to review (e03). No
+# "Deduplicate the training data." (h10); dev7 sends the pre-clip norm "up about fifty-fold" to review (j03). No
 # answer keyed "no" is ever credited.
-KEYS_THAT_DISAGREE = {"f08", "f25", "e03"}
+KEYS_THAT_DISAGREE = {"f08", "f25", "j03"}
 
 
 @pytest.mark.parametrize("split", SPLITS)
