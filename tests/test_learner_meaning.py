@@ -15,7 +15,7 @@ from minitrain.lab import learner
 ANSWERS = [json.loads(line) for line in (Path(__file__).parent / "data" / "grader_answers.jsonl").read_text().splitlines()]
 
 
-SPLITS = ("dev", "dev2", "dev3", "dev4", "dev5", "dev6", "dev7", "held-out")
+SPLITS = ("dev", "dev2", "dev3", "dev4", "dev5", "dev6", "dev7", "dev8", "held-out")
 
 
 def judged(row: dict) -> tuple[str, str]:
