@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from minitrain.analysis.vocabulary import (
     AT_START, BAD, BATCH, BIG, CHECKPOINT, CLIP, COMPARED, COUNT, CULPRIT, CURVE, DUPLICATED, EXPLODED, FIND,
     FROM_ZERO, GRAD, GREW, INFLATED, INIT, INIT_TERM, JUDGED, KEEP, LOADER, LOSS, LOSS_SIDE, LOWER, LR, MASK, MOVED,
-    NOT_BEING, NOT_GRAD, NOT_V, OFF, OPTIMIZER, OTHER_MASK, RAISE, RAMP, REPAIR, REPEATED_ES, RESET, RESTORE, ROWS,
+    NOT_BEING, NOT_GRAD, NOT_NEEDED, NOT_V, OFF, OPTIMIZER, OTHER_MASK, RAISE, RAMP, REPAIR, REPEATED_ES, RESET, RESTORE, ROWS,
     SCALED_UP, SCALER, SCALING, SHRANK, SKIP, SPIKE, SQUARED, STALL, STEPS, TENSOR, UPDATE_CLIP, V, WARMUP, WEIGHTS)
 
 
@@ -125,11 +125,15 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("loosening the clip threshold", (CLIP, r"to ~[1-9](?:\.\d+)?e\+?[1-9]\d*|at ~[1-9](?:\.\d+)?e\+?[1-9]\d*"),
             reach=3, ordered=True),
     Concept("raising the learning rate", (RAISE, LR), reach=3, ordered=True, unless=RAMP + "|double check"),
-    Concept("raising the learning rate", (LR, "higher|larger|bigger|up|mayor|más alta|más alto"), reach=2,
-            ordered=True, unless=RAMP),
+    Concept("raising the learning rate", (LR, "higher|larger|bigger|up|mayor|más alta|más alto|upward|upwards"
+                                              "|hacia arriba|al alza"), reach=4, ordered=True, unless=RAMP),
     # harmful for any run: every run needs its warmup and its causal mask
     Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=2, ordered=True,
             pattern=r"warmup_steps\s*=\s*0\b"),
+    # what the run needs, said to be unneeded ("the warmup can go", "el recorte sobra")
+    Concept("removing the warmup", (WARMUP, NOT_NEEDED), reach=3, ordered=True),
+    Concept("turning gradient clipping off", (CLIP, NOT_NEEDED), reach=3, ordered=True, unless=UPDATE_CLIP),
+    Concept("removing the mask", (MASK, NOT_NEEDED), reach=3, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
     Concept("removing the mask", (OFF + "|delete|borrar", MASK), reach=2, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE,
             pattern=r"causal_mask\s*=\s*false"),
     Concept("removing the mask", (MASK, "off|disabled|desactivada|apagada"), reach=2, ordered=True,
@@ -152,15 +156,19 @@ class Knob:
     words: str  # a regular expression over the lower-cased text
     up: str = ""
     zero: str = ""
+    only: str = ""  # harmful for this cause only, where not for every run
 
 
 KNOBS: tuple[Knob, ...] = (
-    Knob("lr_max", r"lr_max|lr max|max lr|peak lr|lr|learning rate|tasa de aprendizaje", up="raising the learning rate"),
+    Knob("lr_max", r"(?:lr_max|lr max|max lr|peak lr|lr|learning rate|tasa de aprendizaje)(?! ?schedul)",
+         up="raising the learning rate"),
     Knob("grad_clip", r"grad_clip|max_grad_norm|clip(?:ping)? (?:threshold|norm|limit)|clip(?:ping)?|umbral de recorte"
                       r"|recorte", up="loosening the clip threshold", zero="turning gradient clipping off"),
     Knob("init_scale", r"init_scale|init scale|initial scale|escala de inicializaci[oó]n|escala inicial",
          up="raising the init scale"),
     Knob("warmup_steps", r"warmup_steps|warm-?up|calentamiento", zero="removing the warmup"),
+    Knob("beta2", r"beta2|β2|beta 2", up="raising beta2 (v decays slower, the stall lasts longer)",
+         only="optimizer_state_corruption"),
 )
 
 
@@ -168,7 +176,9 @@ _ALL = (
     Cause("healthy",
           (Concept("a healthy run", ("run|model|training|entrenamiento|modelo|corrida", "healthy|sano|saludable"),
                    reach=2, not_near=COMPARED),
-           Concept("no anomaly", pattern=r"no anomal|nothing wrong|sin anomal|nada raro")),
+           # "nothing wrong with the data" clears the data, not the run
+           Concept("no anomaly", pattern=r"no anomal|nothing wrong(?! with)|nothing wrong with (?:the )?(?:run|model"
+                                         r"|training)|sin anomal|nada raro(?! en)")),
           "Nothing to prevent: keep the baseline's settings and monitoring.",
           fixes=(Concept("no fix needed", pattern=r"no (?:fix|change|action)|nothing to (?:fix|do)|do nothing|nothing needed|wait it out|ninguna"
                                     r"|nada que|no hacer nada"),)),
@@ -336,7 +346,7 @@ _ALL = (
                          reach=6, ordered=True)),
           fixes=(Concept("restoring the warmup", ("restore|add|put|bring|reintroduce|use|keep|enable|turn on|set up|set"
                                                   "|reinstate|restaurar|añadir|agregar|volver|poner|usar|activar"
-                                                  "|reactivar", WARMUP), reach=5, ordered=True,
+                                                  "|reactivar|reponer|devolver|reinstaurar|meter|recuperar", WARMUP), reach=5, ordered=True,
                          pattern=r"warmup_steps\s*=\s*[1-9]"),
                  Concept("restoring the warmup", (WARMUP, LR + "|lr_max|peak"), reach=3),
                  Concept("restoring the warmup", (LR, "climb|rise|increase|ramp|grow|go up|subir|crecer|aumentar",

@@ -77,6 +77,9 @@ LOWER = any_of("lower|reduce|decrease|smaller|cut|drop|bajar|reducir|disminuir")
 OFF = any_of("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch off|turn off|shut off|lift|ditch",
              "kill|bypass|strip",
              "desactivar|eliminar|quitar|apagar|sin|suprimir|retirar|sacar|saltarse")
+# what a run needs, said to be unneeded: its removal
+NOT_NEEDED = any_of("can go|may go|is not needed|isn't needed|not needed|unnecessary|is optional|can be dropped",
+                    "can be removed|no hace falta|sobra|innecesario|innecesaria|no es necesario|no es necesaria")
 BATCH = any_of("batch|minibatch|mini batch|lote|minilote|mini lote|data|datos|sample|muestra|example|ejemplo")
 ROWS = any_of("row|sentence|line|sequence|sample|example|document|text|fila|frase|oración|línea|secuencia",
               "muestra|ejemplo|documento|texto")

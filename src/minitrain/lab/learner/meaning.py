@@ -430,17 +430,44 @@ SET_TO = (r"\s*(?:(?:back )?(?:to|=|:|->|→|a|hasta|at|of|en|from|de)\s*)?" + N
 LAB = TrainConfig()  # the lab's own values: a change's direction is read against them
 
 
-def knobs_moved(low: str) -> list[str]:
+# a number said of something else than the knob before it ("from step 500", "8 rows", "x50")
+NOT_A_VALUE = re.compile(r"(?:step|steps|paso|pasos|panel|row|rows|fila|filas|batch|lote|layer|capa|§|checkpoint"
+                         r"|ckpt|before|after|antes|después|iteration|iteración)\s*$"
+                         r"|^\s*(?:steps?|pasos?|rows?|filas?|x|×|times|veces|%)")
+
+
+def knobs_moved(low: str, cause: str) -> list[str]:
     """The harmful changes a remediation makes by setting a config knob to a value, read against the lab's value
-    ("lr_max to 6e-4" raises the learning rate from 3e-4; "grad_clip=100" loosens clipping at 1.0)."""
+    ("lr_max to 6e-4" raises the learning rate from 3e-4; "grad_clip=100" loosens clipping at 1.0). The value is
+    the one just after the knob, or else the first in its sentence after it that no other knob comes before and
+    that counts no steps or rows ("let the learning rate breathe a little more: say 5e-4")."""
     out = []
-    for knob in KNOBS:
-        for m in re.finditer(r"(?<![\w-])(?:" + knob.words + r")(?![\w-])" + SET_TO, low):
-            value, known = float(m.group(2) or m.group(1)), float(getattr(LAB, knob.field))
-            harm = knob.zero if value == 0 else knob.up if value > known * 1.001 else ""
+    knobs = [k for k in KNOBS if k.only in ("", cause)]
+    any_knob = "|".join(k.words for k in KNOBS)
+    for knob in knobs:
+        for m in re.finditer(r"(?<![\w-])(?:" + knob.words + r")(?![\w-])", low):
+            now = re.match(SET_TO, low[m.end():])
+            value = (now.group(2) or now.group(1)) if now else later_value(low, m.end(), any_knob)
+            if value is None:
+                continue
+            known = float(getattr(LAB, knob.field))
+            harm = knob.zero if float(value) == 0 else knob.up if float(value) > known * 1.001 else ""
             if harm and not negated(low, *m.span()) and harm not in out:
                 out.append(harm)
     return out
+
+
+def later_value(low: str, start: int, any_knob: str) -> str | None:
+    """The first value after `start` in its clause (a colon goes on: "more: say 5e-4"), before any other knob, that
+    is no step, row or factor."""
+    end = re.compile(r"[.;!?,()](?!\d)|\n|(?<!\w)(?:and|y|then|luego|but|pero)(?!\w)").search(low, start)
+    rest = low[start:end.start() if end else len(low)]
+    other = re.search(r"(?<![\w-])(?:" + any_knob + r")(?![\w-])", rest)
+    rest = rest[:other.start()] if other else rest
+    for m in re.finditer(r"(?<![\w.])" + NUMBER, rest):
+        if not (NOT_A_VALUE.search(rest[:m.start()]) or NOT_A_VALUE.search(rest[m.end():])):
+            return m.group(1)
+    return None
 
 
 # a verb of looking takes what follows it this close as its object
@@ -465,7 +492,7 @@ def judge_remediation(text: str, cause: str) -> Point:
         return Point(NO, "a list of words, not a sentence: say what you would do")
     low = normalise(text)
     harm, _ = affirmed(low, HARMFUL_ALWAYS + CAUSES[cause].harmful)
-    harm += [h for h in knobs_moved(low) if h not in harm]
+    harm += [h for h in knobs_moved(low, cause) if h not in harm]
     if harm:
         return Point(NO, f"proposes {', '.join(harm)}, which makes {cause} worse")
     fixes = causes_named(low, "fixes")
