@@ -177,19 +177,21 @@ class Words:
         return ruled_out_after(self.text, self.spans[max(b for _, b in found)][1])
 
 
-# a word this long, one letter off a word the concepts know and like no word they know, is that word misspelt
+# a word this long, one slip off a word the concepts know and like no word they know, is that word misspelt
 TYPO_LENGTH = 6
 
 
-def one_off(word: str) -> set[str]:
-    """The word and the word less any one letter: two words one edit apart (a letter dropped, added, changed or,
-    for most pairs, two swapped) share one of these."""
-    return {word} | {word[:i] + word[i + 1:] for i in range(len(word))}
+def slips(word: str) -> set[str]:
+    """What a word becomes by one slip of the keyboard: a letter dropped, or two letters next to each other
+    swapped, the first letter kept. A letter changed is no slip here: "louder" is not "loader", "matches" not
+    "batches"."""
+    return ({word[:i] + word[i + 1:] for i in range(1, len(word))}
+            | {word[:i] + word[i + 1] + word[i] + word[i + 2:] for i in range(len(word) - 1)})
 
 
 @lru_cache(maxsize=1)
 def known() -> tuple[frozenset[str], dict[str, set[str]]]:
-    """(the stems of every word the concepts are made of, {a one-letter-off form: the long words it comes from})."""
+    """(the stems of every word the concepts are made of, {a slip: the long words it comes from})."""
     from minitrain.analysis import causes  # the registry the grader reads: the words it knows
     concepts = [c for cause in causes.CAUSES.values() for group in (cause.names, cause.signs, cause.fixes,
                                                                     cause.harmful, cause.workarounds) for c in group]
@@ -201,7 +203,7 @@ def known() -> tuple[frozenset[str], dict[str, set[str]]]:
     forms: dict[str, set[str]] = {}
     for w in words:
         if len(w) >= TYPO_LENGTH and w.isalpha():
-            for form in one_off(w):
+            for form in slips(w):
                 forms.setdefault(form, set()).add(w)
     return stems_known, forms
 
@@ -209,11 +211,11 @@ def known() -> tuple[frozenset[str], dict[str, set[str]]]:
 @lru_cache(maxsize=None)
 def spelt(word: str) -> str:
     """The word the concepts know that a long unknown word misspells ("momnet" is "moment", "multipled" is
-    "multiplied"); the word itself when it is known, short, or one letter off none or several."""
+    "multiplied"); the word itself when it is known, short, or one slip off none or several."""
     stems_known, forms = known()
     if len(word) < TYPO_LENGTH or not word.isalpha() or stems_known.intersection(stems(word)):
         return word
-    near = {w for form in one_off(word) for w in forms.get(form, ())}
+    near = set(forms.get(word, ()))
     return near.pop() if len({stems(w)[0] for w in near}) == 1 else word
 
 
