@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minitrain.analysis.vocabulary import (
-    AT_START, BAD, BATCH, BIG, CHECKPOINT, CLIP, COMPARED, COUNT, CULPRIT, CURVE, DUPLICATED, EXPLODED, FIND,
+    AT_START, BAD, BATCH, BIG, BIGGER, CHECKPOINT, CLIP, COMPARED, COUNT, CULPRIT, CURVE, DUPLICATED, EXPLODED, FIND,
     FROM_ZERO, GRAD, GREW, INFLATED, INIT, INIT_TERM, JUDGED, KEEP, LOADER, LOSS, LOSS_SIDE, LOWER, LR, MASK, MOVED,
     NOT_BEING, NOT_GRAD, NOT_NEEDED, NOT_V, OFF, OPTIMIZER, OTHER_MASK, RAISE, RAMP, REPAIR, REPEATED_ES, RESET, RESTORE, ROWS,
     SCALED_UP, SCALER, SCALING, SHRANK, SKIP, SPIKE, SQUARED, STALL, STEPS, TENSOR, UPDATE_CLIP, V, WARMUP, WEIGHTS)
@@ -115,6 +115,12 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
             pattern=r"grad_clip\s*=\s*(?:[2-9]\d|\d{3,})"),
     Concept("turning gradient clipping off", (CLIP, "~0|~0.0|zero|none|infinity|inf|cero|ninguno"), reach=2,
             ordered=True),
+    # "a more aggressive clip" is a tighter one: only what loosens it
+    Concept("loosening the clip threshold", ("higher|larger|bigger|looser|mayor|más alto|más alta|más grande|más laxo",
+                                             "threshold|umbral|clip limit|clip norm|max norm|límite"), reach=2,
+            ordered=True),
+    Concept("loosening the clip threshold", ("looser|laxer|more lenient|gentler|softer|más laxo|más laxa|más suave",
+                                             CLIP), reach=1, ordered=True, unless=UPDATE_CLIP),
     Concept("loosening the clip threshold", (RAISE + "|loosen|relax", "max_grad_norm|grad_clip|clip threshold"
                                              "|clipping threshold|umbral de recorte"), reach=3, ordered=True),
     Concept("loosening the clip threshold", ("threshold|max_grad_norm|grad_clip|clip|clipping|umbral|recorte",
@@ -125,17 +131,17 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("loosening the clip threshold", (CLIP, r"to ~[1-9](?:\.\d+)?e\+?[1-9]\d*|at ~[1-9](?:\.\d+)?e\+?[1-9]\d*"),
             reach=3, ordered=True),
     Concept("raising the learning rate", (RAISE, LR), reach=3, ordered=True, unless=RAMP + "|double check"),
-    Concept("raising the learning rate", (LR, "higher|larger|bigger|up|mayor|más alta|más alto|upward|upwards"
-                                              "|hacia arriba|al alza"), reach=4, ordered=True, unless=RAMP),
+    Concept("raising the learning rate", (LR, BIGGER + "|up|upward|upwards|hacia arriba|al alza"), reach=4,
+            ordered=True, unless=RAMP),
     # harmful for any run: every run needs its warmup and its causal mask
     Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=2, ordered=True,
-            pattern=r"warmup_steps\s*=\s*0\b"),
+            pattern=r"warmup_steps\s*[=:]\s*0\b"),
     # what the run needs, said to be unneeded ("the warmup can go", "el recorte sobra")
     Concept("removing the warmup", (WARMUP, NOT_NEEDED), reach=3, ordered=True),
     Concept("turning gradient clipping off", (CLIP, NOT_NEEDED), reach=3, ordered=True, unless=UPDATE_CLIP),
     Concept("removing the mask", (MASK, NOT_NEEDED), reach=3, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
     Concept("removing the mask", (OFF + "|delete|borrar", MASK), reach=2, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE,
-            pattern=r"causal_mask\s*=\s*false"),
+            pattern=r"causal_mask\s*[=:]\s*(?:false|0|off|no)\b"),
     Concept("removing the mask", (MASK, "off|disabled|desactivada|apagada"), reach=2, ordered=True,
             unless=OTHER_MASK, not_near=LOSS_SIDE),
     # keeping the fault in place ("keep warmup at 0", "leave the mask off")
@@ -207,7 +213,8 @@ _ALL = (
                          unless=UPDATE_CLIP),
                  Concept("keeping (adaptive) gradient clipping", (CLIP, KEEP + "|on|active|activado|enabled|adaptive"
                                                                   "|adaptativo|at 1|stay|stays|remain"),
-                         reach=3, ordered=True, unless=UPDATE_CLIP, pattern=r"zclip|clip_grad_norm|tighter clip"),
+                         reach=3, ordered=True, unless=UPDATE_CLIP, pattern=r"zclip|clip_grad_norm|tighter clip"
+                                 r"|grad_clip\s*(?:[=:]|(?:back )?to|at)\s*(?:0?\.\d+|1(?:\.0+)?)(?![\d-]|\.\d)"),
                  Concept("keeping (adaptive) gradient clipping", ("lower|reduce|decrease|tighten|smaller|bajar|reducir"
                                                                   "|disminuir|ajustar", CLIP), reach=2, ordered=True, unless=UPDATE_CLIP),
                  Concept("keeping (adaptive) gradient clipping", (CLIP, GRAD), reach=2, ordered=True,

@@ -68,9 +68,13 @@ CLIP = any_of("clip|clipping|clipper|zclip|limiter|norm cap|max_grad_norm|grad_c
               "global clipping|adaptive clipping",
               "recorte|recortar|limitador|tope|recorte de gradiente|recorte del gradiente|recorte de gradientes")
 # a config knob is the concept it sets: lr_max is the learning rate
-LR = any_of("lr|learning rate|tasa de aprendizaje|tasa|ritmo de aprendizaje|lr_max|lr max|max lr|peak lr|peak_lr")
+LR = any_of("lr|learning rate|tasa de aprendizaje|tasa|ritmo de aprendizaje|lr_max|lr max|max lr|peak lr|peak_lr",
+            "step size|tamaño de paso|tamaño del paso")
+# bigger, said of what follows or of what came before ("a more aggressive LR", "un lr más grande")
+BIGGER = any_of("higher|larger|bigger|mayor|más alta|más alto|más grande|more aggressive|aggressive|hotter|looser",
+                "more lenient|más agresivo|más agresiva|más laxo|más laxa|más suave")
 # a change upward, by its verb ("bump", "double", "nudge up", "subir", "duplicar") or a factor above one
-RAISE = any_of("raise|increase|higher|bigger|larger|boost|double|triple|crank|crank up|turn up|bump|bump up|nudge up",
+RAISE = any_of(BIGGER, "raise|increase|boost|double|triple|crank|crank up|turn up|bump|bump up|nudge up",
                "push up|jack up|scale up|subir|aumentar|incrementar|más alta|más alto|mayor|duplicar|triplicar",
                r"elevar|~[x×][2-9]\d*(?:\.\d+)?|~[x×]1\d+(?:\.\d+)?|~[2-9]\d*(?:\.\d+)?[x×]|~1\d+(?:\.\d+)?[x×]")
 LOWER = any_of("lower|reduce|decrease|smaller|cut|drop|bajar|reducir|disminuir")

@@ -423,10 +423,10 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
     return Point(NO, "names no failure mode")
 
 
-NUMBER = r"(\d+(?:\.\d+)?(?:e[-+]?\d+)?)(?![\w.-])"
+NUMBER = r"(\d+(?:\.\d+)?(?:e[-+]?\d+)?)(?![\w-]|\.\d)"  # a full stop after it ends the sentence
 # "lr_max to 6e-4", "grad_clip=100", "lr 3e-4 -> 6e-4", "subir lr_max a 1e-3": the value a knob is set to
 SET_TO = (r"\s*(?:(?:back )?(?:to|=|:|->|→|a|hasta|at|of|en|from|de)\s*)?" + NUMBER
-          + r"(?:\s*(?:to|->|→|a|hasta)\s*" + NUMBER + ")?")
+          + r"(?:\s*(?:(?:up|down) )?(?:to|->|→|a|hasta)\s*" + NUMBER + ")?")
 LAB = TrainConfig()  # the lab's own values: a change's direction is read against them
 
 

@@ -38,11 +38,13 @@ CLAUSE_BREAK = re.compile(r"[;:!?\n,()]|->|→|\.(?!\w)|(?<!\w)(?:but|however|al
 INDEFINITE = frozenset("something anything nothing algo nada".split())
 
 
+# a word of the verb's object: a conjunction ends it ("scale and clipping off" turns clipping off, scales nothing off)
+OBJECT_WORD = r"(?!(?:and|or|but|y|o|pero|then)\b)[\w'.-]+"
 # a phrasal verb's particle said after its object ("turn the warmup back on", "leave batch 500 out") is put back
 # beside its verb; "keep" and "leave" only with "out" ("leave the mask off" keeps it off)
 SPLIT_PARTICLE = re.compile(r"\b(turn|switch|throw|take|kick|cut|bring|shut|toss|filter|crank|bump|dial|ramp|jack"
-                            r"|pump|scale|nudge|push)((?: [\w'.-]+){1,3}?)( back)? (on|off|out|up|down)\b")
-SPLIT_OUT = re.compile(r"\b(leave|keep)((?: [\w'.-]+){1,3}?) out\b")
+                            r"|pump|scale|nudge|push)((?: " + OBJECT_WORD + r"){1,3}?)( back)? (on|off|out|up|down)\b")
+SPLIT_OUT = re.compile(r"\b(leave|keep)((?: " + OBJECT_WORD + r"){1,3}?) out\b")
 
 
 def normalise(text: str) -> str:
