@@ -138,6 +138,9 @@ def test_the_grader_agrees_with_the_teacher(split):
      "corrupted or inflated"),
     ("diagnosis", "Ruled out the bad batch: the gradients were multiplied by 50.", "gradient_explosion", "credit",
      "and no other cause"),
+    ("diagnosis", "The gradients at step 500 were 50x smaller.", "gradient_explosion", "review", "the wrong way round"),
+    ("remediation", "Init at the standard 0.02 scale and clipping off.", "bad_init", "no",
+     "turning gradient clipping off"),
     # two answers offered by their form are a hedge, whatever the other one is
     ("diagnosis", "Either the LR or a bad batch: the loss jumps and comes back.", "bad_batch", "no", "alternatives"),
     ("diagnosis", "O falta el warmup o la inicialización es mala.", "no_warmup", "no", "alternatives"),

@@ -440,7 +440,8 @@ _ALL = (
           "Test the data pipeline: targets are the inputs shifted by one token, and no input position holds the "
           "token it must predict; a validation loss above an untrained model's is the alarm."),
     Cause("stuck_loader",
-          (Concept("a stuck data loader", ("loader|dataloader|cargador|data pipeline|pipeline", "stuck|frozen|hang|hung"
+          (Concept("a stuck data loader", ("loader|dataloader|cargador|data pipeline|pipeline|sampler|data iterator"
+                                           "|iterator|muestreador|iterador", "stuck|frozen|hang|hung"
                                            "|jammed|wedged|looping|loop|atascado|congelado|pegado|colgado|atorado"
                                            "|trabado|bucle"), reach=3, pattern=r"\bstuck_loader\b|repeated batch(?:es)?|mismo lote repetido"),
            Concept("a stuck data loader", ("same batch|identical batch|mismo lote", "again|every step|over and over"

@@ -53,7 +53,12 @@ INFLATED = any_of("corrupt|corrupted|inflate|inflated|multiply|scale|scaled|blow
 # the other way round: what grew in the fault fell
 SHRANK = any_of("shrink|shrank|shrunk|divide|divided|fell|fall|drop|dropped|decrease|decreased|reduce|reduced",
                 "too small|smaller|lower|vanish|dividir|dividió|encoger|encogió|bajar|bajó|caer|cayó|disminuir",
-                "disminuyó|reducir|reducido|menor")
+                "disminuyó|reducir|reducido|menor",
+                # a factor the other way: "50x smaller", "cien veces menor"
+                r"~[1-9][\d.]*[x×] smaller|~[1-9][\d.]*[x×] lower|~[1-9][\d.]*[x×] less|~[1-9][\d.]*[x×] menor",
+                r"~[1-9][\d.]* times smaller|~[1-9][\d.]* times lower|~[1-9][\d.]* times less",
+                r"~[1-9][\d.]* veces menor|~[1-9][\d.]* veces más pequeño|~[1-9][\d.]* veces más bajo",
+                "hundred times smaller|fifty times smaller|cien veces menor|cincuenta veces menor")
 STALL = any_of("stall|stalled|froze|frozen|freeze|barely moved|barely move|stopped moving|stop moving|stuck",
                "tiny|strapped|anchor|brake|ballast|weighed down|dead weight|paralysed",
                "paralyzed|stopped learning|stop learning|no longer learned",

@@ -122,6 +122,7 @@ def the_wrong_way(w: Words, concept: Concept, found: list[tuple[int, int]], hidd
     along = {a for a, _ in w.occurrences(concept.along, hidden) if a > first and w.sentences[a] == w.sentences[first]}
     opposite = {a for a, _ in w.occurrences(concept.opposite, hidden)
                 if a > first and w.sentences[a] == w.sentences[first]}
+    along -= opposite  # "50x smaller": a factor that the next word turns the other way
     return bool(opposite) and min(opposite) < min(along, default=len(w.words))
 
 
