@@ -13,7 +13,9 @@ that makes it another thing is not said ("masking was wrong in the loss"); a pre
 own subject is that subject's ("v ..., so its updates were too big"). The adjective of an indefinite
 ("something odd", "algo raro") names nothing. A concept inside a longer one of the right cause is
 that one's words, not another cause; a verb's object is the nearest one ("restore beta2 and pin it in the
-checkpoint" restores beta2).
+checkpoint" restores beta2). A config knob is the concept it sets, and the value a remediation sets it to is read
+against the lab's (causes.KNOBS: "lr_max to 6e-4" raises the learning rate). A long unknown word one slip off a
+word the concepts know is that word misspelt (words.spelt).
 
 A diagnosis of a run whose fault is X earns:
     credit   it names X and no other cause, as a sentence
@@ -38,7 +40,8 @@ A remediation earns:
     review   a registered fix with a hedge, beside another cause's fix (rewinding to a checkpoint is a step of many
              fixes, not another fix; another cause's fix as the object of "check" is a place to look) or beside a
              half measure; a workaround alone; no fix (waiting) for a run that recovers by itself, saying so
-    no       empty; a list of words; anything harmful; only fixes of other causes; no registered fix
+    no       empty; a list of words; anything harmful (a knob set the harmful way too), even beside a registered fix;
+             only fixes of other causes; no registered fix
 Each verdict comes with its reason, in the words of the concepts it found (what the learner is shown).
 """
 from __future__ import annotations

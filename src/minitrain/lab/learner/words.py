@@ -11,6 +11,7 @@ from functools import lru_cache
 
 import snowballstemmer
 
+from minitrain.analysis import causes
 from minitrain.analysis.vocabulary import ABBREVIATIONS
 
 # a negation rules out what follows it in the same clause, up to this many words later
@@ -194,7 +195,6 @@ def slips(word: str) -> set[str]:
 @lru_cache(maxsize=1)
 def known() -> tuple[frozenset[str], dict[str, set[str]]]:
     """(the stems of every word the concepts are made of, {a slip: the long words it comes from})."""
-    from minitrain.analysis import causes  # the registry the grader reads: the words it knows
     concepts = [c for cause in causes.CAUSES.values() for group in (cause.names, cause.signs, cause.fixes,
                                                                     cause.harmful, cause.workarounds) for c in group]
     concepts += [*causes.HARMFUL_ALWAYS, *causes.SYMPTOMS_ALWAYS, *causes.NOT_A_CAUSE,
