@@ -131,6 +131,7 @@ def test_the_grader_agrees_with_the_teacher(split):
      "no", "raising the learning rate"),
     ("remediation", "Reload the moments and push beta2 to 0.999.", "optimizer_state_corruption", "no", "raising beta2"),
     ("remediation", "Re-enable the causal mask; the warmup can go.", "broken_mask", "no", "removing the warmup"),
+    ("remediation", "Keep clipping on; causal_mask: false is fine.", "gradient_explosion", "no", "removing the mask"),
     # a look-alike by its mechanism names the look-alike; a misspelt word is its word; a verb of ruling out
     ("diagnosis", "The data loader got stuck and served the same row again and again.", "bad_batch", "no",
      "a stuck data loader"),

@@ -144,7 +144,8 @@ def said_where(w: Words, concept: Concept) -> tuple[bool, bool]:
     places = []
     if concept.pattern:
         for m in re.finditer(r"(?<![\w])(?:" + concept.pattern + ")", w.text):
-            places.append(not negated(w.text, *m.span()))
+            # "causal_mask: false is fine" keeps the setting: what follows a value confirms it, clears nothing
+            places.append(not negated(w.text, *m.span(), after=not re.search(r"[=:]", m.group())))
     if concept.parts:
         hidden = w.vague | (frozenset(j for a, b in w.occurrences(concept.unless) for j in range(a, b + 1))
                             if concept.unless else frozenset())

@@ -53,14 +53,14 @@ def normalise(text: str) -> str:
     return SPLIT_OUT.sub(r"\1 out\2", SPLIT_PARTICLE.sub(r"\1 \4\2\3", low))
 
 
-def negated(text: str, start: int, end: int) -> bool:
+def negated(text: str, start: int, end: int, after: bool = True) -> bool:
     """Whether the phrase at text[start:end] is ruled out: a negator in the NEGATION_REACH words before it, in its
-    clause, or "... was ruled out" just after it."""
+    clause, or (with `after`) "... was ruled out" just after it."""
     before = text[:start]
     breaks = [m.end() for m in CLAUSE_BREAK.finditer(before)]
     clause = before[breaks[-1] if breaks else 0:]
     reach = " ".join(clause.split()[-NEGATION_REACH:])
-    return bool(NEGATORS.search(reach)) or ruled_out_after(text, end)
+    return bool(NEGATORS.search(reach)) or (after and ruled_out_after(text, end))
 
 
 def ruled_out_after(text: str, end: int) -> bool:
