@@ -3,8 +3,11 @@
 "dev2" written for the stemmed concepts, "dev3", "dev4" and "dev5" written blind by people who never saw the
 grader, each scored once and then tuned on (dev5 scored 147/168 on the round-3 grader, no credit where its key
 says no), "dev6" a paraphrase stress set in voices unlike the others with adversarial "no" answers (68/76 on its
-first score); and a held-out part scored once at the end; docs/learner.md reports them), and the parts of the
-rule one by one."""
+first score), "dev7" the fourth blind set (96 answers by a teacher who never saw the grader, scored once: 147/192
+on the round-3 grader, 157/192 on the round-4 grader with 4 credits where its key says no; ids j01..j96 are that
+set's e01..e96), "dev8" a round-5 stress set of harmful changes said mildly, look-alikes in student words and the
+right words for the wrong cause (65/72 on its first score, 4 credits where its key says no); and a held-out part
+scored once at the end; docs/learner.md reports them), and the parts of the rule one by one."""
 import json
 from pathlib import Path
 
@@ -15,7 +18,7 @@ from minitrain.lab import learner
 ANSWERS = [json.loads(line) for line in (Path(__file__).parent / "data" / "grader_answers.jsonl").read_text().splitlines()]
 
 
-SPLITS = ("dev", "dev2", "dev3", "dev4", "dev5", "dev6", "held-out")
+SPLITS = ("dev", "dev2", "dev3", "dev4", "dev5", "dev6", "dev7", "dev8", "held-out")
 
 
 def judged(row: dict) -> tuple[str, str]:
@@ -26,7 +29,9 @@ def judged(row: dict) -> tuple[str, str]:
 def test_the_labelled_set_is_what_docs_learner_md_says():
     splits = {s: [r for r in ANSWERS if r["split"] == s] for s in SPLITS}
     assert len(splits["held-out"]) >= 20 and len(splits["dev2"]) >= 40 and len(splits["dev3"]) == len(splits["dev4"]) == 104
-    assert len(splits["dev5"]) == 84 and len(splits["dev6"]) >= 30
+    assert len(splits["dev5"]) == 84 and len(splits["dev6"]) >= 30 and len(splits["dev7"]) == 96
+    assert len(splits["dev8"]) >= 30
+    assert sum("no" in (r["expect_diagnosis"], r["expect_remediation"]) for r in splits["dev8"]) >= 12  # adversarial
     assert sum("no" in (r["expect_diagnosis"], r["expect_remediation"]) for r in splits["dev6"]) >= 10  # adversarial
     assert len({r["id"] for r in ANSWERS}) == len(ANSWERS)
     assert sum(map(len, splits.values())) == len(ANSWERS)
@@ -45,8 +50,9 @@ def test_the_labelled_set_is_what_docs_learner_md_says():
 # Credit where one teacher's key says "review" and another's credits the same answer: dev5 sends a bare "keep
 # clipping" and a pre-clip norm 50x its median to review (f08), and "dedupe the dataset" alone (f25), where dev
 # credits "Keep clipping at 1.0." (d07), dev and dev2 a pre-clip norm ~50x its usual value (d14, e11) and held-out
-# "Deduplicate the training data." (h10). No answer keyed "no" is ever credited.
-KEYS_THAT_DISAGREE = {"f08", "f25"}
+# "Deduplicate the training data." (h10); dev7 sends the pre-clip norm "up about fifty-fold" to review (j03). No
+# answer keyed "no" is ever credited.
+KEYS_THAT_DISAGREE = {"f08", "f25", "j03"}
 
 
 @pytest.mark.parametrize("split", SPLITS)
@@ -115,6 +121,27 @@ def test_the_grader_agrees_with_the_teacher(split):
     ("remediation", "Increase max_grad_norm to 100.", "gradient_explosion", "no", "loosening the clip threshold"),
     ("remediation", "Sube la tasa de aprendizaje.", "optimizer_state_corruption", "no", "raising the learning rate"),
     ("remediation", "Get rid of the warmup.", "no_warmup", "no", "removing the warmup"),
+    # a config knob is the concept it sets; its new value is read against the lab's (lr_max 3e-4, grad_clip 1.0)
+    ("remediation", "Re-enable clipping at 1.0 and bump lr_max to 6e-4.", "gradient_explosion", "no",
+     "raising the learning rate"),
+    ("remediation", "Set grad_clip to 100.", "gradient_explosion", "no", "loosening the clip threshold"),
+    ("remediation", "Turn clipping back on (grad_clip=1.0).", "gradient_explosion", "credit", "keeping"),
+    ("remediation", "Double lr_max and re-enable the causal mask.", "broken_mask", "no", "raising the learning rate"),
+    ("remediation", "Keep clipping, and let the learning rate breathe a little more: say 5e-4.", "gradient_explosion",
+     "no", "raising the learning rate"),
+    ("remediation", "Reload the moments and push beta2 to 0.999.", "optimizer_state_corruption", "no", "raising beta2"),
+    ("remediation", "Re-enable the causal mask; the warmup can go.", "broken_mask", "no", "removing the warmup"),
+    ("remediation", "Keep clipping on; causal_mask: false is fine.", "gradient_explosion", "no", "removing the mask"),
+    # a look-alike by its mechanism names the look-alike; a misspelt word is its word; a verb of ruling out
+    ("diagnosis", "The data loader got stuck and served the same row again and again.", "bad_batch", "no",
+     "a stuck data loader"),
+    ("diagnosis", "The adam 2nd momnet of the bias got inflated 100x.", "optimizer_state_corruption", "credit",
+     "corrupted or inflated"),
+    ("diagnosis", "Ruled out the bad batch: the gradients were multiplied by 50.", "gradient_explosion", "credit",
+     "and no other cause"),
+    ("diagnosis", "The gradients at step 500 were 50x smaller.", "gradient_explosion", "review", "the wrong way round"),
+    ("remediation", "Init at the standard 0.02 scale and clipping off.", "bad_init", "no",
+     "turning gradient clipping off"),
     # two answers offered by their form are a hedge, whatever the other one is
     ("diagnosis", "Either the LR or a bad batch: the loss jumps and comes back.", "bad_batch", "no", "alternatives"),
     ("diagnosis", "O falta el warmup o la inicialización es mala.", "no_warmup", "no", "alternatives"),

@@ -27,9 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minitrain.analysis.vocabulary import (
-    AT_START, BAD, BATCH, BIG, CHECKPOINT, CLIP, COMPARED, COUNT, CULPRIT, CURVE, DUPLICATED, EXPLODED, FIND,
+    AT_START, BAD, BATCH, BIG, BIGGER, CHECKPOINT, CLIP, COMPARED, COUNT, CULPRIT, CURVE, DUPLICATED, EXPLODED, FIND,
     FROM_ZERO, GRAD, GREW, INFLATED, INIT, INIT_TERM, JUDGED, KEEP, LOADER, LOSS, LOSS_SIDE, LOWER, LR, MASK, MOVED,
-    NOT_BEING, NOT_GRAD, NOT_V, OFF, OPTIMIZER, OTHER_MASK, RAISE, RAMP, REPAIR, REPEATED_ES, RESET, RESTORE, ROWS,
+    NOT_BEING, NOT_GRAD, NOT_NEEDED, NOT_V, OFF, OPTIMIZER, OTHER_MASK, RAISE, RAMP, REPAIR, REPEATED_ES, RESET, RESTORE, ROWS,
     SCALED_UP, SCALER, SCALING, SHRANK, SKIP, SPIKE, SQUARED, STALL, STEPS, TENSOR, UPDATE_CLIP, V, WARMUP, WEIGHTS)
 
 
@@ -100,6 +100,11 @@ SYMPTOMS_ALWAYS: tuple[Concept, ...] = (
     Concept("what a training curve did", (CURVE, MOVED), reach=4),
 )
 
+# a diagnosis that is no failure mode of a training run: a symptom beside it is no answer
+NOT_A_CAUSE: tuple[Concept, ...] = (
+    Concept("overfitting", ("overfitting|overfit|overfits|overfitted|sobreajuste|sobreajustar|sobreajusta",)),
+)
+
 HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("turning gradient clipping off", (OFF, CLIP), reach=2, ordered=True,
             pattern=r"grad_clip\s*=\s*0\b"),
@@ -110,6 +115,12 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
             pattern=r"grad_clip\s*=\s*(?:[2-9]\d|\d{3,})"),
     Concept("turning gradient clipping off", (CLIP, "~0|~0.0|zero|none|infinity|inf|cero|ninguno"), reach=2,
             ordered=True),
+    # "a more aggressive clip" is a tighter one: only what loosens it
+    Concept("loosening the clip threshold", ("higher|larger|bigger|looser|mayor|más alto|más alta|más grande|más laxo",
+                                             "threshold|umbral|clip limit|clip norm|max norm|límite"), reach=2,
+            ordered=True),
+    Concept("loosening the clip threshold", ("looser|laxer|more lenient|gentler|softer|más laxo|más laxa|más suave",
+                                             CLIP), reach=1, ordered=True, unless=UPDATE_CLIP),
     Concept("loosening the clip threshold", (RAISE + "|loosen|relax", "max_grad_norm|grad_clip|clip threshold"
                                              "|clipping threshold|umbral de recorte"), reach=3, ordered=True),
     Concept("loosening the clip threshold", ("threshold|max_grad_norm|grad_clip|clip|clipping|umbral|recorte",
@@ -119,12 +130,18 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("turning gradient clipping off", ("no", CLIP), reach=0, ordered=True),
     Concept("loosening the clip threshold", (CLIP, r"to ~[1-9](?:\.\d+)?e\+?[1-9]\d*|at ~[1-9](?:\.\d+)?e\+?[1-9]\d*"),
             reach=3, ordered=True),
-    Concept("raising the learning rate", (RAISE, LR), reach=3, ordered=True, unless=RAMP),
+    Concept("raising the learning rate", (RAISE, LR), reach=3, ordered=True, unless=RAMP + "|double check"),
+    Concept("raising the learning rate", (LR, BIGGER + "|up|upward|upwards|hacia arriba|al alza"), reach=4,
+            ordered=True, unless=RAMP),
     # harmful for any run: every run needs its warmup and its causal mask
     Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=2, ordered=True,
-            pattern=r"warmup_steps\s*=\s*0\b"),
+            pattern=r"warmup_steps\s*[=:]\s*0\b"),
+    # what the run needs, said to be unneeded ("the warmup can go", "el recorte sobra")
+    Concept("removing the warmup", (WARMUP, NOT_NEEDED), reach=3, ordered=True),
+    Concept("turning gradient clipping off", (CLIP, NOT_NEEDED), reach=3, ordered=True, unless=UPDATE_CLIP),
+    Concept("removing the mask", (MASK, NOT_NEEDED), reach=3, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
     Concept("removing the mask", (OFF + "|delete|borrar", MASK), reach=2, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE,
-            pattern=r"causal_mask\s*=\s*false"),
+            pattern=r"causal_mask\s*[=:]\s*(?:false|0|off|no)\b"),
     Concept("removing the mask", (MASK, "off|disabled|desactivada|apagada"), reach=2, ordered=True,
             unless=OTHER_MASK, not_near=LOSS_SIDE),
     # keeping the fault in place ("keep warmup at 0", "leave the mask off")
@@ -137,11 +154,37 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Knob:
+    """A config field a remediation can set, by the words that name it, and what setting it above the lab's
+    value (`up`) or to zero (`zero`) does, when that is harmful for any run."""
+    field: str
+    words: str  # a regular expression over the lower-cased text
+    up: str = ""
+    zero: str = ""
+    only: str = ""  # harmful for this cause only, where not for every run
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob("lr_max", r"(?:lr_max|lr max|max lr|peak lr|lr|learning rate|tasa de aprendizaje)(?! ?schedul)",
+         up="raising the learning rate"),
+    Knob("grad_clip", r"grad_clip|max_grad_norm|clip(?:ping)? (?:threshold|norm|limit)|clip(?:ping)?|umbral de recorte"
+                      r"|recorte", up="loosening the clip threshold", zero="turning gradient clipping off"),
+    Knob("init_scale", r"init_scale|init scale|initial scale|escala de inicializaci[oó]n|escala inicial",
+         up="raising the init scale"),
+    Knob("warmup_steps", r"warmup_steps|warm-?up|calentamiento", zero="removing the warmup"),
+    Knob("beta2", r"beta2|β2|beta 2", up="raising beta2 (v decays slower, the stall lasts longer)",
+         only="optimizer_state_corruption"),
+)
+
+
 _ALL = (
     Cause("healthy",
           (Concept("a healthy run", ("run|model|training|entrenamiento|modelo|corrida", "healthy|sano|saludable"),
                    reach=2, not_near=COMPARED),
-           Concept("no anomaly", pattern=r"no anomal|nothing wrong|sin anomal|nada raro")),
+           # "nothing wrong with the data" clears the data, not the run
+           Concept("no anomaly", pattern=r"no anomal|nothing wrong(?! with)|nothing wrong with (?:the )?(?:run|model"
+                                         r"|training)|sin anomal|nada raro(?! en)")),
           "Nothing to prevent: keep the baseline's settings and monitoring.",
           fixes=(Concept("no fix needed", pattern=r"no (?:fix|change|action)|nothing to (?:fix|do)|do nothing|nothing needed|wait it out|ninguna"
                                     r"|nada que|no hacer nada"),)),
@@ -151,6 +194,9 @@ _ALL = (
            Concept("the gradients multiplied at one step", (GRAD, SCALED_UP), ordered=True, unless=NOT_GRAD,
                    along=SCALED_UP, opposite=SHRANK),
            Concept("the gradients multiplied at one step", (SCALING, GRAD), reach=2, ordered=True, unless=NOT_GRAD),
+           Concept("the gradients multiplied at one step", (SCALING, "volume|knob|dial|gain|volumen|perilla",
+                                                            "on|of|for|de|del|a", GRAD), reach=3, ordered=True,
+                   unless=NOT_GRAD),
            Concept("every tensor's gradient jumped together", ("every|all|each|todos|todas|cada", GRAD,
                                                                "jump|spike|rise|rose|went up|salto|saltar|subir|subió"),
                    reach=3, ordered=True, unless=NOT_GRAD),
@@ -167,7 +213,8 @@ _ALL = (
                          unless=UPDATE_CLIP),
                  Concept("keeping (adaptive) gradient clipping", (CLIP, KEEP + "|on|active|activado|enabled|adaptive"
                                                                   "|adaptativo|at 1|stay|stays|remain"),
-                         reach=3, ordered=True, unless=UPDATE_CLIP, pattern=r"zclip|clip_grad_norm|tighter clip"),
+                         reach=3, ordered=True, unless=UPDATE_CLIP, pattern=r"zclip|clip_grad_norm|tighter clip"
+                                 r"|grad_clip\s*(?:[=:]|(?:back )?to|at)\s*(?:0?\.\d+|1(?:\.0+)?)(?![\d-]|\.\d)"),
                  Concept("keeping (adaptive) gradient clipping", ("lower|reduce|decrease|tighten|smaller|bajar|reducir"
                                                                   "|disminuir|ajustar", CLIP), reach=2, ordered=True, unless=UPDATE_CLIP),
                  Concept("keeping (adaptive) gradient clipping", (CLIP, GRAD), reach=2, ordered=True,
@@ -184,7 +231,7 @@ _ALL = (
            Concept("repeated or rare rows in one batch", (ROWS, "times|veces|over and over|again and again"
                                                           "|una y otra vez"), reach=3, ordered=True),
            Concept("repeated or rare rows in one batch", ("same|identical|mismo|misma|idéntico|idéntica", ROWS),
-                   reach=1),
+                   reach=1, not_near="panel|chart|plot|curve|graph|gráfico|gráfica|curva"),  # a chart's line
            # "eight plates of the same dish": a count of one thing is a repetition, whatever the thing is called
            Concept("repeated or rare rows in one batch", (COUNT, "of the same|of one|del mismo|de la misma|de un mismo"
                                                           "|de una misma"), reach=1, ordered=True, not_near=STEPS),
@@ -235,6 +282,9 @@ _ALL = (
                                                        "|small|smaller|cayó|bajó|pequeña"), reach=4)),
           harmful=(Concept("raising beta2 (v decays slower, the stall lasts longer)", (RAISE, "beta2|β2"), reach=3,
                            ordered=True),),
+          workarounds=(Concept("resetting the whole optimizer, not the tensor's moments",
+                               ("whole|entire|every|all|fresh|todo|toda|todos|completo|entero",
+                                OPTIMIZER + "|state|estado|tensor|tensors"), reach=2, ordered=True),),
           fixes=(Concept("reloading a checkpoint or the optimizer's moments", (RESTORE, CHECKPOINT), ordered=True,
                          step=True),
                  Concept("resetting the tensor's moments", (RESET, V), reach=5, ordered=True, unless=NOT_V),
@@ -261,6 +311,9 @@ _ALL = (
           "run; keep init std at 0.02 scale.", config_fix="init_scale=1",
           signs=(Concept("huge logits at step 0", ("logit|activation|activación", "huge|large|enormous|enorme|grande"),
                          reach=3),),
+          workarounds=(Concept("scaling the trained weights down by hand", ("divide|shrink|scale down|dividir|encoger",
+                                                                           WEIGHTS + "|embedding|embeddings"), reach=4,
+                               ordered=True),),
           harmful=(Concept("raising the init scale", (RAISE + "|scale up", INIT + "|std|scale|escala"), reach=3,
                            ordered=True),),
           fixes=(Concept("initialising at the standard scale", (RESET + "|init", "0.02|std|standard|small|smaller"
@@ -277,16 +330,17 @@ _ALL = (
                                                                 r"~1|~1\.0+"), reach=3, ordered=True))),
     Cause("no_warmup",
           (Concept("no warmup", ("no|without|missing|skip|skipped|lack|lacking|zero|forgot|removed|sin|falta|faltó"
-                                 "|ningún|ninguna|omitido", WARMUP), reach=2, ordered=True, unless=NOT_BEING,
+                                 "|ningún|ninguna|omitido|" + OFF, WARMUP), reach=2, ordered=True, unless=NOT_BEING,
                    pattern=r"warmup_steps\s*=\s*0\b|\bno_warmup\b"),
            Concept("no warmup", (WARMUP, "missing|removed|absent|disabled|off|zero|~0|gone|skipped|eliminado|ausente"
-                                 "|quitado|desactivado|cero"), reach=3, ordered=True, unless=FROM_ZERO),
+                                 "|quitado|desactivado|cero"), reach=5, ordered=True, unless=FROM_ZERO),
            Concept("the LR at its peak from the first step", (LR, r"not|no|never|nunca|~\w*n't", "start|begin|ramp"
                                                               "|arrancar|empezar|comenzar|partir|subir",
                                                               "~0|zero|cero|near zero|low|small|bajo"), reach=3,
                    ordered=True),
            Concept("the LR at its peak from the first step", (LR, "start|begin|jump straight|from step 0|first step"
                                                                   "|step one|empezar|comenzar|arrancar|arrancó"
+                                                                  "|empieza|empiezan|empezó|arranca|comienza"
                                                                   "|desde el paso 0|step 0|paso 0|straight|directly"
                                                                   "|right away|immediately|directamente|de golpe",
                                                               "peak|max|maximum|full|top|máximo|pico|tope"), reach=4)),
@@ -299,11 +353,22 @@ _ALL = (
                          reach=6, ordered=True)),
           fixes=(Concept("restoring the warmup", ("restore|add|put|bring|reintroduce|use|keep|enable|turn on|set up|set"
                                                   "|reinstate|restaurar|añadir|agregar|volver|poner|usar|activar"
-                                                  "|reactivar", WARMUP), reach=5, ordered=True,
+                                                  "|reactivar|reponer|devolver|reinstaurar|meter|recuperar", WARMUP), reach=5, ordered=True,
                          pattern=r"warmup_steps\s*=\s*[1-9]"),
-                 Concept("restoring the warmup", (WARMUP, LR + "|lr_max|peak"), reach=3)),
+                 Concept("restoring the warmup", (WARMUP, LR + "|lr_max|peak"), reach=3),
+                 Concept("restoring the warmup", (LR, "climb|rise|increase|ramp|grow|go up|subir|crecer|aumentar",
+                                                  "linearly|gradually|slowly|from ~0|from 0|from zero|desde 0"
+                                                  "|desde cero|poco a poco|linealmente|gradualmente"), reach=4,
+                         ordered=True)),
           workarounds=(Concept("lowering the peak LR instead of warming up", (LOWER, LR + "|lr_max|peak|pico"),
-                               reach=3, ordered=True),)),
+                               reach=3, ordered=True),
+                       # a lower LR for the first steps only: a warmup of one step
+                       Concept("a lower LR for the first steps only", ("half|lower|smaller|reduced|mitad|menor|más bajo"
+                                                                        "|más baja", LR + "|peak|pico",
+                                                                        "first|early|start|beginning|primeros|primeras"
+                                                                        "|inicio|comienzo"), reach=4, ordered=True),
+                       Concept("a warmup far shorter than the lab's", ("short|shorter|brief|tiny|corto|cortito|breve",
+                                                                       WARMUP), reach=2))),
     Cause("broken_mask",
           (Concept("a broken causal mask", ("broken|all ones|wrong|non causal|noncausal|bidirectional|full|no causal",
                                             MASK), reach=2, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
@@ -314,14 +379,16 @@ _ALL = (
                                             "|no se aplicó|no se aplicaba|ignored|ignorada"
                                             "|skipped|omitida"), reach=3, unless=OTHER_MASK, not_near=LOSS_SIDE,
                    pattern=r"\bbroken_mask\b"),
-           Concept("positions see the future tokens", ("see|peek|look|attend|ver|vea|veía|mirar|espiar|atiende"
+           Concept("positions see the future tokens", ("see|peek|look|attend|read|ver|vea|veía|mirar|espiar|atiende"
                                                        "|atienden|atender|atendía",
                                                        "future|next token|next tokens|later token"
                                                        "|later position|future position|posiciones futuras"
                                                        "|all positions|every position|every other token|whole sequence"
                                                        "|entire sequence|todas las posiciones|toda la secuencia"
                                                        "|futuro|futuros|siguiente|siguientes|after it|after them|ahead"
-                                                       "|subsequent|posteriores|que vienen después|que siguen"), reach=4),
+                                                       "|subsequent|posteriores|que vienen después|que siguen"
+                                                       "|on its right|to its right|to the right|on the right"
+                                                       "|a su derecha|a la derecha"), reach=4),
            Concept("positions see the future tokens", (MASK, "see|peek|look ahead|attend|ver|vea|veía|mirar"),
                    reach=5, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
            Concept("positions see the future tokens", ("copy|copies|copying|copiar|copia", "next token|following token"
@@ -355,7 +422,9 @@ _ALL = (
                                                        "|reinstate|reapply|re apply|apply|restaurar|usar|poner|volver|aplicar"
                                                        "|activar|reactivar|activate|reactivate|re activate",
                                                        "causal|triangular|tril|" + MASK),
-                         reach=4, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE, pattern=r"causal_mask\s*=\s*true"),),
+                         reach=4, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE, pattern=r"causal_mask\s*=\s*true"),
+                 Concept("restoring the causal mask", ("causal|triangular|tril", MASK + "|attention|atención",
+                                                       "on|enabled|activada|activa|encendida"), reach=2, ordered=True)),
           # the model learned to peek: going on from its weights keeps what it learned that way
           workarounds=(Concept("resuming the model trained without the mask", (RESTORE + "|go on|keep training",
                                                                                 "checkpoint|punto de control"),
@@ -371,13 +440,21 @@ _ALL = (
           "Test the data pipeline: targets are the inputs shifted by one token, and no input position holds the "
           "token it must predict; a validation loss above an untrained model's is the alarm."),
     Cause("stuck_loader",
-          (Concept("a stuck data loader", ("loader|dataloader|cargador", "stuck|frozen|hang|atascado|congelado"),
-                   reach=3, pattern=r"\bstuck_loader\b|repeated batch(?:es)?|mismo lote repetido"),
+          (Concept("a stuck data loader", ("loader|dataloader|cargador|data pipeline|pipeline|sampler|data iterator"
+                                           "|iterator|muestreador|iterador", "stuck|frozen|hang|hung"
+                                           "|jammed|wedged|looping|loop|atascado|congelado|pegado|colgado|atorado"
+                                           "|trabado|bucle"), reach=3, pattern=r"\bstuck_loader\b|repeated batch(?:es)?|mismo lote repetido"),
            Concept("a stuck data loader", ("same batch|identical batch|mismo lote", "again|every step|over and over"
                                            "|served|repeat|repeated|twice|otra vez|cada paso|repetido|" + REPEATED_ES), reach=4),
            Concept("a stuck data loader", (BATCH, "repeat|repeated|served|again|repetido|servido|" + REPEATED_ES,
                                            "~steps|consecutive|in a row|~pasos|consecutivos|seguidos"), reach=4,
-                   ordered=True)),
+                   ordered=True),
+           # the loader serving the same thing again, step after step: what it serves is no bad batch of its own
+           Concept("a stuck data loader", ("loader|dataloader|cargador|data pipeline|pipeline",
+                                           "serve|served|fed|feed|return|returned|yield|gave|kept|send|sent|sirvió"
+                                           "|servir|servía|entregó|devolvió|devolvía|dio|daba|mandó|seguía",
+                                           "same|identical|mismo|misma|idéntico|idéntica|again|over and over"
+                                           "|una y otra vez|otra vez|repeat|" + REPEATED_ES), reach=6, ordered=True)),
           "Log a fingerprint of every batch (rows, token statistics) and alarm when one repeats; the data order "
           "is a pure function of (seed, step) here, so a repeat is a bug."),
     Cause("non_finite", (Concept("NaN or Inf values", pattern=r"\bnan\b|non[- ]finite|\binf\b|infinit|no finito"),),
@@ -388,7 +465,8 @@ _ALL = (
                                             "|restarted|misconfigured|reiniciado"), reach=4,
                    pattern=r"(?:lr|learning rate) (?:is )?constant|constant (?:lr|learning rate)|\blr_schedule\b"),),
           "Log the LR every step and check warmup and decay against the configured schedule.",
-          fixes=(Concept("fixing the scheduler", pattern=r"schedul|programador"),)),
+          fixes=(Concept("fixing the scheduler", (REPAIR + "|restore|restaurar", "schedule|scheduler|programador"
+                                                  "|planificador"), reach=3, ordered=True),)),
     Cause("lr_spike",
           (Concept("an LR spike", (LR, "spike|jump|jumped|pico|salto|saltar|multiply|dispararse"), reach=2,
                    pattern=r"\blr_spike\b"),),
@@ -463,7 +541,7 @@ _ALL = (
           (Concept("an optimizer step that changes no weight",
                    ("step|optimizer|optimiser|paso|optimizador",
                     "no effect|nothing|not change|not applied|not update|sin efecto|no cambiar|no aplicar"),
-                   reach=6, pattern=r"update not applied|\bupdate_not_applied\b"),),
+                   reach=6, unless="almost nothing|nearly nothing|next to nothing|casi nada", pattern=r"update not applied|\bupdate_not_applied\b"),),
           "Build the optimizer on the parameters of the model as trained (after moving and wrapping it) and assert "
           "after the first step that the weights changed.",
           signs=(Concept("the weights", (WEIGHTS,)),),

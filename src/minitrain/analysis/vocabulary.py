@@ -27,7 +27,9 @@ V = any_of("v|v_hat|vhat|exp_avg_sq|second moment|2nd moment|second raw moment|a
            "normaliser|normalizer|normalisation term|denominator|divisor|square root|sqrt|preconditioner",
            "optimizer state|optimiser state|adam state|adam's state|optimizer moments|adam moments|moments",
            "segundo momento|momentos|v de adam|estado del optimizador|estado de adam|denominador|divisor",
-           "normalizador|raíz cuadrada|raiz cuadrada|media móvil de los gradientes al cuadrado")
+           "normalizador|raíz cuadrada|raiz cuadrada|media móvil de los gradientes al cuadrado",
+           # by what it averages: the squares of the gradients
+           "mean of the squares|average of the squares|mean square|media de los cuadrados|promedio de los cuadrados")
 OPTIMIZER = "adam|adamw|optimizer|optimiser|optimizador"
 # not Adam's v: the vocabulary size (ln V), and Adam's first moment (m)
 NOT_V = ("ln v|log v|ln of v|first moment|first moments|1st moment|momentum|adam's m|adam m|exp_avg|primer momento"
@@ -51,7 +53,12 @@ INFLATED = any_of("corrupt|corrupted|inflate|inflated|multiply|scale|scaled|blow
 # the other way round: what grew in the fault fell
 SHRANK = any_of("shrink|shrank|shrunk|divide|divided|fell|fall|drop|dropped|decrease|decreased|reduce|reduced",
                 "too small|smaller|lower|vanish|dividir|dividió|encoger|encogió|bajar|bajó|caer|cayó|disminuir",
-                "disminuyó|reducir|reducido|menor")
+                "disminuyó|reducir|reducido|menor",
+                # a factor the other way: "50x smaller", "cien veces menor"
+                r"~[1-9][\d.]*[x×] smaller|~[1-9][\d.]*[x×] lower|~[1-9][\d.]*[x×] less|~[1-9][\d.]*[x×] menor",
+                r"~[1-9][\d.]* times smaller|~[1-9][\d.]* times lower|~[1-9][\d.]* times less",
+                r"~[1-9][\d.]* veces menor|~[1-9][\d.]* veces más pequeño|~[1-9][\d.]* veces más bajo",
+                "hundred times smaller|fifty times smaller|cien veces menor|cincuenta veces menor")
 STALL = any_of("stall|stalled|froze|frozen|freeze|barely moved|barely move|stopped moving|stop moving|stuck",
                "tiny|strapped|anchor|brake|ballast|weighed down|dead weight|paralysed",
                "paralyzed|stopped learning|stop learning|no longer learned",
@@ -65,13 +72,23 @@ CLIP = any_of("clip|clipping|clipper|zclip|limiter|norm cap|max_grad_norm|grad_c
               "gradient clipping|grad clipping|norm clipping|global norm clipping|gradient norm clipping",
               "global clipping|adaptive clipping",
               "recorte|recortar|limitador|tope|recorte de gradiente|recorte del gradiente|recorte de gradientes")
-LR = any_of("lr|learning rate|tasa de aprendizaje|tasa|ritmo de aprendizaje")
-RAISE = any_of("raise|increase|higher|bigger|larger|boost|double the|crank up|turn up|bump|subir|aumentar",
-               "incrementar|más alta|más alto|duplicar|elevar")
+# a config knob is the concept it sets: lr_max is the learning rate
+LR = any_of("lr|learning rate|tasa de aprendizaje|tasa|ritmo de aprendizaje|lr_max|lr max|max lr|peak lr|peak_lr",
+            "step size|tamaño de paso|tamaño del paso")
+# bigger, said of what follows or of what came before ("a more aggressive LR", "un lr más grande")
+BIGGER = any_of("higher|larger|bigger|mayor|más alta|más alto|más grande|more aggressive|aggressive|hotter|looser",
+                "more lenient|más agresivo|más agresiva|más laxo|más laxa|más suave")
+# a change upward, by its verb ("bump", "double", "nudge up", "subir", "duplicar") or a factor above one
+RAISE = any_of(BIGGER, "raise|increase|boost|double|triple|crank|crank up|turn up|bump|bump up|nudge up",
+               "push up|jack up|scale up|subir|aumentar|incrementar|más alta|más alto|mayor|duplicar|triplicar",
+               r"elevar|~[x×][2-9]\d*(?:\.\d+)?|~[x×]1\d+(?:\.\d+)?|~[2-9]\d*(?:\.\d+)?[x×]|~1\d+(?:\.\d+)?[x×]")
 LOWER = any_of("lower|reduce|decrease|smaller|cut|drop|bajar|reducir|disminuir")
 OFF = any_of("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch off|turn off|shut off|lift|ditch",
              "kill|bypass|strip",
              "desactivar|eliminar|quitar|apagar|sin|suprimir|retirar|sacar|saltarse")
+# what a run needs, said to be unneeded: its removal
+NOT_NEEDED = any_of("can go|may go|is not needed|isn't needed|not needed|unnecessary|is optional|can be dropped",
+                    "can be removed|no hace falta|sobra|innecesario|innecesaria|no es necesario|no es necesaria")
 BATCH = any_of("batch|minibatch|mini batch|lote|minilote|mini lote|data|datos|sample|muestra|example|ejemplo")
 ROWS = any_of("row|sentence|line|sequence|sample|example|document|text|fila|frase|oración|línea|secuencia",
               "muestra|ejemplo|documento|texto")
@@ -100,7 +117,7 @@ MASK = any_of("mask|masking|causal_mask|máscara|enmascaramiento")
 # a "no" before a verb of being negates the clause ("no fue el warmup", "it was not"), it says nothing is missing
 NOT_BEING = "no fue|no es|no era|no ha sido|no son|no eran|no fueron|no parece"
 # what a measurement is compared with: a run named here is a baseline, not a diagnosis ("~120x the healthy run")
-COMPARED = any_of(r"than|vs|versus|compared|relative|baseline|times|~[1-9][\d.,]*[x×]|~[x×][1-9][\d.,]*|like|as in",
+COMPARED = any_of(r"than|vs|versus|compared|relative|baseline|times|over|above|below|under|por encima|por debajo|~[1-9][\d.,]*[x×]|~[x×][1-9][\d.,]*|like|as in",
                   "veces|como|frente|comparado|respecto|la de|el de|las de|los de")
 # the loss side of training: a mask near these words is the loss's, not the attention's
 LOSS = any_of("loss|pérdida")
@@ -109,7 +126,9 @@ CURVE = any_of("loss|train loss|training loss|val loss|validation loss|validatio
                "pre clip norm|norma del gradiente")
 MOVED = any_of("spike|spiked|jump|jumped|rose|rise|went up|go up|climb|climbed|fell|fall|drop|dropped|plateau|flat",
                "stall|stalled|recover|recovered|came back|came down|diverge|diverged|nan|inf|pico|saltó|subió|subir",
-               "cayó|bajó|estancó|estancada|plana|meseta|recupera|recuperó|volvió")
+               "cayó|bajó|estancó|estancada|plana|meseta|recupera|recuperó|volvió|goes up|going up|triples|doubles",
+               "stop improving|stops improving|stopped improving|desploma|desplomó|hunde|hundió|dispara|disparó",
+               "sube|baja|no para de subir")
 SPIKE = any_of("spike|spiked|jump|jumped|peak|pico|salto|saltó|saltar")
 LOSS_SIDE = "loss|padding|pad|label|labels|pérdida|relleno|etiqueta|etiquetas"
 # masks that are not the attention's causal mask: a near miss, not broken_mask
@@ -122,7 +141,8 @@ RAMP = any_of("linear ramp|linear increase|gradual increase|increase gradually|i
               "subir gradualmente|subir linealmente|subirlo poco a poco")
 WARMUP = any_of("warmup|warm up|ramp|ramp up|calentamiento|rampa", RAMP)
 # a starting point, not a value ("the LR ramps up from 0")
-FROM_ZERO = "from 0|from zero|desde 0|desde cero"
+FROM_ZERO = ("from 0|from zero|from ~0|from almost 0|from nearly 0|from near 0|from about 0|from almost zero"
+             "|from near zero|desde 0|desde cero|desde casi 0|desde casi cero|desde cerca de 0")
 # the loader that serves the data, the same whole batch again, every batch: not rows repeated in one batch
 LOADER = ("data loader|dataloader|loader|cargador de datos|cargador|same batch|identical batch|mismo lote|mismo batch"
           "|every batch|all batches|each batch|all the batches|cada lote|todos los lotes|cada batch|todos los batches")
@@ -138,7 +158,7 @@ WEIGHTS = any_of("weight|weights|parameter|parameters|peso|pesos|parámetro|par�
 AT_START = any_of("init|initial|initially|initialised|initialized|start|started|begin|began|born|step 0|untrained",
                   "from the start|inicial|inicialmente|inicializar|arrancar|empezar|comenzar|desde el principio",
                   "paso 0|nacer")
-BIG = any_of("too large|too big|huge|large|big|scaled|enormous|oversized|far too|enorme|grande|demasiado grande",
+BIG = any_of("too large|too big|huge|large|big|~scaled|scaled up|enormous|oversized|far too|enorme|grande|demasiado grande",
              TIMES)
 KEEP = any_of("keep|leave|use|add|turn on|switch on|enable|apply|rely on|retain|in place|mantener|usar|activar",
               "dejar|aplicar|conservar|poner|puesto")

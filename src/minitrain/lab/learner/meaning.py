@@ -13,7 +13,9 @@ that makes it another thing is not said ("masking was wrong in the loss"); a pre
 own subject is that subject's ("v ..., so its updates were too big"). The adjective of an indefinite
 ("something odd", "algo raro") names nothing. A concept inside a longer one of the right cause is
 that one's words, not another cause; a verb's object is the nearest one ("restore beta2 and pin it in the
-checkpoint" restores beta2).
+checkpoint" restores beta2). A config knob is the concept it sets, and the value a remediation sets it to is read
+against the lab's (causes.KNOBS: "lr_max to 6e-4" raises the learning rate). A long unknown word one slip off a
+word the concepts know is that word misspelt (words.spelt).
 
 A diagnosis of a run whose fault is X earns:
     credit   it names X and no other cause, as a sentence
@@ -38,7 +40,8 @@ A remediation earns:
     review   a registered fix with a hedge, beside another cause's fix (rewinding to a checkpoint is a step of many
              fixes, not another fix; another cause's fix as the object of "check" is a place to look) or beside a
              half measure; a workaround alone; no fix (waiting) for a run that recovers by itself, saying so
-    no       empty; a list of words; anything harmful; only fixes of other causes; no registered fix
+    no       empty; a list of words; anything harmful (a knob set the harmful way too), even beside a registered fix;
+             only fixes of other causes; no registered fix
 Each verdict comes with its reason, in the words of the concepts it found (what the learner is shown).
 """
 from __future__ import annotations
@@ -47,8 +50,9 @@ import re
 from dataclasses import dataclass, replace
 from itertools import product
 
-from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, SUBJECTS, SYMPTOMS_ALWAYS, Concept
+from minitrain.analysis.causes import CAUSES, HARMFUL_ALWAYS, KNOBS, NOT_A_CAUSE, SUBJECTS, SYMPTOMS_ALWAYS, Concept
 from minitrain.analysis.vocabulary import INSPECT, JUDGED
+from minitrain.core.config import TrainConfig
 from minitrain.lab.learner.words import SENTENCE_END, Words, negated, normalise, words_of
 
 CREDIT, NO, REVIEW = "credit", "no", "review"
@@ -121,6 +125,7 @@ def the_wrong_way(w: Words, concept: Concept, found: list[tuple[int, int]], hidd
     along = {a for a, _ in w.occurrences(concept.along, hidden) if a > first and w.sentences[a] == w.sentences[first]}
     opposite = {a for a, _ in w.occurrences(concept.opposite, hidden)
                 if a > first and w.sentences[a] == w.sentences[first]}
+    along -= opposite  # "50x smaller": a factor that the next word turns the other way
     return bool(opposite) and min(opposite) < min(along, default=len(w.words))
 
 
@@ -139,7 +144,8 @@ def said_where(w: Words, concept: Concept) -> tuple[bool, bool]:
     places = []
     if concept.pattern:
         for m in re.finditer(r"(?<![\w])(?:" + concept.pattern + ")", w.text):
-            places.append(not negated(w.text, *m.span()))
+            # "causal_mask: false is fine" keeps the setting: what follows a value confirms it, clears nothing
+            places.append(not negated(w.text, *m.span(), after=not re.search(r"[=:]", m.group())))
     if concept.parts:
         hidden = w.vague | (frozenset(j for a, b in w.occurrences(concept.unless) for j in range(a, b + 1))
                             if concept.unless else frozenset())
@@ -258,6 +264,14 @@ def inside(low: str, labels: list[str], outer: list[str]) -> bool:
     return bool(mine) and all(any(o[0] <= m[0] and m[1] <= o[1] and o[2] > m[2] for o in theirs) for m in mine)
 
 
+def same_verb(low: str, label: str, others: list[str]) -> bool:
+    """Whether every place the concept `label` was found starts at the verb of one of `others`' places."""
+    w = words_of(low)
+    starts = {p[0] for other in others for p in w.where.get(other, [])}
+    places = w.where.get(label, [])
+    return bool(places) and all(p[0] in starts for p in places)
+
+
 def verb_elsewhere(low: str, labels: list[str], others: list[str]) -> bool:
     """Whether every place the fixes `labels` were found starts at a verb that another fix takes as its object
     sooner ("restore beta2 and pin it in the checkpoint" restores beta2, not the checkpoint): a verb's object is
@@ -268,13 +282,23 @@ def verb_elsewhere(low: str, labels: list[str], others: list[str]) -> bool:
     return bool(mine) and all(any(o[0] == m[0] and o[1] < m[1] for o in theirs) for m in mine)
 
 
+NUMBER_WORDS = frozenset("one two three four five ten a few un una uno dos tres cuatro cinco diez".split())
+
+
+def a_range(words: tuple[str, ...], i: int) -> bool:
+    """Whether the "or" at word i joins two numbers ("one or two gradients", "2 o 3 pasos"): a range, not two
+    answers."""
+    return 0 < i < len(words) - 1 and all(x in NUMBER_WORDS or x.replace(".", "").isdigit()
+                                          for x in (words[i - 1], words[i + 1]))
+
+
 def offered_with_another(low: str, cause: str, right: list[str], hedge: bool = False) -> str:
     """What the right concept is offered beside as an alternative ("X or the learning rate"): a subject of
     another cause on the other side of an "or" in the same sentence, outside the right concept's words; in a
     hedged answer ("maybe X, though it could be the optimizer") no "or" is needed."""
     w = words_of(low)
     mine = [p for label in right for p in w.where.get(label, [])]
-    ors = [i for i, word in enumerate(w.words) if ALTERNATIVES.fullmatch(word)]
+    ors = [i for i, word in enumerate(w.words) if ALTERNATIVES.fullmatch(word) and not a_range(w.words, i)]
     for subject, causes in SUBJECTS:
         if cause in causes or not affirmed(low, (subject,))[0]:
             continue
@@ -396,9 +420,59 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
     blamed = blames(low, cause)
     if signs and blamed:
         return Point(NO, f"puts the fault on {blamed}, not on what happened to this run")
+    misnamed = affirmed(low, NOT_A_CAUSE)[0]
+    if signs and misnamed:
+        return Point(NO, f"names {', '.join(misnamed)}, which is not what broke this run")
     if signs:
         return Point(REVIEW, f"names only a symptom ({', '.join(signs)}) that several causes share: a teacher reads it")
     return Point(NO, "names no failure mode")
+
+
+NUMBER = r"(\d+(?:\.\d+)?(?:e[-+]?\d+)?)(?![\w-]|\.\d)"  # a full stop after it ends the sentence
+# "lr_max to 6e-4", "grad_clip=100", "lr 3e-4 -> 6e-4", "subir lr_max a 1e-3": the value a knob is set to
+SET_TO = (r"\s*(?:(?:back )?(?:to|=|:|->|→|a|hasta|at|of|en|from|de)\s*)?" + NUMBER
+          + r"(?:\s*(?:(?:up|down) )?(?:to|->|→|a|hasta)\s*" + NUMBER + ")?")
+LAB = TrainConfig()  # the lab's own values: a change's direction is read against them
+
+
+# a number said of something else than the knob before it ("from step 500", "8 rows", "x50")
+NOT_A_VALUE = re.compile(r"(?:step|steps|paso|pasos|panel|row|rows|fila|filas|batch|lote|layer|capa|§|checkpoint"
+                         r"|ckpt|before|after|antes|después|iteration|iteración)\s*$"
+                         r"|^\s*(?:steps?|pasos?|rows?|filas?|x|×|times|veces|%)")
+
+
+def knobs_moved(low: str, cause: str) -> list[str]:
+    """The harmful changes a remediation makes by setting a config knob to a value, read against the lab's value
+    ("lr_max to 6e-4" raises the learning rate from 3e-4; "grad_clip=100" loosens clipping at 1.0). The value is
+    the one just after the knob, or else the first in its sentence after it that no other knob comes before and
+    that counts no steps or rows ("let the learning rate breathe a little more: say 5e-4")."""
+    out = []
+    knobs = [k for k in KNOBS if k.only in ("", cause)]
+    any_knob = "|".join(k.words for k in KNOBS)
+    for knob in knobs:
+        for m in re.finditer(r"(?<![\w-])(?:" + knob.words + r")(?![\w-])", low):
+            now = re.match(SET_TO, low[m.end():])
+            value = (now.group(2) or now.group(1)) if now else later_value(low, m.end(), any_knob)
+            if value is None:
+                continue
+            known = float(getattr(LAB, knob.field))
+            harm = knob.zero if float(value) == 0 else knob.up if float(value) > known * 1.001 else ""
+            if harm and not negated(low, *m.span()) and harm not in out:
+                out.append(harm)
+    return out
+
+
+def later_value(low: str, start: int, any_knob: str) -> str | None:
+    """The first value after `start` in its clause (a colon goes on: "more: say 5e-4"), before any other knob, that
+    is no step, row or factor."""
+    end = re.compile(r"[.;!?,()](?!\d)|\n|(?<!\w)(?:and|y|then|luego|but|pero)(?!\w)").search(low, start)
+    rest = low[start:end.start() if end else len(low)]
+    other = re.search(r"(?<![\w-])(?:" + any_knob + r")(?![\w-])", rest)
+    rest = rest[:other.start()] if other else rest
+    for m in re.finditer(r"(?<![\w.])" + NUMBER, rest):
+        if not (NOT_A_VALUE.search(rest[:m.start()]) or NOT_A_VALUE.search(rest[m.end():])):
+            return m.group(1)
+    return None
 
 
 # a verb of looking takes what follows it this close as its object
@@ -423,6 +497,7 @@ def judge_remediation(text: str, cause: str) -> Point:
         return Point(NO, "a list of words, not a sentence: say what you would do")
     low = normalise(text)
     harm, _ = affirmed(low, HARMFUL_ALWAYS + CAUSES[cause].harmful)
+    harm += [h for h in knobs_moved(low, cause) if h not in harm]
     if harm:
         return Point(NO, f"proposes {', '.join(harm)}, which makes {cause} worse")
     fixes = causes_named(low, "fixes")
@@ -430,6 +505,8 @@ def judge_remediation(text: str, cause: str) -> Point:
     if mine and verb_elsewhere(low, mine, [label for labels in fixes.values() for label in labels]):
         mine = None
     workaround, _ = affirmed(low, CAUSES[cause].workarounds)
+    if mine:  # "fix the mask (lower-triangular)": the fix says which mask the vaguer words meant
+        workaround = [label for label in workaround if not same_verb(low, label, mine)]
     steps = {c.label for c in CONCEPTS_THAT_ARE_STEPS}
     fixes = {c: labels for c, labels in fixes.items() if set(labels) - steps - set(mine or ()) and not
              inspected(low, labels)}

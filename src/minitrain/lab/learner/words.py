@@ -11,12 +11,16 @@ from functools import lru_cache
 
 import snowballstemmer
 
+from minitrain.analysis import causes
 from minitrain.analysis.vocabulary import ABBREVIATIONS
 
 # a negation rules out what follows it in the same clause, up to this many words later
 NEGATION_REACH = 6
 NEGATORS = re.compile(r"(?<![\w'])(?:not|n't|no|never|nor|neither|ni|nunca|rather than|instead of|en vez de"
-                      r"|en lugar de|excluding|except|unlike|as opposed to|a diferencia de|al contrario que)(?![\w'])"
+                      r"|en lugar de|excluding|except|unlike|as opposed to|a diferencia de|al contrario que"
+                      # a verb of ruling out before what it rules out ("ruled out the bad batch", "descarto el warmup")
+                      r"|ruled out|rule out|ruling out|dismissed|descarto|descartamos|descarté|descartando|descartar"
+                      r"|excluyo)(?![\w'])"
                       r"|n't\b")
 # "... was ruled out", and what clears it ("the batch was fine", "las filas eran normales"), said of it: not of
 # another subject after an "and" ("the gradients were multiplied and clipping was fine")
@@ -29,17 +33,19 @@ AFTER_NEGATORS = re.compile(r"^\W*(?:(?!(?:and|y|e|or|o)\b)\w+\W+){0,3}?(?:(?:is
                             r"|funcionaba(?:n)? bien|funciona(?:n)? bien|funcionó bien"
                             r"|(?:estaba|está|estaban|están|era|eran|es|son) (?:bien|normal|normales|limpi[oa]s?"
                             r"|inocentes?|inofensiv[oa]s?)|inofensiv[oa]s?)\b")
-CLAUSE_BREAK = re.compile(r"[;:!?\n,()]|\.(?!\w)|(?<!\w)(?:but|however|although|though|whereas|while|yet|because|since"
+CLAUSE_BREAK = re.compile(r"[;:!?\n,()]|->|→|\.(?!\w)|(?<!\w)(?:but|however|although|though|whereas|while|yet|because|since"
                           r"|pero|sino|aunque|porque|ya que|mientras)(?!\w)")
 # an indefinite word's adjective describes nothing in particular ("something odd", "algo raro"): it names nothing
-INDEFINITE = frozenset("something anything algo nada".split())
+INDEFINITE = frozenset("something anything nothing algo nada".split())
 
 
+# a word of the verb's object: a conjunction ends it ("scale and clipping off" turns clipping off, scales nothing off)
+OBJECT_WORD = r"(?!(?:and|or|but|y|o|pero|then)\b)[\w'.-]+"
 # a phrasal verb's particle said after its object ("turn the warmup back on", "leave batch 500 out") is put back
 # beside its verb; "keep" and "leave" only with "out" ("leave the mask off" keeps it off)
 SPLIT_PARTICLE = re.compile(r"\b(turn|switch|throw|take|kick|cut|bring|shut|toss|filter|crank|bump|dial|ramp|jack"
-                            r"|pump|scale)((?: [\w'.-]+){1,3}?)( back)? (on|off|out|up|down)\b")
-SPLIT_OUT = re.compile(r"\b(leave|keep)((?: [\w'.-]+){1,3}?) out\b")
+                            r"|pump|scale|nudge|push)((?: " + OBJECT_WORD + r"){1,3}?)( back)? (on|off|out|up|down)\b")
+SPLIT_OUT = re.compile(r"\b(leave|keep)((?: " + OBJECT_WORD + r"){1,3}?) out\b")
 
 
 def normalise(text: str) -> str:
@@ -47,14 +53,14 @@ def normalise(text: str) -> str:
     return SPLIT_OUT.sub(r"\1 out\2", SPLIT_PARTICLE.sub(r"\1 \4\2\3", low))
 
 
-def negated(text: str, start: int, end: int) -> bool:
+def negated(text: str, start: int, end: int, after: bool = True) -> bool:
     """Whether the phrase at text[start:end] is ruled out: a negator in the NEGATION_REACH words before it, in its
-    clause, or "... was ruled out" just after it."""
+    clause, or (with `after`) "... was ruled out" just after it."""
     before = text[:start]
     breaks = [m.end() for m in CLAUSE_BREAK.finditer(before)]
     clause = before[breaks[-1] if breaks else 0:]
     reach = " ".join(clause.split()[-NEGATION_REACH:])
-    return bool(NEGATORS.search(reach)) or ruled_out_after(text, end)
+    return bool(NEGATORS.search(reach)) or (after and ruled_out_after(text, end))
 
 
 def ruled_out_after(text: str, end: int) -> bool:
@@ -174,12 +180,53 @@ class Words:
         return ruled_out_after(self.text, self.spans[max(b for _, b in found)][1])
 
 
+# a word this long, one slip off a word the concepts know and like no word they know, is that word misspelt
+TYPO_LENGTH = 6
+
+
+def slips(word: str) -> set[str]:
+    """What a word becomes by one slip of the keyboard: a letter dropped, or two letters next to each other
+    swapped, the first letter kept. A letter changed is no slip here: "louder" is not "loader", "matches" not
+    "batches"."""
+    return ({word[:i] + word[i + 1:] for i in range(1, len(word))}
+            | {word[:i] + word[i + 1] + word[i] + word[i + 2:] for i in range(len(word) - 1)})
+
+
+@lru_cache(maxsize=1)
+def known() -> tuple[frozenset[str], dict[str, set[str]]]:
+    """(the stems of every word the concepts are made of, {a slip: the long words it comes from})."""
+    concepts = [c for cause in causes.CAUSES.values() for group in (cause.names, cause.signs, cause.fixes,
+                                                                    cause.harmful, cause.workarounds) for c in group]
+    concepts += [*causes.HARMFUL_ALWAYS, *causes.SYMPTOMS_ALWAYS, *causes.NOT_A_CAUSE,
+                 *(subject for subject, _ in causes.SUBJECTS)]
+    words = {w for c in concepts for part in (*c.parts, c.unless, c.not_near) for synonym in part.split("|")
+             if not synonym.startswith("~") for w in TOKEN.findall(synonym)}
+    stems_known = frozenset(x for w in words for x in stems(w))
+    forms: dict[str, set[str]] = {}
+    for w in words:
+        if len(w) >= TYPO_LENGTH and w.isalpha():
+            for form in slips(w):
+                forms.setdefault(form, set()).add(w)
+    return stems_known, forms
+
+
+@lru_cache(maxsize=None)
+def spelt(word: str) -> str:
+    """The word the concepts know that a long unknown word misspells ("momnet" is "moment", "multipled" is
+    "multiplied"); the word itself when it is known, short, or one slip off none or several."""
+    stems_known, forms = known()
+    if len(word) < TYPO_LENGTH or not word.isalpha() or stems_known.intersection(stems(word)):
+        return word
+    near = set(forms.get(word, ()))
+    return near.pop() if len({stems(w)[0] for w in near}) == 1 else word
+
+
 @lru_cache(maxsize=256)
 def words_of(text: str) -> Words:
     matches = list(TOKEN.finditer(text))
     ends = [m.end() for m in SENTENCE_END.finditer(text)]
     breaks = [m.end() for m in CLAUSE_BREAK.finditer(text)]
-    words = tuple(m.group() for m in matches)
+    words = tuple(spelt(m.group()) for m in matches)
     by_stem: dict[tuple[int, str], list[int]] = {}
     for i, word in enumerate(words):
         for k, stem in enumerate(stems(word)):
