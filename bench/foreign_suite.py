@@ -1,6 +1,6 @@
 """Score `minitrain import` + `minitrain diagnose` on runs made by trainers that are not minitrain.
 
-    python bench/foreign_suite.py --part dev|held-out|all [--jobs 2] [--cache build/foreign-suite]
+    python bench/foreign_suite.py --part dev|held-out|all|blind2 [--jobs 2] [--cache DIR] [--cases A,B] [--import-only]
 
 bench/foreign/ holds three trainers written as their users write them (nanoGPT-style with TensorBoard and a
 printed log, the Hugging Face Trainer, a plain loop writing a CSV or Lightning's metrics.csv), none importing
@@ -9,6 +9,9 @@ config and the trainer's source), then imported as its user would import it and 
 scored holds a wrong name or a false alarm; docs/foreign-runs.md says what each category means.
 
 Both parts have been scored and the rules tuned on all 40 runs (docs/foreign-runs.md): a regression check now.
+--part blind2 scores a second held-out suite, bench/foreign2/ (its own three trainers and 42 runs, cached in
+build/foreign-suite-blind2/), written by a tester who never read the diagnosis code. --import-only trains and
+imports without diagnosing.
 """
 import argparse
 import hashlib
@@ -23,9 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from foreign.cases import CASES
+from foreign2.cases import CASES as BLIND2_CASES
 
 ROOT = Path(__file__).resolve().parent.parent
 FOREIGN = Path(__file__).resolve().parent / "foreign"
+FOREIGN2 = Path(__file__).resolve().parent / "foreign2"
+BLIND2_TRAINERS = {c.trainer for c in BLIND2_CASES}
 SPLIT_SEED = 35  # fixes which runs are dev (a third of each trainer's runs) and which are held out
 CATEGORIES = ["right", "step off", "unknown", "untestable", "healthy on fault", "wrong", "healthy", "false alarm",
               "import refused"]
@@ -46,14 +52,20 @@ def split():
     return parts
 
 
+def _home(case):
+    """The suite folder holding the case's trainer, and the data module its trainers share."""
+    return (FOREIGN2, "text.py") if case.trainer in BLIND2_TRAINERS else (FOREIGN, "corpus.py")
+
+
 def run_key(case):
-    src = "".join((FOREIGN / f).read_text() for f in ("corpus.py", "train_one.py", f"{_module(case)}.py"))
+    home, data = _home(case)
+    src = "".join((home / f).read_text() for f in (data, "train_one.py", f"{_module(case)}.py"))
     blob = json.dumps([case.trainer, case.config], sort_keys=True) + src
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def _module(case):
-    return {"nanogpt": "nanogpt", "hf": "hf", "csv": "plain_loop"}[case.trainer]
+    return {"nanogpt": "nanogpt", "hf": "hf", "csv": "plain_loop"}.get(case.trainer, case.trainer)
 
 
 def generate(case, cache):
@@ -63,7 +75,7 @@ def generate(case, cache):
         return out, 0.0
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.time()
-    proc = subprocess.run([sys.executable, str(FOREIGN / "train_one.py"), case.trainer, json.dumps(case.config),
+    proc = subprocess.run([sys.executable, str(_home(case)[0] / "train_one.py"), case.trainer, json.dumps(case.config),
                            str(out)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{case.name}: the trainer failed:\n{proc.stderr[-2000:]}")
@@ -91,7 +103,7 @@ def minitrain(*args):
     return subprocess.run([sys.executable, "-m", "minitrain", *args], capture_output=True, text=True)
 
 
-def diagnose(case, run, work):
+def diagnose(case, run, work, import_only=False):
     """Import and diagnose one run; returns what came out (cause, step, untestable, or the refusal)."""
     dest = work / case.name
     shutil.rmtree(dest, ignore_errors=True)
@@ -100,6 +112,8 @@ def diagnose(case, run, work):
     if got.returncode != 0:
         last = (got.stderr.strip().splitlines() or ["(no message)"])[-1]
         return {"refused": f"{case.source}: " + last.replace(str(run) + "/", "")}
+    if import_only:
+        return {"imported": str(dest)}
     got = minitrain("diagnose", str(dest), "--json")
     if got.returncode != 0:
         last = (got.stderr.strip().splitlines() or ["(no message)"])[-1]
@@ -149,9 +163,13 @@ def table(rows):
     return "\n".join(lines)
 
 
+def trainers(cases):
+    return list(dict.fromkeys(c.trainer for c in cases))
+
+
 def totals(rows):
     lines = ["| trainer | runs | " + " | ".join(CATEGORIES) + " |", "|---|---|" + "---|" * len(CATEGORIES)]
-    for trainer in ("nanogpt", "hf", "csv", "all"):
+    for trainer in (*trainers(r[0] for r in rows), "all"):
         sel = [cat for case, _, cat in rows if trainer in ("all", case.trainer)]
         count = Counter(sel)
         lines.append(f"| {trainer} | {len(sel)} | " + " | ".join(str(count[c]) for c in CATEGORIES) + " |")
@@ -160,15 +178,29 @@ def totals(rows):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", choices=["dev", "held-out", "all"], default="dev")
-    ap.add_argument("--cache", default=str(ROOT / "build" / "foreign-suite"),
-                    help="where trained runs are kept between scorings (default build/foreign-suite)")
+    ap.add_argument("--part", choices=["dev", "held-out", "all", "blind2"], default="dev")
+    ap.add_argument("--cache", help="where trained runs are kept between scorings (default build/foreign-suite, "
+                                    "build/foreign-suite-blind2 for --part blind2)")
+    ap.add_argument("--cases", help="only these runs of the part (comma-separated names)")
+    ap.add_argument("--import-only", action="store_true", help="train and import each run, diagnose nothing")
     ap.add_argument("--jobs", type=int, default=2, help="trainers run at once (one CPU thread each)")
     ap.add_argument("--json", metavar="FILE", help="also write the per-run results to FILE")
     args = ap.parse_args()
     parts = split()
-    cases = [c for c in CASES if args.part == "all" or parts[c.name] == args.part]
-    cache = Path(args.cache)
+    if args.part == "blind2":
+        cases = BLIND2_CASES
+        parts.update({c.name: "blind2" for c in cases})
+    else:
+        cases = [c for c in CASES if args.part == "all" or parts[c.name] == args.part]
+    if args.cases:
+        names = args.cases.split(",")
+        unknown = sorted(set(names) - {c.name for c in cases})
+        if unknown:
+            print(f"--cases: not in part {args.part}: {', '.join(unknown)}", file=sys.stderr)
+            return 2
+        cases = [c for c in cases if c.name in names]
+    suffix = "-blind2" if args.part == "blind2" else ""
+    cache = Path(args.cache or ROOT / "build" / f"foreign-suite{suffix}")
     cache.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     with ThreadPoolExecutor(args.jobs) as pool:
@@ -178,10 +210,16 @@ def main():
           f"{len(cases) - trained} from {cache}", file=sys.stderr)
     work = cache / "imported"
     with ThreadPoolExecutor(args.jobs) as pool:
-        outs = list(pool.map(lambda cr: diagnose(cr[0], cr[1][0], work), zip(cases, made)))
+        outs = list(pool.map(lambda cr: diagnose(cr[0], cr[1][0], work, args.import_only), zip(cases, made)))
+    if args.import_only:
+        refused = [(c.name, o["refused"]) for c, o in zip(cases, outs) if "refused" in o]
+        print(f"{len(cases) - len(refused)} of {len(cases)} runs imported into {work}")
+        for name, why in refused:
+            print(f"refused: {name}: {why}")
+        return 1 if refused else 0
     rows = [(c, o, category(c, o)) for c, o in zip(cases, outs)]
     print(f"## Foreign suite: part {args.part} (split seed {SPLIT_SEED})\n")
-    for trainer in ("nanogpt", "hf", "csv"):
+    for trainer in trainers(cases):
         sel = [r for r in rows if r[0].trainer == trainer]
         if sel:
             print(f"### {trainer}\n\n{table(sel)}\n")

@@ -48,6 +48,25 @@ def test_foreign_suite_cases_and_split_are_what_docs_foreign_runs_says():
         assert any(parts[c.name] == "dev" for c in cases if c.trainer == trainer)
 
 
+def test_blind2_suite_holds_42_runs_of_its_own_three_trainers(monkeypatch, capsys):
+    """bench/foreign2: 9 healthy and 33 faulty runs, each fault's trace recorded, every cause one the key knows;
+    --part blind2 hashes each trainer's own source and refuses a --cases name it does not hold."""
+    import foreign_suite
+    from foreign2.cases import CASES, NO_TRACE
+
+    assert len(CASES) == 42 and sum(c.healthy for c in CASES) == 9 and len({c.name for c in CASES}) == 42
+    assert {c.trainer for c in CASES} == {"gptchar", "hfllama", "litcsv"}
+    known = {"lr_too_high", "lr_spike", "no_warmup", "gradient_explosion", "bad_batch", "stuck_loader",
+             "attention_logit_growth", "output_logit_divergence"}
+    assert all(set(c.accept) <= known for c in CASES)
+    assert NO_TRACE <= {c.name for c in CASES if not c.healthy} and len(NO_TRACE) == 8
+    assert all(c.traced is (None if c.healthy else c.name not in NO_TRACE) for c in CASES)
+    assert len({foreign_suite.run_key(c) for c in CASES}) == 42
+    monkeypatch.setattr(sys, "argv", ["foreign_suite.py", "--part", "blind2", "--cases", "no-such-run"])
+    assert foreign_suite.main() == 2
+    assert "no-such-run" in capsys.readouterr().err
+
+
 def test_foreign_suite_scores_each_answer_in_its_category():
     """Only a wrong name and a false alarm fail; an untestable list turns a silent miss into 'untestable'."""
     from foreign.cases import Case

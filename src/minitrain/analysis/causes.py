@@ -26,6 +26,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from minitrain.analysis.vocabulary import (
+    AT_START, BAD, BATCH, BIG, BIGGER, CHECKPOINT, CLIP, COMPARED, COUNT, CULPRIT, CURVE, DUPLICATED, EXPLODED, FIND,
+    FROM_ZERO, GRAD, GREW, INFLATED, INIT, INIT_TERM, JUDGED, KEEP, LOADER, LOSS, LOSS_SIDE, LOWER, LR, MASK, MOVED,
+    NOT_BEING, NOT_GRAD, NOT_NEEDED, NOT_V, OFF, OPTIMIZER, OTHER_MASK, RAISE, RAMP, REPAIR, REPEATED_ES, RESET, RESTORE, ROWS,
+    SCALED_UP, SCALER, SCALING, SHRANK, SKIP, SPIKE, SQUARED, STALL, STEPS, TENSOR, UPDATE_CLIP, V, WARMUP, WEIGHTS)
+
 
 @dataclass(frozen=True)
 class Concept:
@@ -51,11 +57,6 @@ class Concept:
     not_near: str = ""  # words that, close by in the clause, make it another thing ("masking was wrong in the loss")
 
 
-def any_of(*groups: str) -> str:
-    """Synonym groups joined into one part."""
-    return "|".join(groups)
-
-
 @dataclass(frozen=True)
 class Cause:
     name: str
@@ -76,125 +77,6 @@ class Cause:
         return tuple(c.pattern for c in self.names if c.pattern)
 
 
-# The things causes are made of, as synonyms (English | Spanish). A word is matched by its stem.
-GRAD = any_of("gradient|grad|grads|gradient norm|grad norm|pre clip norm|preclip norm|global norm",
-              "gradiente|norma del gradiente|norma de los gradientes")
-SQUARED = any_of("squared gradient|square gradient|gradient squared|squared grad|g2|g^2|g²",
-                 "gradiente al cuadrado|gradientes al cuadrado|cuadrado del gradiente|cuadrados de los gradientes")
-# Adam's second moment, by name or by its role in the update (the per-weight normaliser under the square root)
-V = any_of("v|v_hat|vhat|exp_avg_sq|second moment|2nd moment|second raw moment|adam's v|adam v|variance estimate",
-           "opt state|optim state|sq grad|sq grads|" + SQUARED,
-           "running average of squared gradient|moving average of squared gradient|ema of squared gradient",
-           "average of squared gradient|average of the squared gradient|squared gradient average",
-           "normaliser|normalizer|normalisation term|denominator|divisor|square root|sqrt|preconditioner",
-           "optimizer state|optimiser state|adam state|adam's state|optimizer moments|adam moments|moments",
-           "segundo momento|momentos|v de adam|estado del optimizador|estado de adam|denominador|divisor",
-           "normalizador|raíz cuadrada|raiz cuadrada|media móvil de los gradientes al cuadrado")
-OPTIMIZER = "adam|adamw|optimizer|optimiser|optimizador"
-# not Adam's v: the vocabulary size (ln V), and Adam's first moment (m)
-NOT_V = ("ln v|log v|ln of v|first moment|first moments|1st moment|momentum|adam's m|adam m|exp_avg|primer momento"
-         "|primeros momentos|momento de primer orden")
-# a factor of ten or more: "x3.6" or "x1.0" beside a right diagnosis is a measurement, not an explosion
-# ("many times" counts nothing)
-TIMES = any_of(r"~[x×][1-9]\d+(?:\.\d+)?|~[1-9]\d+(?:\.\d+)?[x×]|~\d+-?fold|~[1-9]\d+ times|fold|factor|hundredfold",
-               r"fiftyfold|fifty|hundred|by ~[1-9]\d+|by a factor|~[1-9]\d+ veces|cincuenta|cien|centenar|por ~[1-9]\d+")
-EXPLODED = any_of("explode|exploding|explosion|blow up|blew up|blown up|skyrocket|shot up|soar|through the roof",
-                  "explotar|explosión|estallar|por las nubes")
-SCALING = any_of("scale|scaled up|multiply|multiplied|amplify|magnify|boost|crank|cranked up|turn up|turned up",
-                 "inflate|pump|pumped up|escalar|multiplicar|amplificar|inflar")
-SCALED_UP = any_of(EXPLODED, SCALING, "blew|volume|knob|balloon|escalado|disparar|dispararon", TIMES)
-INFLATED = any_of("corrupt|corrupted|inflate|inflated|multiply|scale|scaled|blow up|blew up|blew|blown|explode",
-                  "jump|jumped|grow|grew|went up|rose|rise|increase|bigger|larger|too big|too large|too high|huge",
-                  "bloat|swell|balloon|pump|subir|subió",
-                  "pumped up|overwrite|overwritten|tamper|poison|garbage|wrong value|spike",
-                  "corromper|corrompido|corrupto|inflar|inflado|aumentar|multiplicar|disparar|crecer|creció",
-                  "enorme|hinchar|escalar|dañar|estropear|alterar|sobrescribir", TIMES)
-# the other way round: what grew in the fault fell
-SHRANK = any_of("shrink|shrank|shrunk|divide|divided|fell|fall|drop|dropped|decrease|decreased|reduce|reduced",
-                "too small|smaller|lower|vanish|dividir|dividió|encoger|encogió|bajar|bajó|caer|cayó|disminuir",
-                "disminuyó|reducir|reducido|menor")
-STALL = any_of("stall|stalled|froze|frozen|freeze|barely moved|barely move|stopped moving|stop moving|stuck",
-               "shrank|shrink|shrunk|tiny|strapped|anchor|brake|ballast|weighed down|dead weight|paralysed",
-               "paralyzed|stopped learning|stop learning|no longer learned",
-               "estancar|estancado|congelado|frenado|frenar|apenas se movió|dejó de moverse|dejar de moverse",
-               "dejó de aprender|detenido|paralizado|ancla|lastre")
-TENSOR = any_of("tensor|parameter|param|bias|lm_head.bias|weight|layer|parámetro|sesgo|peso|capa")
-# clipping Adam's update (StableAdamW), not the gradient: another cause's fix
-UPDATE_CLIP = ("update clipping|update clip|clip updates|clip the updates|clip the update|updates clipping"
-               "|recorte de actualizaciones|recorte del update|clipping de updates|clipping del update")
-CLIP = any_of("clip|clipping|clipper|zclip|limiter|norm cap|max_grad_norm|grad_clip|clip_grad_norm",
-              "gradient clipping|grad clipping|norm clipping|global norm clipping|gradient norm clipping",
-              "global clipping|adaptive clipping",
-              "recorte|recortar|limitador|tope|recorte de gradiente|recorte del gradiente|recorte de gradientes")
-LR = any_of("lr|learning rate|tasa de aprendizaje|tasa|ritmo de aprendizaje")
-RAISE = any_of("raise|increase|higher|bigger|larger|boost|double the|crank up|turn up|bump|subir|aumentar",
-               "incrementar|más alta|más alto|duplicar|elevar")
-LOWER = any_of("lower|reduce|decrease|smaller|cut|drop|bajar|reducir|disminuir")
-OFF = any_of("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch off|turn off|shut off|lift",
-             "desactivar|eliminar|quitar|apagar|sin|suprimir|retirar")
-BATCH = any_of("batch|minibatch|mini batch|lote|minilote|mini lote|data|datos|sample|muestra|example|ejemplo")
-ROWS = any_of("row|sentence|line|sequence|sample|example|document|text|fila|frase|oración|línea|secuencia",
-              "muestra|ejemplo|documento|texto")
-# Spanish "repetir" changes its stem (repite, repitió): its forms are written out
-REPEATED_ES = "repite|repiten|repitió|repitieron|repitiendo"
-DUPLICATED = any_of("duplicate|duplicated|repeat|repeated|copy|copies|rare|uncommon|outlier|corrupt", REPEATED_ES,
-                    "corrupted|stuffed|long tail|appeared|occurred|duplicado|repetido|repetir|copia|copiado|raro",
-                    "rara|poco común|atípico|atípica|cola larga|aparecía|aparecer")
-BAD = any_of("bad|corrupt|corrupted|poisoned|garbage|weird|odd|broken|outlier|anomalous|dirty|faulty|malformed",
-             "contaminated|polluted|tainted|contaminado",
-             "malo|mala|mal|corrupto|raro|anómalo|atípico|envenenado|sucio|basura|defectuoso")
-RESTORE = any_of("reload|restore|load|go back|roll back|rollback|rewind|revert|resume|recover|bring back|continue",
-                 "continuar|seguir|retomar",
-                 "recargar|restaurar|volver|retroceder|cargar|reanudar|recuperar|restablecer|reponer")
-CHECKPOINT = any_of("checkpoint|snapshot|punto de control|copia de seguridad|before step|before the spike",
-                    r"before the jump|before k|step ~\d+|antes del paso|paso ~\d+", V)
-RESET = any_of("reset|reinitialise|reinitialize|reinit|re init|re initialise|re initialize|initialise|initialize",
-               "zero|clear|recompute|rebuild|reiniciar|reinicializar|inicializar|poner a cero|borrar|recalcular",
-               "resetear|restablecer")
-MASK = any_of("mask|masking|máscara|enmascaramiento")
-# a "no" before a verb of being negates the clause ("no fue el warmup", "it was not"), it says nothing is missing
-NOT_BEING = "no fue|no es|no era|no ha sido|no son|no eran|no fueron|no parece"
-# what a measurement is compared with: a run named here is a baseline, not a diagnosis ("~120x the healthy run")
-COMPARED = any_of(r"than|vs|versus|compared|relative|baseline|times|~[1-9][\d.,]*[x×]|~[x×][1-9][\d.,]*|like|as in",
-                  "veces|como|frente|comparado|respecto|la de|el de|las de|los de")
-# the loss side of training: a mask near these words is the loss's, not the attention's
-LOSS = any_of("loss|pérdida")
-SPIKE = any_of("spike|spiked|jump|jumped|peak|pico|salto|saltó|saltar")
-LOSS_SIDE = "loss|padding|pad|label|labels|pérdida|relleno|etiqueta|etiquetas"
-# masks that are not the attention's causal mask: a near miss, not broken_mask
-OTHER_MASK = ("loss mask|loss masking|padding mask|pad mask|label mask|target mask|mask in the loss|masking in the loss"
-              "|mask of the loss|mask on the loss|máscara de pérdida|máscara de la pérdida|máscara del loss"
-              "|máscara en la pérdida|máscara en el loss|máscara de padding|máscara de relleno")
-WARMUP = any_of("warmup|warm up|ramp|ramp up|calentamiento|rampa")
-# the loader that serves the data, the same whole batch again, every batch: not rows repeated in one batch
-LOADER = ("data loader|dataloader|loader|cargador de datos|cargador|same batch|identical batch|mismo lote|mismo batch"
-          "|every batch|all batches|each batch|all the batches|cada lote|todos los lotes|cada batch|todos los batches")
-# weights that grew during training, not weights born too large
-GREW = "grow|grew|grown|growing|became|become|drift|drifted|crecer|creció|crecieron|volverse|se volvieron"
-# the initialisation's scale, not a scaling of the gradients
-INIT_TERM = "init scale|init_scale|initial scale|initialisation scale|initialization scale|escala inicial"
-INIT = any_of("init|initialisation|initialization|initialise|initialize|init scale|init_scale|initial scale",
-              "inicialización|inicializar|escala inicial")
-WEIGHTS = any_of("weight|weights|parameter|parameters|peso|pesos|parámetro|parámetros")
-# when: a weight too large from the start, not one that grew during training
-AT_START = any_of("init|initial|initially|initialised|initialized|start|started|begin|began|born|step 0|untrained",
-                  "from the start|inicial|inicialmente|inicializar|arrancar|empezar|comenzar|desde el principio",
-                  "paso 0|nacer")
-BIG = any_of("too large|too big|huge|large|big|scaled|enormous|oversized|far too|enorme|grande|demasiado grande",
-             TIMES)
-KEEP = any_of("keep|leave|use|add|turn on|switch on|enable|apply|rely on|retain|in place|mantener|usar|activar",
-              "dejar|aplicar|conservar|poner|puesto")
-FIND = any_of("find|look for|track down|hunt down|hunt|search|locate|fix|debug|trace|audit|inspect|buscar|encontrar",
-              "localizar|arreglar|corregir|rastrear|depurar")
-SCALER = any_of("scaling|scale|scaled|multiply|multiplier|reduction|loss scale|loss scaling|knob|amplify",
-                "escalar|escaló|multiplicar|amplificar|reducción")
-CULPRIT = any_of("bug|source|cause|origin|culprit|whoever|who|causa|error|fallo|origen|culpable|qué|que")
-SKIP = any_of("skip|drop|remove|filter|exclude|discard|omit|throw away|ignore|dedupe|deduplicate",
-              "saltar|descartar|eliminar|filtrar|quitar|omitir|ignorar|sacar|deduplicar")
-
-# a judgement on what a cause is about ("the learning rate was too low"): the answer puts the fault there
-JUDGED = ("too|far too|wrong|broken|bad|incorrect|off|demasiado|mal|malo|mala|incorrecto|incorrecta|erróneo"
-          "|errónea|roto|rota|equivocado|equivocada")
 # What a cause is about, and the causes about it: the right cause "or" one of these is two answers offered
 # ("a bad batch or the learning rate"), whether or not the other is said as a cause
 SUBJECTS: tuple[tuple[Concept, tuple[str, ...]], ...] = (
@@ -213,9 +95,15 @@ SUBJECTS: tuple[tuple[Concept, tuple[str, ...]], ...] = (
     (Concept("the attention", ("attention|atención",)), ("attention_logit_growth",)),
 )
 
-# the gradients' clipping, not the gradients: "gradient clipping kicked in" says nothing of their size
-NOT_GRAD = SQUARED + ("|gradient clipping|grad clipping|gradient clip|grad clip|clipping de gradiente"
-                      "|recorte de gradiente|recorte del gradiente|clipping del gradiente")
+# what a training curve did: a symptom every cause can show, for a teacher to read when nothing else is said
+SYMPTOMS_ALWAYS: tuple[Concept, ...] = (
+    Concept("what a training curve did", (CURVE, MOVED), reach=4),
+)
+
+# a diagnosis that is no failure mode of a training run: a symptom beside it is no answer
+NOT_A_CAUSE: tuple[Concept, ...] = (
+    Concept("overfitting", ("overfitting|overfit|overfits|overfitted|sobreajuste|sobreajustar|sobreajusta",)),
+)
 
 HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("turning gradient clipping off", (OFF, CLIP), reach=2, ordered=True,
@@ -227,6 +115,12 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
             pattern=r"grad_clip\s*=\s*(?:[2-9]\d|\d{3,})"),
     Concept("turning gradient clipping off", (CLIP, "~0|~0.0|zero|none|infinity|inf|cero|ninguno"), reach=2,
             ordered=True),
+    # "a more aggressive clip" is a tighter one: only what loosens it
+    Concept("loosening the clip threshold", ("higher|larger|bigger|looser|mayor|más alto|más alta|más grande|más laxo",
+                                             "threshold|umbral|clip limit|clip norm|max norm|límite"), reach=2,
+            ordered=True),
+    Concept("loosening the clip threshold", ("looser|laxer|more lenient|gentler|softer|más laxo|más laxa|más suave",
+                                             CLIP), reach=1, ordered=True, unless=UPDATE_CLIP),
     Concept("loosening the clip threshold", (RAISE + "|loosen|relax", "max_grad_norm|grad_clip|clip threshold"
                                              "|clipping threshold|umbral de recorte"), reach=3, ordered=True),
     Concept("loosening the clip threshold", ("threshold|max_grad_norm|grad_clip|clip|clipping|umbral|recorte",
@@ -236,12 +130,18 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("turning gradient clipping off", ("no", CLIP), reach=0, ordered=True),
     Concept("loosening the clip threshold", (CLIP, r"to ~[1-9](?:\.\d+)?e\+?[1-9]\d*|at ~[1-9](?:\.\d+)?e\+?[1-9]\d*"),
             reach=3, ordered=True),
-    Concept("raising the learning rate", (RAISE, LR), reach=3, ordered=True),
+    Concept("raising the learning rate", (RAISE, LR), reach=3, ordered=True, unless=RAMP + "|double check"),
+    Concept("raising the learning rate", (LR, BIGGER + "|up|upward|upwards|hacia arriba|al alza"), reach=4,
+            ordered=True, unless=RAMP),
     # harmful for any run: every run needs its warmup and its causal mask
     Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=2, ordered=True,
-            pattern=r"warmup_steps\s*=\s*0\b"),
+            pattern=r"warmup_steps\s*[=:]\s*0\b"),
+    # what the run needs, said to be unneeded ("the warmup can go", "el recorte sobra")
+    Concept("removing the warmup", (WARMUP, NOT_NEEDED), reach=3, ordered=True),
+    Concept("turning gradient clipping off", (CLIP, NOT_NEEDED), reach=3, ordered=True, unless=UPDATE_CLIP),
+    Concept("removing the mask", (MASK, NOT_NEEDED), reach=3, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
     Concept("removing the mask", (OFF + "|delete|borrar", MASK), reach=2, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE,
-            pattern=r"causal_mask\s*=\s*false"),
+            pattern=r"causal_mask\s*[=:]\s*(?:false|0|off|no)\b"),
     Concept("removing the mask", (MASK, "off|disabled|desactivada|apagada"), reach=2, ordered=True,
             unless=OTHER_MASK, not_near=LOSS_SIDE),
     # keeping the fault in place ("keep warmup at 0", "leave the mask off")
@@ -254,11 +154,37 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class Knob:
+    """A config field a remediation can set, by the words that name it, and what setting it above the lab's
+    value (`up`) or to zero (`zero`) does, when that is harmful for any run."""
+    field: str
+    words: str  # a regular expression over the lower-cased text
+    up: str = ""
+    zero: str = ""
+    only: str = ""  # harmful for this cause only, where not for every run
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob("lr_max", r"(?:lr_max|lr max|max lr|peak lr|lr|learning rate|tasa de aprendizaje)(?! ?schedul)",
+         up="raising the learning rate"),
+    Knob("grad_clip", r"grad_clip|max_grad_norm|clip(?:ping)? (?:threshold|norm|limit)|clip(?:ping)?|umbral de recorte"
+                      r"|recorte", up="loosening the clip threshold", zero="turning gradient clipping off"),
+    Knob("init_scale", r"init_scale|init scale|initial scale|escala de inicializaci[oó]n|escala inicial",
+         up="raising the init scale"),
+    Knob("warmup_steps", r"warmup_steps|warm-?up|calentamiento", zero="removing the warmup"),
+    Knob("beta2", r"beta2|β2|beta 2", up="raising beta2 (v decays slower, the stall lasts longer)",
+         only="optimizer_state_corruption"),
+)
+
+
 _ALL = (
     Cause("healthy",
           (Concept("a healthy run", ("run|model|training|entrenamiento|modelo|corrida", "healthy|sano|saludable"),
                    reach=2, not_near=COMPARED),
-           Concept("no anomaly", pattern=r"no anomal|nothing wrong|sin anomal|nada raro")),
+           # "nothing wrong with the data" clears the data, not the run
+           Concept("no anomaly", pattern=r"no anomal|nothing wrong(?! with)|nothing wrong with (?:the )?(?:run|model"
+                                         r"|training)|sin anomal|nada raro(?! en)")),
           "Nothing to prevent: keep the baseline's settings and monitoring.",
           fixes=(Concept("no fix needed", pattern=r"no (?:fix|change|action)|nothing to (?:fix|do)|do nothing|nothing needed|wait it out|ninguna"
                                     r"|nada que|no hacer nada"),)),
@@ -268,6 +194,9 @@ _ALL = (
            Concept("the gradients multiplied at one step", (GRAD, SCALED_UP), ordered=True, unless=NOT_GRAD,
                    along=SCALED_UP, opposite=SHRANK),
            Concept("the gradients multiplied at one step", (SCALING, GRAD), reach=2, ordered=True, unless=NOT_GRAD),
+           Concept("the gradients multiplied at one step", (SCALING, "volume|knob|dial|gain|volumen|perilla",
+                                                            "on|of|for|de|del|a", GRAD), reach=3, ordered=True,
+                   unless=NOT_GRAD),
            Concept("every tensor's gradient jumped together", ("every|all|each|todos|todas|cada", GRAD,
                                                                "jump|spike|rise|rose|went up|salto|saltar|subir|subió"),
                    reach=3, ordered=True, unless=NOT_GRAD),
@@ -284,7 +213,8 @@ _ALL = (
                          unless=UPDATE_CLIP),
                  Concept("keeping (adaptive) gradient clipping", (CLIP, KEEP + "|on|active|activado|enabled|adaptive"
                                                                   "|adaptativo|at 1|stay|stays|remain"),
-                         reach=3, ordered=True, unless=UPDATE_CLIP, pattern=r"zclip|clip_grad_norm|tighter clip"),
+                         reach=3, ordered=True, unless=UPDATE_CLIP, pattern=r"zclip|clip_grad_norm|tighter clip"
+                                 r"|grad_clip\s*(?:[=:]|(?:back )?to|at)\s*(?:0?\.\d+|1(?:\.0+)?)(?![\d-]|\.\d)"),
                  Concept("keeping (adaptive) gradient clipping", ("lower|reduce|decrease|tighten|smaller|bajar|reducir"
                                                                   "|disminuir|ajustar", CLIP), reach=2, ordered=True, unless=UPDATE_CLIP),
                  Concept("keeping (adaptive) gradient clipping", (CLIP, GRAD), reach=2, ordered=True,
@@ -301,7 +231,10 @@ _ALL = (
            Concept("repeated or rare rows in one batch", (ROWS, "times|veces|over and over|again and again"
                                                           "|una y otra vez"), reach=3, ordered=True),
            Concept("repeated or rare rows in one batch", ("same|identical|mismo|misma|idéntico|idéntica", ROWS),
-                   reach=1),
+                   reach=1, not_near="panel|chart|plot|curve|graph|gráfico|gráfica|curva"),  # a chart's line
+           # "eight plates of the same dish": a count of one thing is a repetition, whatever the thing is called
+           Concept("repeated or rare rows in one batch", (COUNT, "of the same|of one|del mismo|de la misma|de un mismo"
+                                                          "|de una misma"), reach=1, ordered=True, not_near=STEPS),
            Concept("repeated or rare rows in one batch", ("rare|uncommon|unusual|raro|rara|inusual|poco común",
                                                           "token|word|palabra"), reach=1)),
           "Check batch composition before the step (duplicated rows, rare-token share); deduplicate the data by "
@@ -349,6 +282,9 @@ _ALL = (
                                                        "|small|smaller|cayó|bajó|pequeña"), reach=4)),
           harmful=(Concept("raising beta2 (v decays slower, the stall lasts longer)", (RAISE, "beta2|β2"), reach=3,
                            ordered=True),),
+          workarounds=(Concept("resetting the whole optimizer, not the tensor's moments",
+                               ("whole|entire|every|all|fresh|todo|toda|todos|completo|entero",
+                                OPTIMIZER + "|state|estado|tensor|tensors"), reach=2, ordered=True),),
           fixes=(Concept("reloading a checkpoint or the optimizer's moments", (RESTORE, CHECKPOINT), ordered=True,
                          step=True),
                  Concept("resetting the tensor's moments", (RESET, V), reach=5, ordered=True, unless=NOT_V),
@@ -367,11 +303,17 @@ _ALL = (
     Cause("bad_init",
           (Concept("weights initialised too large", (INIT, BIG), reach=4,
                    pattern=r"bad init|bad_init|mala inicializ|init_scale|inicializaci[oó]n (?:mala|err[oó]nea)"),
-           Concept("weights initialised too large", (WEIGHTS, BIG, AT_START), reach=5, not_near=GREW)),
+           Concept("weights initialised too large", (WEIGHTS, BIG, AT_START), reach=5, not_near=GREW),
+           Concept("weights initialised too large", (INIT, "bad|wrong|broken|mal|mala|malo|erróneo|errónea"),
+                   reach=1),
+           Concept("weights initialised too large", (INIT, "scale|escala", r"~[1-9]\d+"), reach=2, ordered=True)),
           "Assert the step-0 loss is within ln V +- 0.5 and the step-1 gradient norm within [0.1, 10] before a long "
           "run; keep init std at 0.02 scale.", config_fix="init_scale=1",
           signs=(Concept("huge logits at step 0", ("logit|activation|activación", "huge|large|enormous|enorme|grande"),
                          reach=3),),
+          workarounds=(Concept("scaling the trained weights down by hand", ("divide|shrink|scale down|dividir|encoger",
+                                                                           WEIGHTS + "|embedding|embeddings"), reach=4,
+                               ordered=True),),
           harmful=(Concept("raising the init scale", (RAISE + "|scale up", INIT + "|std|scale|escala"), reach=3,
                            ordered=True),),
           fixes=(Concept("initialising at the standard scale", (RESET + "|init", "0.02|std|standard|small|smaller"
@@ -385,20 +327,22 @@ _ALL = (
                                                                 "|restaurar", INIT + "|escala de inicialización"),
                          reach=2, ordered=True),
                  Concept("initialising at the standard scale", ("init_scale|init scale|escala de inicialización",
-                                                                "~1|~1.0"), reach=3, ordered=True))),
+                                                                r"~1|~1\.0+"), reach=3, ordered=True))),
     Cause("no_warmup",
           (Concept("no warmup", ("no|without|missing|skip|skipped|lack|lacking|zero|forgot|removed|sin|falta|faltó"
-                                 "|ningún|ninguna|omitido", WARMUP), reach=2, ordered=True, unless=NOT_BEING,
+                                 "|ningún|ninguna|omitido|" + OFF, WARMUP), reach=2, ordered=True, unless=NOT_BEING,
                    pattern=r"warmup_steps\s*=\s*0\b|\bno_warmup\b"),
            Concept("no warmup", (WARMUP, "missing|removed|absent|disabled|off|zero|~0|gone|skipped|eliminado|ausente"
-                                 "|quitado|desactivado|cero"), reach=3, ordered=True),
+                                 "|quitado|desactivado|cero"), reach=5, ordered=True, unless=FROM_ZERO),
            Concept("the LR at its peak from the first step", (LR, r"not|no|never|nunca|~\w*n't", "start|begin|ramp"
                                                               "|arrancar|empezar|comenzar|partir|subir",
                                                               "~0|zero|cero|near zero|low|small|bajo"), reach=3,
                    ordered=True),
            Concept("the LR at its peak from the first step", (LR, "start|begin|jump straight|from step 0|first step"
                                                                   "|step one|empezar|comenzar|arrancar|arrancó"
-                                                                  "|desde el paso 0",
+                                                                  "|empieza|empiezan|empezó|arranca|comienza"
+                                                                  "|desde el paso 0|step 0|paso 0|straight|directly"
+                                                                  "|right away|immediately|directamente|de golpe",
                                                               "peak|max|maximum|full|top|máximo|pico|tope"), reach=4)),
           "Keep a linear warmup (100 steps here) and plot the LR from step 0; a flat LR at its maximum from the "
           "first step is the tell.", config_fix="warmup_steps=100",
@@ -409,11 +353,22 @@ _ALL = (
                          reach=6, ordered=True)),
           fixes=(Concept("restoring the warmup", ("restore|add|put|bring|reintroduce|use|keep|enable|turn on|set up|set"
                                                   "|reinstate|restaurar|añadir|agregar|volver|poner|usar|activar"
-                                                  "|reactivar", WARMUP), reach=5, ordered=True,
+                                                  "|reactivar|reponer|devolver|reinstaurar|meter|recuperar", WARMUP), reach=5, ordered=True,
                          pattern=r"warmup_steps\s*=\s*[1-9]"),
-                 Concept("restoring the warmup", (WARMUP, LR + "|lr_max|peak"), reach=3)),
+                 Concept("restoring the warmup", (WARMUP, LR + "|lr_max|peak"), reach=3),
+                 Concept("restoring the warmup", (LR, "climb|rise|increase|ramp|grow|go up|subir|crecer|aumentar",
+                                                  "linearly|gradually|slowly|from ~0|from 0|from zero|desde 0"
+                                                  "|desde cero|poco a poco|linealmente|gradualmente"), reach=4,
+                         ordered=True)),
           workarounds=(Concept("lowering the peak LR instead of warming up", (LOWER, LR + "|lr_max|peak|pico"),
-                               reach=3, ordered=True),)),
+                               reach=3, ordered=True),
+                       # a lower LR for the first steps only: a warmup of one step
+                       Concept("a lower LR for the first steps only", ("half|lower|smaller|reduced|mitad|menor|más bajo"
+                                                                        "|más baja", LR + "|peak|pico",
+                                                                        "first|early|start|beginning|primeros|primeras"
+                                                                        "|inicio|comienzo"), reach=4, ordered=True),
+                       Concept("a warmup far shorter than the lab's", ("short|shorter|brief|tiny|corto|cortito|breve",
+                                                                       WARMUP), reach=2))),
     Cause("broken_mask",
           (Concept("a broken causal mask", ("broken|all ones|wrong|non causal|noncausal|bidirectional|full|no causal",
                                             MASK), reach=2, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
@@ -424,13 +379,16 @@ _ALL = (
                                             "|no se aplicó|no se aplicaba|ignored|ignorada"
                                             "|skipped|omitida"), reach=3, unless=OTHER_MASK, not_near=LOSS_SIDE,
                    pattern=r"\bbroken_mask\b"),
-           Concept("positions see the future tokens", ("see|peek|look|attend|ver|vea|veía|mirar|espiar|atiende"
+           Concept("positions see the future tokens", ("see|peek|look|attend|read|ver|vea|veía|mirar|espiar|atiende"
                                                        "|atienden|atender|atendía",
                                                        "future|next token|next tokens|later token"
                                                        "|later position|future position|posiciones futuras"
                                                        "|all positions|every position|every other token|whole sequence"
                                                        "|entire sequence|todas las posiciones|toda la secuencia"
-                                                       "|futuro|futuros|siguiente|siguientes"), reach=4),
+                                                       "|futuro|futuros|siguiente|siguientes|after it|after them|ahead"
+                                                       "|subsequent|posteriores|que vienen después|que siguen"
+                                                       "|on its right|to its right|to the right|on the right"
+                                                       "|a su derecha|a la derecha"), reach=4),
            Concept("positions see the future tokens", (MASK, "see|peek|look ahead|attend|ver|vea|veía|mirar"),
                    reach=5, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
            Concept("positions see the future tokens", ("copy|copies|copying|copiar|copia", "next token|following token"
@@ -457,15 +415,23 @@ _ALL = (
                                                                  "|respuesta|objetivo"), reach=4)),
           fixes=(Concept("restoring the causal mask", ("make|set|keep|hacer|dejar", MASK, "causal|triangular|tril"),
                          reach=3, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE),
-                 Concept("restoring the causal mask", ("restore|fix|use|put|bring|enable|re enable|turn|switch"
+                 Concept("restoring the causal mask", (REPAIR, "causal|triangular|tril"), reach=3, ordered=True,
+                         unless=OTHER_MASK, not_near=LOSS_SIDE),
+                 Concept("restoring the causal mask", ("restore|use|put|bring|enable|re enable|turn|switch"
                                                        "|retrain|train|rerun|re run|entrenar|reentrenar"
-                                                       "|reinstate|reapply|re apply|apply|restaurar|arreglar|usar|poner|volver|aplicar"
-                                                       "|activar|reactivar", "causal|triangular|tril|mask|máscara"),
-                         reach=4, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE, pattern=r"causal_mask\s*=\s*true"),),
+                                                       "|reinstate|reapply|re apply|apply|restaurar|usar|poner|volver|aplicar"
+                                                       "|activar|reactivar|activate|reactivate|re activate",
+                                                       "causal|triangular|tril|" + MASK),
+                         reach=4, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE, pattern=r"causal_mask\s*=\s*true"),
+                 Concept("restoring the causal mask", ("causal|triangular|tril", MASK + "|attention|atención",
+                                                       "on|enabled|activada|activa|encendida"), reach=2, ordered=True)),
           # the model learned to peek: going on from its weights keeps what it learned that way
           workarounds=(Concept("resuming the model trained without the mask", (RESTORE + "|go on|keep training",
                                                                                 "checkpoint|punto de control"),
-                               reach=4, ordered=True),)),
+                               reach=4, ordered=True),
+                       # "fix the mask" does not say which mask, nor how
+                       Concept("fixing a mask without saying it is the causal one", (REPAIR, MASK), reach=2,
+                               ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE))),
     Cause("target_leak",
           (Concept("targets leaked into the inputs", ("target|label|objetivo|etiqueta", "leak|leaked|fuga|filtrar"),
                    reach=3, pattern=r"(?:no|missing|forgot\w*) (?:the )?(?:one[- ]token )?shift|\btarget_leak\b"),
@@ -474,23 +440,33 @@ _ALL = (
           "Test the data pipeline: targets are the inputs shifted by one token, and no input position holds the "
           "token it must predict; a validation loss above an untrained model's is the alarm."),
     Cause("stuck_loader",
-          (Concept("a stuck data loader", ("loader|dataloader|cargador", "stuck|frozen|hang|atascado|congelado"),
-                   reach=3, pattern=r"\bstuck_loader\b|repeated batch(?:es)?|mismo lote repetido"),
+          (Concept("a stuck data loader", ("loader|dataloader|cargador|data pipeline|pipeline|sampler|data iterator"
+                                           "|iterator|muestreador|iterador", "stuck|frozen|hang|hung"
+                                           "|jammed|wedged|looping|loop|atascado|congelado|pegado|colgado|atorado"
+                                           "|trabado|bucle"), reach=3, pattern=r"\bstuck_loader\b|repeated batch(?:es)?|mismo lote repetido"),
            Concept("a stuck data loader", ("same batch|identical batch|mismo lote", "again|every step|over and over"
                                            "|served|repeat|repeated|twice|otra vez|cada paso|repetido|" + REPEATED_ES), reach=4),
            Concept("a stuck data loader", (BATCH, "repeat|repeated|served|again|repetido|servido|" + REPEATED_ES,
                                            "~steps|consecutive|in a row|~pasos|consecutivos|seguidos"), reach=4,
-                   ordered=True)),
+                   ordered=True),
+           # the loader serving the same thing again, step after step: what it serves is no bad batch of its own
+           Concept("a stuck data loader", ("loader|dataloader|cargador|data pipeline|pipeline",
+                                           "serve|served|fed|feed|return|returned|yield|gave|kept|send|sent|sirvió"
+                                           "|servir|servía|entregó|devolvió|devolvía|dio|daba|mandó|seguía",
+                                           "same|identical|mismo|misma|idéntico|idéntica|again|over and over"
+                                           "|una y otra vez|otra vez|repeat|" + REPEATED_ES), reach=6, ordered=True)),
           "Log a fingerprint of every batch (rows, token statistics) and alarm when one repeats; the data order "
           "is a pure function of (seed, step) here, so a repeat is a bug."),
     Cause("non_finite", (Concept("NaN or Inf values", pattern=r"\bnan\b|non[- ]finite|\binf\b|infinit|no finito"),),
           "Stop at the first non-finite loss or gradient (the loop does), and resume from the last finite "
           "checkpoint with the cause fixed.", follows=True),
     Cause("lr_schedule",
-          (Concept("a broken LR schedule", ("schedule|scheduler|programa|planificador", LR), reach=2,
+          (Concept("a broken LR schedule", ("schedule|scheduler|programa|planificador", JUDGED + "|bug|buggy|reset"
+                                            "|restarted|misconfigured|reiniciado"), reach=4,
                    pattern=r"(?:lr|learning rate) (?:is )?constant|constant (?:lr|learning rate)|\blr_schedule\b"),),
           "Log the LR every step and check warmup and decay against the configured schedule.",
-          fixes=(Concept("fixing the scheduler", pattern=r"schedul|programador"),)),
+          fixes=(Concept("fixing the scheduler", (REPAIR + "|restore|restaurar", "schedule|scheduler|programador"
+                                                  "|planificador"), reach=3, ordered=True),)),
     Cause("lr_spike",
           (Concept("an LR spike", (LR, "spike|jump|jumped|pico|salto|saltar|multiply|dispararse"), reach=2,
                    pattern=r"\blr_spike\b"),),
@@ -507,7 +483,7 @@ _ALL = (
     Cause("attention_logit_growth",
           (Concept("attention logits that grew (entropy collapse)",
                    ("attention logit|attention score|logit de atención|logits de la atención|attention",
-                    "logit|score|grow|grew|large|huge|explode|blew|crecer|grande|enorme"), reach=2,
+                    "grow|grew|large|huge|explode|blew|crecer|grande|enorme"), reach=2,
                    pattern=r"entropy collapse|colapso de (?:la )?entrop[ií]a|\battention_logit_growth\b"),
            Concept("attention logits that grew (entropy collapse)", ("attention|atención", "one hot|collapse|colapsar"),
                    reach=4)),
@@ -550,9 +526,9 @@ _ALL = (
           "Call optimizer.zero_grad() once per step (before backward); let the probe check that the gradient the "
           "optimizer gets is the one backward produced.",
           signs=(Concept("the gradients", (GRAD,)),),
-          fixes=(Concept("zeroing the gradients every step",
-                         ("call|add|put|restore|llamar|añadir|poner", "zero_grad|zero|cero"), reach=3,
-                         pattern=r"zero_grad\(\)"),)),
+          # zeroing is done to the gradients: "poner a cero la v" zeroes Adam's v
+          fixes=(Concept("zeroing the gradients every step", ("zero|cero|clear|reset|limpiar|reiniciar", GRAD),
+                         reach=4, ordered=True, unless=SQUARED, pattern=r"zero_grad"),)),
     Cause("frozen_parameters",
           (Concept("frozen parameters", (WEIGHTS + "|tensor|layer|capa", "frozen|freeze|congelar|congelado|fijo"),
                    reach=4, pattern=r"requires_grad|\bfrozen_parameters\b"),),
@@ -564,8 +540,8 @@ _ALL = (
     Cause("update_not_applied",
           (Concept("an optimizer step that changes no weight",
                    ("step|optimizer|optimiser|paso|optimizador",
-                    "no effect|nothing|not change|not applied|not update|sin efecto|no cambiar|no aplicar|copy|copia"),
-                   reach=6, pattern=r"update not applied|\bupdate_not_applied\b"),),
+                    "no effect|nothing|not change|not applied|not update|sin efecto|no cambiar|no aplicar"),
+                   reach=6, unless="almost nothing|nearly nothing|next to nothing|casi nada", pattern=r"update not applied|\bupdate_not_applied\b"),),
           "Build the optimizer on the parameters of the model as trained (after moving and wrapping it) and assert "
           "after the first step that the weights changed.",
           signs=(Concept("the weights", (WEIGHTS,)),),

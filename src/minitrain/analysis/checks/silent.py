@@ -3,8 +3,9 @@ the loop says. The per-step signals are core/silent.py's, written into a row onl
 from __future__ import annotations
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
-from minitrain.analysis.evidence import Evidence, trailing_median_fast
+from minitrain.analysis.evidence import Evidence, nanmedian, trailing_median_fast
 from minitrain.analysis.checks.finding import EXACT, Crossing, Finding, X_THRESHOLD, miss
 from minitrain.analysis.thresholds import T
 from minitrain.core.fmt import fmt
@@ -69,17 +70,19 @@ def check_loss_reduction(ev: Evidence) -> Finding:
     if n < 2 * w:
         return miss("too few steps")
     before = trailing_median_fast(gn)
+    # every w-step window's median at once (ahead[i]: steps i..i+w-1), the same values as np.nanmedian's
+    ahead_gn, ahead_loss = (nanmedian(sliding_window_view(x, w)) for x in (gn, ev.loss))
     # the loss's level read against the same trailing window as the norm's: a run an event damaged (an LR spike
     # throws the loss up and the norm with it, for good) moved the loss, a summed loss does not
     loss_before = np.exp(trailing_median_fast(np.log(np.where(ev.loss > 0, ev.loss, np.nan))))
-    last = float(np.nanmedian(gn[-w:]))
+    last = float(ahead_gn[-1])
     best, at = 0.0, None
     for i in range(w, n - w):
         if not (np.isfinite(before[i]) and before[i] > 0):
             continue
-        ratio = float(np.nanmedian(gn[i:i + w])) / before[i]
-        loss_move = max(abs(float(np.nanmedian(ev.loss[i:i + w]) / np.nanmedian(ev.loss[i - w:i])) - 1),
-                        abs(float(np.nanmedian(ev.loss[i:i + w]) / loss_before[i]) - 1))
+        ratio = float(ahead_gn[i]) / before[i]
+        loss_move = max(abs(float(ahead_loss[i] / ahead_loss[i - w]) - 1),
+                        abs(float(ahead_loss[i] / loss_before[i]) - 1))
         if last / before[i] >= T["loss_sum_shift"] and loss_move < T["loss_sum_loss_move"] and ratio > best:
             best, at = ratio, i
             if ratio >= T["loss_sum_shift"]:
