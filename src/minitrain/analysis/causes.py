@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from minitrain.analysis.vocabulary import (
     AT_START, BAD, BATCH, BIG, BIGGER, CHECKPOINT, CLIP, COMPARED, COUNT, CULPRIT, CURVE, DUPLICATED, EXPLODED, FIND,
-    FROM_ZERO, GRAD, GREW, INFLATED, INIT, INIT_TERM, JUDGED, KEEP, LOADER, LOSS, LOSS_SIDE, LOWER, LR, MASK, MOVED,
+    FROM_ZERO, GRAD, GRAD_NORM, GREW, INFLATED, INIT, INIT_TERM, JUDGED, KEEP, LOADER, LOSS, LOSS_SIDE, LOWER, LR, MASK, MOVED,
     NOT_BEING, NOT_GRAD, NOT_NEEDED, NOT_V, OFF, OPTIMIZER, OTHER_MASK, RAISE, RAMP, REPAIR, REPEATED_ES, RESET, RESTORE, ROWS,
     SCALED_UP, SCALER, SCALING, SHRANK, SKIP, SPIKE, SQUARED, STALL, STEPS, TENSOR, UPDATE_CLIP, V, WARMUP, WEIGHTS)
 
@@ -191,8 +191,9 @@ _ALL = (
     Cause("gradient_explosion",
           (Concept("an exploding gradient", (GRAD, EXPLODED), reach=3, unless=NOT_GRAD,
                    pattern=r"gradient_explosion"),
-           Concept("the gradients multiplied at one step", (GRAD, SCALED_UP), ordered=True, unless=NOT_GRAD,
-                   along=SCALED_UP, opposite=SHRANK),
+           # the norm 50x its usual value alone is a measurement a bad batch gives too: a sign, not this name
+           Concept("the gradients multiplied at one step", (GRAD, SCALED_UP), ordered=True,
+                   unless=NOT_GRAD + "|" + GRAD_NORM, along=SCALED_UP, opposite=SHRANK),
            Concept("the gradients multiplied at one step", (SCALING, GRAD), reach=2, ordered=True, unless=NOT_GRAD),
            Concept("the gradients multiplied at one step", (SCALING, "volume|knob|dial|gain|volumen|perilla",
                                                             "on|of|for|de|del|a", GRAD), reach=3, ordered=True,
@@ -208,7 +209,8 @@ _ALL = (
           "Keep global-norm clipping on and log the pre-clip norm every step; add an adaptive detector (z-score of "
           "the norm against its EMA, as ZClip) that flags or down-weights outliers.", remedy="zclip",
           signs=(Concept("a gradient-norm spike", (GRAD, "spike|jump|huge|large|peak|pico|salto|saltar|enorme"),
-                         reach=3, unless=SQUARED),),
+                         reach=3, unless=SQUARED),
+                 Concept("a gradient-norm spike", (GRAD_NORM, SCALED_UP), ordered=True, unless=SQUARED)),
           fixes=(Concept("keeping (adaptive) gradient clipping", (KEEP, CLIP), reach=3, ordered=True,
                          unless=UPDATE_CLIP),
                  Concept("keeping (adaptive) gradient clipping", (CLIP, KEEP + "|on|active|activado|enabled|adaptive"
@@ -327,7 +329,11 @@ _ALL = (
                                                                 "|restaurar", INIT + "|escala de inicialización"),
                          reach=2, ordered=True),
                  Concept("initialising at the standard scale", ("init_scale|init scale|escala de inicialización",
-                                                                r"~1|~1\.0+"), reach=3, ordered=True))),
+                                                                r"~1|~1\.0+"), reach=3, ordered=True),
+                 # the standard deviation GPT-2 initialises with
+                 Concept("initialising at the standard scale", ("std|sigma|σ|standard deviation|desviación estándar"
+                                                                "|desviación típica", r"~0?\.02"), reach=2,
+                         ordered=True))),
     Cause("no_warmup",
           (Concept("no warmup", ("no|without|missing|skip|skipped|lack|lacking|zero|forgot|removed|sin|falta|faltó"
                                  "|ningún|ninguna|omitido|" + OFF, WARMUP), reach=2, ordered=True, unless=NOT_BEING,
@@ -379,8 +385,10 @@ _ALL = (
                                             "|no se aplicó|no se aplicaba|ignored|ignorada"
                                             "|skipped|omitida"), reach=3, unless=OTHER_MASK, not_near=LOSS_SIDE,
                    pattern=r"\bbroken_mask\b"),
+           # what attention reaches: it sees, attends to or covers the positions after it
            Concept("positions see the future tokens", ("see|peek|look|attend|read|ver|vea|veía|mirar|espiar|atiende"
-                                                       "|atienden|atender|atendía",
+                                                       "|atienden|atender|atendía|cover|span|reach|cubrir|abarcar"
+                                                       "|alcanzar",
                                                        "future|next token|next tokens|later token"
                                                        "|later position|future position|posiciones futuras"
                                                        "|all positions|every position|every other token|whole sequence"
@@ -422,7 +430,7 @@ _ALL = (
                                                        "|reinstate|reapply|re apply|apply|restaurar|usar|poner|volver|aplicar"
                                                        "|activar|reactivar|activate|reactivate|re activate",
                                                        "causal|triangular|tril|" + MASK),
-                         reach=4, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE, pattern=r"causal_mask\s*=\s*true"),
+                         reach=4, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE, pattern=r"causal_mask\s*[=:]\s*(?:true|1|on|yes)\b"),
                  Concept("restoring the causal mask", ("causal|triangular|tril", MASK + "|attention|atención",
                                                        "on|enabled|activada|activa|encendida"), reach=2, ordered=True)),
           # the model learned to peek: going on from its weights keeps what it learned that way

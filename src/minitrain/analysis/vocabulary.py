@@ -14,8 +14,10 @@ def any_of(*groups: str) -> str:
 
 
 # The things causes are made of, as synonyms (English | Spanish). A word is matched by its stem.
-GRAD = any_of("gradient|grad|grads|gradient norm|grad norm|pre clip norm|preclip norm|global norm",
-              "gradiente|norma del gradiente|norma de los gradientes")
+# the gradient norm: one number over every tensor, which a bad batch moves as much as a scaled gradient does
+GRAD_NORM = any_of("gradient norm|grad norm|pre clip norm|preclip norm|global norm|norm of the gradient",
+                   "norma del gradiente|norma de los gradientes|norma pre clip|norma global")
+GRAD = any_of("gradient|grad|grads", GRAD_NORM, "gradiente")
 SQUARED = any_of("squared gradient|square gradient|gradient squared|squared grad|g2|g^2|g²",
                  "gradiente al cuadrado|gradientes al cuadrado|cuadrado del gradiente|cuadrados de los gradientes")
 # Adam's second moment, by name or by its role in the update (the per-weight normaliser under the square root)

@@ -351,6 +351,11 @@ def given_first(low: str, others: list[str], right: list[str]) -> bool:
         between_them)
 
 
+def about(low: str, cause: str) -> bool:
+    """Whether the text says something of what `cause` is about (the data, Adam's second moment...)."""
+    return any(cause in causes and affirmed(low, (subject,))[0] for subject, causes in SUBJECTS)
+
+
 def said(named: dict[str, list[str]]) -> str:
     return "; ".join(f"{', '.join(labels)} ({cause})" for cause, labels in named.items())
 
@@ -522,8 +527,14 @@ def judge_remediation(text: str, cause: str) -> Point:
         return Point(REVIEW, f"proposes {', '.join(workaround)}, which eases {cause} without removing it: a teacher "
                              "reads it")
     if CAUSES[cause].recovers and not set(fixes) - {"healthy"} and RECOVERY.search(low):
+        if not about(low, cause):  # "it recovered by itself" says no why
+            return Point(NO, "proposes no fix, and says nothing of why the run would recover: say what you would do")
         return Point(REVIEW, f"proposes no fix: {cause}'s run recovers by itself, a teacher reads it")
     if fixes:
         return Point(NO, f"proposes {said(fixes)}: a fix for another cause, not for {cause}")
+    rewound, _ = affirmed(low, CONCEPTS_THAT_ARE_STEPS)
+    if rewound:  # a step many fixes share, alone: the run goes back to before the fault, which may come again
+        return Point(REVIEW, f"proposes only {rewound[0]}, a step of a fix without the fix for {cause}: a teacher "
+                             "reads it")
     registered = "; ".join(dict.fromkeys(c.label for c in CAUSES[cause].fixes)) or "none registered"
     return Point(NO, f"proposes none of the fixes registered for {cause} ({registered})")
