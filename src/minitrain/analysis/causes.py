@@ -134,7 +134,9 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("raising the learning rate", (LR, BIGGER + "|up|upward|upwards|hacia arriba|al alza"), reach=4,
             ordered=True, unless=RAMP),
     # harmful for any run: every run needs its warmup and its causal mask
-    Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=2, ordered=True,
+    # the verb only: "a short warmup" is a warmup (the Spanish stem of "shorten" is "short")
+    Concept("removing the warmup", (OFF + "|delete|skip|~shorten|~shortens|~shortened|~shortening|borrar|acortar", WARMUP), reach=2,
+            ordered=True,
             pattern=r"warmup_steps\s*[=:]\s*0\b"),
     # what the run needs, said to be unneeded ("the warmup can go", "el recorte sobra")
     Concept("removing the warmup", (WARMUP, NOT_NEEDED), reach=3, ordered=True),
@@ -315,7 +317,11 @@ _ALL = (
                          reach=3),),
           workarounds=(Concept("scaling the trained weights down by hand", ("divide|shrink|scale down|dividir|encoger",
                                                                            WEIGHTS + "|embedding|embeddings"), reach=4,
-                               ordered=True),),
+                               ordered=True),
+                       # a norm layer, or the weights normalised: tames the scale the init left
+                       Concept("normalising the weights or the logits instead of re-initialising",
+                               ("~normali[sz]e|~normali[sz]ed|~normali[sz]ing|~normali[sz]ation|normalizar"
+                                "|normalización|layernorm|layer norm|rmsnorm",))),
           harmful=(Concept("raising the init scale", (RAISE + "|scale up", INIT + "|std|scale|escala"), reach=3,
                            ordered=True),),
           fixes=(Concept("initialising at the standard scale", (RESET + "|init", "0.02|std|standard|small|smaller"
@@ -549,7 +555,9 @@ _ALL = (
           (Concept("an optimizer step that changes no weight",
                    ("step|optimizer|optimiser|paso|optimizador",
                     "no effect|nothing|not change|not applied|not update|sin efecto|no cambiar|no aplicar"),
-                   reach=6, unless="almost nothing|nearly nothing|next to nothing|casi nada", pattern=r"update not applied|\bupdate_not_applied\b"),),
+                   # "nothing has trained yet" is step 0, not a step lost
+                   reach=6, unless="almost nothing|nearly nothing|next to nothing|casi nada",
+                   not_near="yet|todavía|aún|untrained|sin entrenar", pattern=r"update not applied|\bupdate_not_applied\b"),),
           "Build the optimizer on the parameters of the model as trained (after moving and wrapping it) and assert "
           "after the first step that the weights changed.",
           signs=(Concept("the weights", (WEIGHTS,)),),

@@ -130,7 +130,9 @@ MOVED = any_of("spike|spiked|jump|jumped|rose|rise|went up|go up|climb|climbed|f
                "stall|stalled|recover|recovered|came back|came down|diverge|diverged|nan|inf|pico|saltó|subió|subir",
                "cayó|bajó|estancó|estancada|plana|meseta|recupera|recuperó|volvió|goes up|going up|triples|doubles",
                "stop improving|stops improving|stopped improving|desploma|desplomó|hunde|hundió|dispara|disparó",
-               "sube|baja|no para de subir")
+               "sube|baja|no para de subir",
+               # sunk below a reference line (a loss far above one at step 0 is the init's sign, not a curve's)
+               "far under|far below|well under|well below|muy por debajo")
 SPIKE = any_of("spike|spiked|jump|jumped|peak|pico|salto|saltó|saltar")
 LOSS_SIDE = "loss|padding|pad|label|labels|pérdida|relleno|etiqueta|etiquetas"
 # masks that are not the attention's causal mask: a near miss, not broken_mask

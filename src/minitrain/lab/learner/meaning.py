@@ -58,9 +58,9 @@ from minitrain.lab.learner.words import SENTENCE_END, Words, negated, normalise,
 CREDIT, NO, REVIEW = "credit", "no", "review"
 CONCEPTS_THAT_ARE_STEPS = tuple(c for cause in CAUSES.values() for c in cause.fixes if c.step)
 
-# "could" and "podría" alone are ability ("could see the future"), not doubt
+# "could" and "podría" alone are ability ("could see the future"), not doubt; "what I think happened:" heads an answer
 HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|could be|could have|could also|not sure"
-                    r"|unsure|not certain|i think|guess|guessing|suspect|suppose|presumably|my bet|quiz[aá]s?|tal vez"
+                    r"|unsure|not certain|(?<!what )i think|guess|guessing|suspect|suppose|presumably|my bet|quiz[aá]s?|tal vez"
                     r"|puede que|puede ser|podr[ií]a ser|it seems|seems like|seems that|apparently|parece que|parece ser"
                     r"|aparentemente"
                     r"|podr[ií]a haber|podr[ií]a tratarse|a lo mejor|es posible que|posiblemente|probablemente"
@@ -462,9 +462,20 @@ def knobs_moved(low: str, cause: str) -> list[str]:
                 continue
             known = float(getattr(LAB, knob.field))
             harm = knob.zero if float(value) == 0 else knob.up if float(value) > known * 1.001 else ""
+            if harm == knob.up and lowered(low, m.start()):  # "lower init_scale to 10": down, but not to the lab's
+                harm = f"lowering {knob.field} to {value}, still above the lab's {getattr(LAB, knob.field)}"
             if harm and not negated(low, *m.span()) and harm not in out:
                 out.append(harm)
     return out
+
+
+def lowered(low: str, start: int) -> bool:
+    """Whether a verb that lowers stands just before the knob at `start`, in its clause ("lower init_scale")."""
+    before = low[:start].split()[-2:]
+    return any(LOWERING.fullmatch(word) for word in before)
+
+
+LOWERING = re.compile(r"lower|reduce|decrease|cut|drop|bajar|baja|reducir|reduce|disminuir|disminuye")
 
 
 def later_value(low: str, start: int, any_knob: str) -> str | None:
@@ -502,7 +513,9 @@ def judge_remediation(text: str, cause: str) -> Point:
         return Point(NO, "a list of words, not a sentence: say what you would do")
     low = normalise(text)
     harm, _ = affirmed(low, HARMFUL_ALWAYS + CAUSES[cause].harmful)
-    harm += [h for h in knobs_moved(low, cause) if h not in harm]
+    moved = knobs_moved(low, cause)
+    short_of = [h for h in moved if h.startswith("lowering ")]
+    harm += [h for h in moved if h not in harm and h not in short_of]
     if harm:
         return Point(NO, f"proposes {', '.join(harm)}, which makes {cause} worse")
     fixes = causes_named(low, "fixes")
@@ -510,6 +523,7 @@ def judge_remediation(text: str, cause: str) -> Point:
     if mine and verb_elsewhere(low, mine, [label for labels in fixes.values() for label in labels]):
         mine = None
     workaround, _ = affirmed(low, CAUSES[cause].workarounds)
+    workaround += short_of  # the right way, not far enough: a half measure
     if mine:  # "fix the mask (lower-triangular)": the fix says which mask the vaguer words meant
         workaround = [label for label in workaround if not same_verb(low, label, mine)]
     steps = {c.label for c in CONCEPTS_THAT_ARE_STEPS}

@@ -26,7 +26,8 @@ NEGATORS = re.compile(r"(?<![\w'])(?:not|n't|no|never|nor|neither|ni|nunca|rathe
 # another subject after an "and" ("the gradients were multiplied and clipping was fine")
 AFTER_NEGATORS = re.compile(r"^\W*(?:(?!(?:and|y|e|or|o)\b)\w+\W+){0,3}?(?:(?:is|was) (?:not it|ruled out|excluded)"
                             r"|ruled out|excluded"
-                            r"|descartad[oa]s?|(?:is|was|are|were|looks?|looked|seems?|seemed) (?:fine|ok|okay|normal"
+                            r"|descartad[oa]s?|(?:is|was|are|were|looks?|looked|seems?|seemed) "
+                            r"(?:(?:completely|perfectly|totally|entirely) )?(?:fine|ok|okay|normal|ordinary|usual"
                             r"|clean|harmless|innocent|not the (?:problem|cause|issue))|harmless|irrelevant|innocent"
                             r"|(?:worked|works|was working) (?:fine|well|correctly|as (?:it )?should)|intact|untouched"
                             r"|(?:was|were|is|are)(?:n't| not) touched"
