@@ -556,7 +556,7 @@ _ALL = (
                    ("step|optimizer|optimiser|paso|optimizador",
                     "no effect|nothing|not change|not applied|not update|sin efecto|no cambiar|no aplicar"),
                    # "nothing has trained yet" is step 0, not a step lost
-                   reach=6, unless="almost nothing|nearly nothing|next to nothing|casi nada",
+                   reach=6, unless="almost nothing|nearly nothing|next to nothing|casi nada|nothing else|nada más",
                    not_near="yet|todavía|aún|untrained|sin entrenar", pattern=r"update not applied|\bupdate_not_applied\b"),),
           "Build the optimizer on the parameters of the model as trained (after moving and wrapping it) and assert "
           "after the first step that the weights changed.",

@@ -84,7 +84,7 @@ BIGGER = any_of("higher|larger|bigger|mayor|más alta|más alto|más grande|more
 RAISE = any_of(BIGGER, "raise|increase|boost|double|triple|crank|crank up|turn up|bump|bump up|nudge up",
                "push up|jack up|scale up|subir|aumentar|incrementar|más alta|más alto|mayor|duplicar|triplicar",
                r"elevar|~[x×][2-9]\d*(?:\.\d+)?|~[x×]1\d+(?:\.\d+)?|~[2-9]\d*(?:\.\d+)?[x×]|~1\d+(?:\.\d+)?[x×]")
-LOWER = any_of("lower|reduce|decrease|smaller|cut|drop|bajar|reducir|disminuir")
+LOWER = any_of("lower|reduce|decrease|smaller|cut|drop|halve|bajar|reducir|disminuir")
 OFF = any_of("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch off|turn off|shut off|lift|ditch",
              "kill|bypass|strip",
              "desactivar|eliminar|quitar|apagar|sin|suprimir|retirar|sacar|saltarse")
@@ -156,14 +156,17 @@ GREW = "grow|grew|grown|growing|became|become|drift|drifted|crecer|creció|creci
 INIT_TERM = ("init scale|init_scale|initial scale|initialisation scale|initialization scale|escala inicial"
              "|escala de inicialización|escala de init|init std")
 INIT = any_of("init|initialisation|initialization|initialise|initialize|init scale|init_scale|initial scale",
-              "inicialización|inicializar|escala inicial")
+              "inicialización|inicializar|escala inicial",
+              # the weights as they were drawn, before any step
+              "initial weights|starting weights|drawn with|drawn from|sampled with|sampled from|pesos iniciales",
+              "valores iniciales|muestreados con")
 WEIGHTS = any_of("weight|weights|parameter|parameters|peso|pesos|parámetro|parámetros")
 # when: a weight too large from the start, not one that grew during training
 AT_START = any_of("init|initial|initially|initialised|initialized|start|started|begin|began|born|step 0|untrained",
                   "from the start|inicial|inicialmente|inicializar|arrancar|empezar|comenzar|desde el principio",
                   "paso 0|nacer")
 BIG = any_of("too large|too big|huge|large|big|~scaled|scaled up|enormous|oversized|far too|enorme|grande|demasiado grande",
-             TIMES)
+             "giant|gigantic|massive|gigante|gigantesco|descomunal", TIMES)
 KEEP = any_of("keep|leave|use|add|turn on|switch on|enable|apply|rely on|retain|in place|mantener|usar|activar",
               "dejar|aplicar|conservar|poner|puesto")
 # looking at something, which changes nothing by itself

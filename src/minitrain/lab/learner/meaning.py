@@ -351,6 +351,19 @@ def given_first(low: str, others: list[str], right: list[str]) -> bool:
         between_them)
 
 
+def explained_by(low: str, right: list[str], others: list[str]) -> bool:
+    """Whether the right concept is said to happen because of another cause, in its sentence ("the gradients went
+    up fifty times because the learning rate spiked"): that other cause is the answer."""
+    w = words_of(low)
+    return any(w.sentences[last] == w.sentences[a] and last < a and len(w.words[last:a]) <= REASON_REACH
+               and BECAUSE.search(low[w.spans[last][1]:w.spans[a][0]])
+               for label in right for _, last, _ in w.where.get(label, [])
+               for other in others for a, _, _ in w.where.get(other, []))
+
+
+REASON_REACH = 4  # words from the end of the right concept to the other cause, "because" among them
+
+
 def about(low: str, cause: str) -> bool:
     """Whether the text says something of what `cause` is about (the data, Adam's second moment...)."""
     return any(cause in causes and affirmed(low, (subject,))[0] for subject, causes in SUBJECTS)
@@ -402,7 +415,8 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
     if right:
         if ALTERNATIVES.search(low) or hedged_before(low, right):  # the right cause offered as a maybe: two answers
             return Point(NO, f"hedges between {said({cause: right})} and {said(others)}: name one cause")
-        if given_first(low, [label for labels in others.values() for label in labels], right):
+        other_labels = [label for labels in others.values() for label in labels]
+        if given_first(low, other_labels, right) or explained_by(low, right, other_labels):
             return Point(NO, f"gives {said(others)} as the cause, and {said({cause: right})} after it as what "
                              "followed")
         return Point(REVIEW, f"names {said({cause: right})}, and also {said(others)}: a teacher decides which "
