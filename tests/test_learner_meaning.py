@@ -6,8 +6,12 @@ says no), "dev6" a paraphrase stress set in voices unlike the others with advers
 first score), "dev7" the fourth blind set (96 answers by a teacher who never saw the grader, scored once: 147/192
 on the round-3 grader, 157/192 on the round-4 grader with 4 credits where its key says no; ids j01..j96 are that
 set's e01..e96), "dev8" a round-5 stress set of harmful changes said mildly, look-alikes in student words and the
-right words for the wrong cause (65/72 on its first score, 4 credits where its key says no); and a held-out part
-scored once at the end; docs/learner.md reports them), and the parts of the rule one by one."""
+right words for the wrong cause (65/72 on its first score, 4 credits where its key says no), "dev9" the fifth
+blind set (96 answers by a teacher who never saw the grader, scored once: 159/192 on the round-4 grader with 4
+credits where its key says no, 165/192 on the round-5 grader with none; ids m01..m96), "dev10" a round-6 stress
+set (33 answers, 19 with a keyed "no": the right mechanism blamed on another cause, look-alikes, harmful changes
+beside right fixes; 59/66 on its first score, no credit where its key says no); and a held-out part scored once
+at the end; docs/learner.md reports them), and the parts of the rule one by one."""
 import json
 from pathlib import Path
 
@@ -18,7 +22,7 @@ from minitrain.lab import learner
 ANSWERS = [json.loads(line) for line in (Path(__file__).parent / "data" / "grader_answers.jsonl").read_text().splitlines()]
 
 
-SPLITS = ("dev", "dev2", "dev3", "dev4", "dev5", "dev6", "dev7", "dev8", "held-out")
+SPLITS = ("dev", "dev2", "dev3", "dev4", "dev5", "dev6", "dev7", "dev8", "dev9", "dev10", "held-out")
 
 
 def judged(row: dict) -> tuple[str, str]:
@@ -30,7 +34,8 @@ def test_the_labelled_set_is_what_docs_learner_md_says():
     splits = {s: [r for r in ANSWERS if r["split"] == s] for s in SPLITS}
     assert len(splits["held-out"]) >= 20 and len(splits["dev2"]) >= 40 and len(splits["dev3"]) == len(splits["dev4"]) == 104
     assert len(splits["dev5"]) == 84 and len(splits["dev6"]) >= 30 and len(splits["dev7"]) == 96
-    assert len(splits["dev8"]) >= 30
+    assert len(splits["dev8"]) >= 30 and len(splits["dev9"]) == 96 and len(splits["dev10"]) >= 30
+    assert sum("no" in (r["expect_diagnosis"], r["expect_remediation"]) for r in splits["dev10"]) >= 12  # adversarial
     assert sum("no" in (r["expect_diagnosis"], r["expect_remediation"]) for r in splits["dev8"]) >= 12  # adversarial
     assert sum("no" in (r["expect_diagnosis"], r["expect_remediation"]) for r in splits["dev6"]) >= 10  # adversarial
     assert len({r["id"] for r in ANSWERS}) == len(ANSWERS)
@@ -48,11 +53,11 @@ def test_the_labelled_set_is_what_docs_learner_md_says():
 
 
 # Credit where one teacher's key says "review" and another's credits the same answer: dev5 sends a bare "keep
-# clipping" and a pre-clip norm 50x its median to review (f08), and "dedupe the dataset" alone (f25), where dev
-# credits "Keep clipping at 1.0." (d07), dev and dev2 a pre-clip norm ~50x its usual value (d14, e11) and held-out
-# "Deduplicate the training data." (h10); dev7 sends the pre-clip norm "up about fifty-fold" to review (j03). No
-# answer keyed "no" is ever credited.
-KEYS_THAT_DISAGREE = {"f08", "f25", "j03"}
+# clipping" to review (f08) and "dedupe the dataset" alone (f25), where dev credits "Keep clipping at 1.0." (d07)
+# and held-out "Deduplicate the training data." (h10); dev9 sends filtering the rows with rare tokens out of the
+# corpus to review (m30), where the registry's bad batch is one of repeated or rare rows and filtering them is its
+# fix. No answer keyed "no" is ever credited.
+KEYS_THAT_DISAGREE = {"f08", "f25", "m30"}
 
 
 @pytest.mark.parametrize("split", SPLITS)
@@ -198,7 +203,10 @@ def test_the_grader_agrees_with_the_teacher(split):
      "initialising at the standard scale"),
     ("remediation", "Keep clipping on; find what multiplied the grads (loss scaling?).", "gradient_explosion",
      "credit", "finding what scaled"),
-    ("remediation", "Nothing to do: the run recovered in one step.", "bad_batch", "review", "recovers by itself"),
+    # "no fix" is an answer where it says why the run recovers; a bare "it recovered" says nothing
+    ("remediation", "Nothing to do: the run recovered in one step.", "bad_batch", "no", "says nothing of why"),
+    ("remediation", "Nothing to do: that batch is gone after one step and the run recovers.", "bad_batch", "review",
+     "recovers by itself"),
     ("remediation", "No fix needed.", "optimizer_state_corruption", "no", "a fix for another cause"),
     # morphology: an irregular Spanish verb's forms are its verb ("se redujo" is reducir: the wrong way round)
     ("diagnosis", "El segundo momento v del bias se redujo en 500, así que sus updates crecieron.", "optimizer_state_corruption", "review",
@@ -271,6 +279,24 @@ def test_the_grader_agrees_with_the_teacher(split):
     ("remediation", "Poner a cero la v de ese tensor.", "optimizer_state_corruption", "credit", "resetting"),
     ("diagnosis", "I'd guess the optimizer state got corrupted.", "optimizer_state_corruption", "review", "hedge"),
     ("diagnosis", "Parece que la máscara causal no se aplicaba.", "broken_mask", "review", "hedge"),
+    # round 6: the norm alone is a sign; a checkpoint alone is a step; a lowering that stops short; the reason given
+    ("diagnosis", "The pre-clip gradient norm jumped to 50 times its median.", "gradient_explosion", "review",
+     "a gradient-norm spike"),
+    ("remediation", "Rewind to the checkpoint at 450 and re-run.", "bad_batch", "review", "a step of a fix"),
+    ("remediation", "Lower init_scale to 10.", "bad_init", "review", "still above the lab's"),
+    ("remediation", "Raise init_scale to 10.", "bad_init", "no", "raising the init scale"),
+    ("remediation", "Add a short warmup of 10 steps.", "no_warmup", "review", "far shorter"),
+    ("remediation", "Shorten the warmup.", "no_warmup", "no", "removing the warmup"),
+    ("remediation", "causal_mask: true and re-run from step 0.", "broken_mask", "credit", "restoring"),
+    ("remediation", "Back to std 0.02 and retrain.", "bad_init", "credit", "standard scale"),
+    ("diagnosis", "The gradients went up fifty times because the learning rate spiked.", "gradient_explosion", "no",
+     "lr_spike"),
+    ("diagnosis", "What I think happened: every gradient was multiplied by 50; the batch's loss was completely "
+     "ordinary.", "gradient_explosion", "credit", "no other cause"),
+    ("diagnosis", "Each position's attention covers the positions to its right as well.", "broken_mask", "credit",
+     "see the future"),
+    ("diagnosis", "Every weight starts 100x too large; nothing has trained yet.", "bad_init", "credit",
+     "no other cause"),
     # a second fault beside the right cause goes to a teacher; one that follows from it is its effect
     ("diagnosis", "Adam's v was inflated for the bias, and the warmup was too short.", "optimizer_state_corruption",
      "review", "also faults the warmup"),

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from minitrain.analysis.vocabulary import (
     AT_START, BAD, BATCH, BIG, BIGGER, CHECKPOINT, CLIP, COMPARED, COUNT, CULPRIT, CURVE, DUPLICATED, EXPLODED, FIND,
-    FROM_ZERO, GRAD, GREW, INFLATED, INIT, INIT_TERM, JUDGED, KEEP, LOADER, LOSS, LOSS_SIDE, LOWER, LR, MASK, MOVED,
+    FROM_ZERO, GRAD, GRAD_NORM, GREW, INFLATED, INIT, INIT_TERM, JUDGED, KEEP, LOADER, LOSS, LOSS_SIDE, LOWER, LR, MASK, MOVED,
     NOT_BEING, NOT_GRAD, NOT_NEEDED, NOT_V, OFF, OPTIMIZER, OTHER_MASK, RAISE, RAMP, REPAIR, REPEATED_ES, RESET, RESTORE, ROWS,
     SCALED_UP, SCALER, SCALING, SHRANK, SKIP, SPIKE, SQUARED, STALL, STEPS, TENSOR, UPDATE_CLIP, V, WARMUP, WEIGHTS)
 
@@ -134,7 +134,9 @@ HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("raising the learning rate", (LR, BIGGER + "|up|upward|upwards|hacia arriba|al alza"), reach=4,
             ordered=True, unless=RAMP),
     # harmful for any run: every run needs its warmup and its causal mask
-    Concept("removing the warmup", (OFF + "|delete|skip|shorten|borrar|acortar", WARMUP), reach=2, ordered=True,
+    # the verb only: "a short warmup" is a warmup (the Spanish stem of "shorten" is "short")
+    Concept("removing the warmup", (OFF + "|delete|skip|~shorten|~shortens|~shortened|~shortening|borrar|acortar", WARMUP), reach=2,
+            ordered=True,
             pattern=r"warmup_steps\s*[=:]\s*0\b"),
     # what the run needs, said to be unneeded ("the warmup can go", "el recorte sobra")
     Concept("removing the warmup", (WARMUP, NOT_NEEDED), reach=3, ordered=True),
@@ -191,8 +193,9 @@ _ALL = (
     Cause("gradient_explosion",
           (Concept("an exploding gradient", (GRAD, EXPLODED), reach=3, unless=NOT_GRAD,
                    pattern=r"gradient_explosion"),
-           Concept("the gradients multiplied at one step", (GRAD, SCALED_UP), ordered=True, unless=NOT_GRAD,
-                   along=SCALED_UP, opposite=SHRANK),
+           # the norm 50x its usual value alone is a measurement a bad batch gives too: a sign, not this name
+           Concept("the gradients multiplied at one step", (GRAD, SCALED_UP), ordered=True,
+                   unless=NOT_GRAD + "|" + GRAD_NORM, along=SCALED_UP, opposite=SHRANK),
            Concept("the gradients multiplied at one step", (SCALING, GRAD), reach=2, ordered=True, unless=NOT_GRAD),
            Concept("the gradients multiplied at one step", (SCALING, "volume|knob|dial|gain|volumen|perilla",
                                                             "on|of|for|de|del|a", GRAD), reach=3, ordered=True,
@@ -208,7 +211,8 @@ _ALL = (
           "Keep global-norm clipping on and log the pre-clip norm every step; add an adaptive detector (z-score of "
           "the norm against its EMA, as ZClip) that flags or down-weights outliers.", remedy="zclip",
           signs=(Concept("a gradient-norm spike", (GRAD, "spike|jump|huge|large|peak|pico|salto|saltar|enorme"),
-                         reach=3, unless=SQUARED),),
+                         reach=3, unless=SQUARED),
+                 Concept("a gradient-norm spike", (GRAD_NORM, SCALED_UP), ordered=True, unless=SQUARED)),
           fixes=(Concept("keeping (adaptive) gradient clipping", (KEEP, CLIP), reach=3, ordered=True,
                          unless=UPDATE_CLIP),
                  Concept("keeping (adaptive) gradient clipping", (CLIP, KEEP + "|on|active|activado|enabled|adaptive"
@@ -313,7 +317,11 @@ _ALL = (
                          reach=3),),
           workarounds=(Concept("scaling the trained weights down by hand", ("divide|shrink|scale down|dividir|encoger",
                                                                            WEIGHTS + "|embedding|embeddings"), reach=4,
-                               ordered=True),),
+                               ordered=True),
+                       # a norm layer, or the weights normalised: tames the scale the init left
+                       Concept("normalising the weights or the logits instead of re-initialising",
+                               ("~normali[sz]e|~normali[sz]ed|~normali[sz]ing|~normali[sz]ation|normalizar"
+                                "|normalización|layernorm|layer norm|rmsnorm",))),
           harmful=(Concept("raising the init scale", (RAISE + "|scale up", INIT + "|std|scale|escala"), reach=3,
                            ordered=True),),
           fixes=(Concept("initialising at the standard scale", (RESET + "|init", "0.02|std|standard|small|smaller"
@@ -327,7 +335,11 @@ _ALL = (
                                                                 "|restaurar", INIT + "|escala de inicialización"),
                          reach=2, ordered=True),
                  Concept("initialising at the standard scale", ("init_scale|init scale|escala de inicialización",
-                                                                r"~1|~1\.0+"), reach=3, ordered=True))),
+                                                                r"~1|~1\.0+"), reach=3, ordered=True),
+                 # the standard deviation GPT-2 initialises with
+                 Concept("initialising at the standard scale", ("std|sigma|σ|standard deviation|desviación estándar"
+                                                                "|desviación típica", r"~0?\.02"), reach=2,
+                         ordered=True))),
     Cause("no_warmup",
           (Concept("no warmup", ("no|without|missing|skip|skipped|lack|lacking|zero|forgot|removed|sin|falta|faltó"
                                  "|ningún|ninguna|omitido|" + OFF, WARMUP), reach=2, ordered=True, unless=NOT_BEING,
@@ -379,8 +391,10 @@ _ALL = (
                                             "|no se aplicó|no se aplicaba|ignored|ignorada"
                                             "|skipped|omitida"), reach=3, unless=OTHER_MASK, not_near=LOSS_SIDE,
                    pattern=r"\bbroken_mask\b"),
+           # what attention reaches: it sees, attends to or covers the positions after it
            Concept("positions see the future tokens", ("see|peek|look|attend|read|ver|vea|veía|mirar|espiar|atiende"
-                                                       "|atienden|atender|atendía",
+                                                       "|atienden|atender|atendía|cover|span|reach|cubrir|abarcar"
+                                                       "|alcanzar",
                                                        "future|next token|next tokens|later token"
                                                        "|later position|future position|posiciones futuras"
                                                        "|all positions|every position|every other token|whole sequence"
@@ -422,7 +436,7 @@ _ALL = (
                                                        "|reinstate|reapply|re apply|apply|restaurar|usar|poner|volver|aplicar"
                                                        "|activar|reactivar|activate|reactivate|re activate",
                                                        "causal|triangular|tril|" + MASK),
-                         reach=4, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE, pattern=r"causal_mask\s*=\s*true"),
+                         reach=4, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE, pattern=r"causal_mask\s*[=:]\s*(?:true|1|on|yes)\b"),
                  Concept("restoring the causal mask", ("causal|triangular|tril", MASK + "|attention|atención",
                                                        "on|enabled|activada|activa|encendida"), reach=2, ordered=True)),
           # the model learned to peek: going on from its weights keeps what it learned that way
@@ -541,7 +555,9 @@ _ALL = (
           (Concept("an optimizer step that changes no weight",
                    ("step|optimizer|optimiser|paso|optimizador",
                     "no effect|nothing|not change|not applied|not update|sin efecto|no cambiar|no aplicar"),
-                   reach=6, unless="almost nothing|nearly nothing|next to nothing|casi nada", pattern=r"update not applied|\bupdate_not_applied\b"),),
+                   # "nothing has trained yet" is step 0, not a step lost
+                   reach=6, unless="almost nothing|nearly nothing|next to nothing|casi nada|nothing else|nada más",
+                   not_near="yet|todavía|aún|untrained|sin entrenar", pattern=r"update not applied|\bupdate_not_applied\b"),),
           "Build the optimizer on the parameters of the model as trained (after moving and wrapping it) and assert "
           "after the first step that the weights changed.",
           signs=(Concept("the weights", (WEIGHTS,)),),

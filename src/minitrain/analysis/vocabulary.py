@@ -14,8 +14,10 @@ def any_of(*groups: str) -> str:
 
 
 # The things causes are made of, as synonyms (English | Spanish). A word is matched by its stem.
-GRAD = any_of("gradient|grad|grads|gradient norm|grad norm|pre clip norm|preclip norm|global norm",
-              "gradiente|norma del gradiente|norma de los gradientes")
+# the gradient norm: one number over every tensor, which a bad batch moves as much as a scaled gradient does
+GRAD_NORM = any_of("gradient norm|grad norm|pre clip norm|preclip norm|global norm|norm of the gradient",
+                   "norma del gradiente|norma de los gradientes|norma pre clip|norma global")
+GRAD = any_of("gradient|grad|grads", GRAD_NORM, "gradiente")
 SQUARED = any_of("squared gradient|square gradient|gradient squared|squared grad|g2|g^2|g²",
                  "gradiente al cuadrado|gradientes al cuadrado|cuadrado del gradiente|cuadrados de los gradientes")
 # Adam's second moment, by name or by its role in the update (the per-weight normaliser under the square root)
@@ -82,7 +84,7 @@ BIGGER = any_of("higher|larger|bigger|mayor|más alta|más alto|más grande|more
 RAISE = any_of(BIGGER, "raise|increase|boost|double|triple|crank|crank up|turn up|bump|bump up|nudge up",
                "push up|jack up|scale up|subir|aumentar|incrementar|más alta|más alto|mayor|duplicar|triplicar",
                r"elevar|~[x×][2-9]\d*(?:\.\d+)?|~[x×]1\d+(?:\.\d+)?|~[2-9]\d*(?:\.\d+)?[x×]|~1\d+(?:\.\d+)?[x×]")
-LOWER = any_of("lower|reduce|decrease|smaller|cut|drop|bajar|reducir|disminuir")
+LOWER = any_of("lower|reduce|decrease|smaller|cut|drop|halve|bajar|reducir|disminuir")
 OFF = any_of("disable|remove|drop|stop|without|quit|deactivate|get rid of|switch off|turn off|shut off|lift|ditch",
              "kill|bypass|strip",
              "desactivar|eliminar|quitar|apagar|sin|suprimir|retirar|sacar|saltarse")
@@ -128,7 +130,9 @@ MOVED = any_of("spike|spiked|jump|jumped|rose|rise|went up|go up|climb|climbed|f
                "stall|stalled|recover|recovered|came back|came down|diverge|diverged|nan|inf|pico|saltó|subió|subir",
                "cayó|bajó|estancó|estancada|plana|meseta|recupera|recuperó|volvió|goes up|going up|triples|doubles",
                "stop improving|stops improving|stopped improving|desploma|desplomó|hunde|hundió|dispara|disparó",
-               "sube|baja|no para de subir")
+               "sube|baja|no para de subir",
+               # sunk below a reference line (a loss far above one at step 0 is the init's sign, not a curve's)
+               "far under|far below|well under|well below|muy por debajo")
 SPIKE = any_of("spike|spiked|jump|jumped|peak|pico|salto|saltó|saltar")
 LOSS_SIDE = "loss|padding|pad|label|labels|pérdida|relleno|etiqueta|etiquetas"
 # masks that are not the attention's causal mask: a near miss, not broken_mask
@@ -152,14 +156,17 @@ GREW = "grow|grew|grown|growing|became|become|drift|drifted|crecer|creció|creci
 INIT_TERM = ("init scale|init_scale|initial scale|initialisation scale|initialization scale|escala inicial"
              "|escala de inicialización|escala de init|init std")
 INIT = any_of("init|initialisation|initialization|initialise|initialize|init scale|init_scale|initial scale",
-              "inicialización|inicializar|escala inicial")
+              "inicialización|inicializar|escala inicial",
+              # the weights as they were drawn, before any step
+              "initial weights|starting weights|drawn with|drawn from|sampled with|sampled from|pesos iniciales",
+              "valores iniciales|muestreados con")
 WEIGHTS = any_of("weight|weights|parameter|parameters|peso|pesos|parámetro|parámetros")
 # when: a weight too large from the start, not one that grew during training
 AT_START = any_of("init|initial|initially|initialised|initialized|start|started|begin|began|born|step 0|untrained",
                   "from the start|inicial|inicialmente|inicializar|arrancar|empezar|comenzar|desde el principio",
                   "paso 0|nacer")
 BIG = any_of("too large|too big|huge|large|big|~scaled|scaled up|enormous|oversized|far too|enorme|grande|demasiado grande",
-             TIMES)
+             "giant|gigantic|massive|gigante|gigantesco|descomunal", TIMES)
 KEEP = any_of("keep|leave|use|add|turn on|switch on|enable|apply|rely on|retain|in place|mantener|usar|activar",
               "dejar|aplicar|conservar|poner|puesto")
 # looking at something, which changes nothing by itself

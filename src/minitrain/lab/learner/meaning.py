@@ -58,9 +58,9 @@ from minitrain.lab.learner.words import SENTENCE_END, Words, negated, normalise,
 CREDIT, NO, REVIEW = "credit", "no", "review"
 CONCEPTS_THAT_ARE_STEPS = tuple(c for cause in CAUSES.values() for c in cause.fixes if c.step)
 
-# "could" and "podría" alone are ability ("could see the future"), not doubt
+# "could" and "podría" alone are ability ("could see the future"), not doubt; "what I think happened:" heads an answer
 HEDGES = re.compile(r"(?<!\w)(?:maybe|perhaps|probably|possibly|might|may be|could be|could have|could also|not sure"
-                    r"|unsure|not certain|i think|guess|guessing|suspect|suppose|presumably|my bet|quiz[aá]s?|tal vez"
+                    r"|unsure|not certain|(?<!what )i think|guess|guessing|suspect|suppose|presumably|my bet|quiz[aá]s?|tal vez"
                     r"|puede que|puede ser|podr[ií]a ser|it seems|seems like|seems that|apparently|parece que|parece ser"
                     r"|aparentemente"
                     r"|podr[ií]a haber|podr[ií]a tratarse|a lo mejor|es posible que|posiblemente|probablemente"
@@ -351,6 +351,24 @@ def given_first(low: str, others: list[str], right: list[str]) -> bool:
         between_them)
 
 
+def explained_by(low: str, right: list[str], others: list[str]) -> bool:
+    """Whether the right concept is said to happen because of another cause, in its sentence ("the gradients went
+    up fifty times because the learning rate spiked"): that other cause is the answer."""
+    w = words_of(low)
+    return any(w.sentences[last] == w.sentences[a] and last < a and len(w.words[last:a]) <= REASON_REACH
+               and BECAUSE.search(low[w.spans[last][1]:w.spans[a][0]])
+               for label in right for _, last, _ in w.where.get(label, [])
+               for other in others for a, _, _ in w.where.get(other, []))
+
+
+REASON_REACH = 4  # words from the end of the right concept to the other cause, "because" among them
+
+
+def about(low: str, cause: str) -> bool:
+    """Whether the text says something of what `cause` is about (the data, Adam's second moment...)."""
+    return any(cause in causes and affirmed(low, (subject,))[0] for subject, causes in SUBJECTS)
+
+
 def said(named: dict[str, list[str]]) -> str:
     return "; ".join(f"{', '.join(labels)} ({cause})" for cause, labels in named.items())
 
@@ -397,7 +415,8 @@ def judge_diagnosis(text: str, cause: str, cause_field: str = "") -> Point:
     if right:
         if ALTERNATIVES.search(low) or hedged_before(low, right):  # the right cause offered as a maybe: two answers
             return Point(NO, f"hedges between {said({cause: right})} and {said(others)}: name one cause")
-        if given_first(low, [label for labels in others.values() for label in labels], right):
+        other_labels = [label for labels in others.values() for label in labels]
+        if given_first(low, other_labels, right) or explained_by(low, right, other_labels):
             return Point(NO, f"gives {said(others)} as the cause, and {said({cause: right})} after it as what "
                              "followed")
         return Point(REVIEW, f"names {said({cause: right})}, and also {said(others)}: a teacher decides which "
@@ -457,9 +476,20 @@ def knobs_moved(low: str, cause: str) -> list[str]:
                 continue
             known = float(getattr(LAB, knob.field))
             harm = knob.zero if float(value) == 0 else knob.up if float(value) > known * 1.001 else ""
+            if harm == knob.up and lowered(low, m.start()):  # "lower init_scale to 10": down, but not to the lab's
+                harm = f"lowering {knob.field} to {value}, still above the lab's {getattr(LAB, knob.field)}"
             if harm and not negated(low, *m.span()) and harm not in out:
                 out.append(harm)
     return out
+
+
+def lowered(low: str, start: int) -> bool:
+    """Whether a verb that lowers stands just before the knob at `start`, in its clause ("lower init_scale")."""
+    before = low[:start].split()[-2:]
+    return any(LOWERING.fullmatch(word) for word in before)
+
+
+LOWERING = re.compile(r"lower|reduce|decrease|cut|drop|bajar|baja|reducir|reduce|disminuir|disminuye")
 
 
 def later_value(low: str, start: int, any_knob: str) -> str | None:
@@ -497,7 +527,9 @@ def judge_remediation(text: str, cause: str) -> Point:
         return Point(NO, "a list of words, not a sentence: say what you would do")
     low = normalise(text)
     harm, _ = affirmed(low, HARMFUL_ALWAYS + CAUSES[cause].harmful)
-    harm += [h for h in knobs_moved(low, cause) if h not in harm]
+    moved = knobs_moved(low, cause)
+    short_of = [h for h in moved if h.startswith("lowering ")]
+    harm += [h for h in moved if h not in harm and h not in short_of]
     if harm:
         return Point(NO, f"proposes {', '.join(harm)}, which makes {cause} worse")
     fixes = causes_named(low, "fixes")
@@ -505,6 +537,7 @@ def judge_remediation(text: str, cause: str) -> Point:
     if mine and verb_elsewhere(low, mine, [label for labels in fixes.values() for label in labels]):
         mine = None
     workaround, _ = affirmed(low, CAUSES[cause].workarounds)
+    workaround += short_of  # the right way, not far enough: a half measure
     if mine:  # "fix the mask (lower-triangular)": the fix says which mask the vaguer words meant
         workaround = [label for label in workaround if not same_verb(low, label, mine)]
     steps = {c.label for c in CONCEPTS_THAT_ARE_STEPS}
@@ -522,8 +555,14 @@ def judge_remediation(text: str, cause: str) -> Point:
         return Point(REVIEW, f"proposes {', '.join(workaround)}, which eases {cause} without removing it: a teacher "
                              "reads it")
     if CAUSES[cause].recovers and not set(fixes) - {"healthy"} and RECOVERY.search(low):
+        if not about(low, cause):  # "it recovered by itself" says no why
+            return Point(NO, "proposes no fix, and says nothing of why the run would recover: say what you would do")
         return Point(REVIEW, f"proposes no fix: {cause}'s run recovers by itself, a teacher reads it")
     if fixes:
         return Point(NO, f"proposes {said(fixes)}: a fix for another cause, not for {cause}")
+    rewound, _ = affirmed(low, CONCEPTS_THAT_ARE_STEPS)
+    if rewound:  # a step many fixes share, alone: the run goes back to before the fault, which may come again
+        return Point(REVIEW, f"proposes only {rewound[0]}, a step of a fix without the fix for {cause}: a teacher "
+                             "reads it")
     registered = "; ".join(dict.fromkeys(c.label for c in CAUSES[cause].fixes)) or "none registered"
     return Point(NO, f"proposes none of the fixes registered for {cause} ({registered})")

@@ -17,7 +17,7 @@ from minitrain.analysis.vocabulary import ABBREVIATIONS
 # a negation rules out what follows it in the same clause, up to this many words later
 NEGATION_REACH = 6
 NEGATORS = re.compile(r"(?<![\w'])(?:not|n't|no|never|nor|neither|ni|nunca|rather than|instead of|en vez de"
-                      r"|en lugar de|excluding|except|unlike|as opposed to|a diferencia de|al contrario que"
+                      r"|en lugar de|sin que|excluding|except|unlike|as opposed to|a diferencia de|al contrario que"
                       # a verb of ruling out before what it rules out ("ruled out the bad batch", "descarto el warmup")
                       r"|ruled out|rule out|ruling out|dismissed|descarto|descartamos|descarté|descartando|descartar"
                       r"|excluyo)(?![\w'])"
@@ -26,15 +26,16 @@ NEGATORS = re.compile(r"(?<![\w'])(?:not|n't|no|never|nor|neither|ni|nunca|rathe
 # another subject after an "and" ("the gradients were multiplied and clipping was fine")
 AFTER_NEGATORS = re.compile(r"^\W*(?:(?!(?:and|y|e|or|o)\b)\w+\W+){0,3}?(?:(?:is|was) (?:not it|ruled out|excluded)"
                             r"|ruled out|excluded"
-                            r"|descartad[oa]s?|(?:is|was|are|were|looks?|looked|seems?|seemed) (?:fine|ok|okay|normal"
+                            r"|descartad[oa]s?|(?:is|was|are|were|looks?|looked|seems?|seemed) "
+                            r"(?:(?:completely|perfectly|totally|entirely) )?(?:fine|ok|okay|normal|ordinary|usual"
                             r"|clean|harmless|innocent|not the (?:problem|cause|issue))|harmless|irrelevant|innocent"
                             r"|(?:worked|works|was working) (?:fine|well|correctly|as (?:it )?should)|intact|untouched"
                             r"|(?:was|were|is|are)(?:n't| not) touched"
                             r"|funcionaba(?:n)? bien|funciona(?:n)? bien|funcionó bien"
                             r"|(?:estaba|está|estaban|están|era|eran|es|son) (?:bien|normal|normales|limpi[oa]s?"
                             r"|inocentes?|inofensiv[oa]s?)|inofensiv[oa]s?)\b")
-CLAUSE_BREAK = re.compile(r"[;:!?\n,()]|->|→|\.(?!\w)|(?<!\w)(?:but|however|although|though|whereas|while|yet|because|since"
-                          r"|pero|sino|aunque|porque|ya que|mientras)(?!\w)")
+CLAUSE_BREAK = re.compile(r"[;:!?\n,()]|->|=>|→|⇒|\.(?!\w)|(?<!\w)(?:but|however|although|though|whereas|while|yet"
+                          r"|because|since|pero|sino|aunque|porque|ya que|mientras)(?!\w)")
 # an indefinite word's adjective describes nothing in particular ("something odd", "algo raro"): it names nothing
 INDEFINITE = frozenset("something anything nothing algo nada".split())
 
