@@ -10,7 +10,11 @@ right words for the wrong cause (65/72 on its first score, 4 credits where its k
 blind set (96 answers by a teacher who never saw the grader, scored once: 159/192 on the round-4 grader with 4
 credits where its key says no, 165/192 on the round-5 grader with none; ids m01..m96), "dev10" a round-6 stress
 set (33 answers, 19 with a keyed "no": the right mechanism blamed on another cause, look-alikes, harmful changes
-beside right fixes; 59/66 on its first score, no credit where its key says no); and a held-out part scored once
+beside right fixes; 59/66 on its first score, no credit where its key says no), "dev11" the sixth blind set (96
+answers by a teacher who never saw the grader, scored once: 165/192 on the round-5 grader, 169/192 on the round-6
+grader, no credit where its key says no; ids q01..q96), "dev12" a round-7 stress set (34 answers, 18 with a keyed
+"no": the right mechanism given another cause as its reason, v or the init the wrong way round, harmful changes
+beside right fixes; 59/68 on its first score, 2 credits where its key says no); and a held-out part scored once
 at the end; docs/learner.md reports them), and the parts of the rule one by one."""
 import json
 from pathlib import Path
@@ -22,7 +26,7 @@ from minitrain.lab import learner
 ANSWERS = [json.loads(line) for line in (Path(__file__).parent / "data" / "grader_answers.jsonl").read_text().splitlines()]
 
 
-SPLITS = ("dev", "dev2", "dev3", "dev4", "dev5", "dev6", "dev7", "dev8", "dev9", "dev10", "held-out")
+SPLITS = ("dev", "dev2", "dev3", "dev4", "dev5", "dev6", "dev7", "dev8", "dev9", "dev10", "dev11", "dev12", "held-out")
 
 
 def judged(row: dict) -> tuple[str, str]:
@@ -35,6 +39,8 @@ def test_the_labelled_set_is_what_docs_learner_md_says():
     assert len(splits["held-out"]) >= 20 and len(splits["dev2"]) >= 40 and len(splits["dev3"]) == len(splits["dev4"]) == 104
     assert len(splits["dev5"]) == 84 and len(splits["dev6"]) >= 30 and len(splits["dev7"]) == 96
     assert len(splits["dev8"]) >= 30 and len(splits["dev9"]) == 96 and len(splits["dev10"]) >= 30
+    assert len(splits["dev11"]) == 96 and len(splits["dev12"]) >= 30
+    assert sum("no" in (r["expect_diagnosis"], r["expect_remediation"]) for r in splits["dev12"]) >= 12  # adversarial
     assert sum("no" in (r["expect_diagnosis"], r["expect_remediation"]) for r in splits["dev10"]) >= 12  # adversarial
     assert sum("no" in (r["expect_diagnosis"], r["expect_remediation"]) for r in splits["dev8"]) >= 12  # adversarial
     assert sum("no" in (r["expect_diagnosis"], r["expect_remediation"]) for r in splits["dev6"]) >= 10  # adversarial
@@ -56,8 +62,9 @@ def test_the_labelled_set_is_what_docs_learner_md_says():
 # clipping" to review (f08) and "dedupe the dataset" alone (f25), where dev credits "Keep clipping at 1.0." (d07)
 # and held-out "Deduplicate the training data." (h10); dev9 sends filtering the rows with rare tokens out of the
 # corpus to review (m30), where the registry's bad batch is one of repeated or rare rows and filtering them is its
-# fix. No answer keyed "no" is ever credited.
-KEYS_THAT_DISAGREE = {"f08", "f25", "m30"}
+# fix; dev11 sends "deduplicate the training data." to review (q36), as dev5 did. No answer keyed "no" is ever
+# credited.
+KEYS_THAT_DISAGREE = {"f08", "f25", "m30", "q36"}
 
 
 @pytest.mark.parametrize("split", SPLITS)
@@ -109,6 +116,24 @@ def test_the_grader_agrees_with_the_teacher(split):
     ("remediation", "Re-initialise that tensor's normaliser.", "bad_init", "no", "a fix for another cause"),
     ("remediation", "Turn the causal (lower-triangular) mask back on for training and retrain from scratch.",
      "broken_mask", "credit", "restoring the causal mask"),
+    # round 7: the wrong way round in other words, a setting as the fault, what eases a fault without removing it
+    ("diagnosis", "Initial weights far too small, so the logits were tiny.", "bad_init", "review", "wrong way round"),
+    ("diagnosis", "The learning rate doubled at step 500 and that multiplied the gradients by fifty.",
+     "gradient_explosion", "no", "as what followed"),
+    ("diagnosis", "something multiplied every gradient by the same ~50", "gradient_explosion", "credit",
+     "the gradients multiplied"),
+    ("diagnosis", "causal_mask=false during training.", "broken_mask", "credit", "a broken causal mask"),
+    ("diagnosis", "Weights too big out of the gate.", "bad_init", "credit", "weights initialised too large"),
+    ("diagnosis", "the gradients were blown up x50 at step 500, nothing about the data.", "gradient_explosion",
+     "credit", "and no other cause"),
+    ("diagnosis", "The loss shoots up early while Adam's moments are still garbage, with no warmup at all.",
+     "no_warmup", "credit", "and no other cause"),
+    ("remediation", "restablezca la máscara causal y vuelva a entrenar.", "broken_mask", "credit", "restoring the causal mask"),
+    ("remediation", "apretar el clipping (grad_clip=0.5) y seguir entrenando.", "bad_batch", "review", "eases"),
+    ("remediation", "grad_clip=0.5", "bad_batch", "review", "eases"),
+    ("remediation", "bajar beta2 a 0.9 para que v olvide antes.", "optimizer_state_corruption", "review", "eases"),
+    ("remediation", "turn on update clipping and lower beta2.", "optimizer_state_corruption", "no", "another cause"),
+    ("remediation", "bajar la escala de init a la mitad.", "bad_init", "review", "eases"),
     # what is not Adam's v: its first moment, the vocabulary's ln V
     ("diagnosis", "Adam's first moment was multiplied by 100.", "optimizer_state_corruption", "no", "no failure mode"),
     ("diagnosis", "The step-0 loss is far above ln V.", "optimizer_state_corruption", "no", "no failure mode"),

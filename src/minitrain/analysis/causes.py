@@ -30,7 +30,7 @@ from minitrain.analysis.vocabulary import (
     AT_START, BAD, BATCH, BIG, BIGGER, CHECKPOINT, CLIP, COMPARED, COUNT, CULPRIT, CURVE, DUPLICATED, EXPLODED, FIND,
     FROM_ZERO, GRAD, GRAD_NORM, GREW, INFLATED, INIT, INIT_TERM, JUDGED, KEEP, LOADER, LOSS, LOSS_SIDE, LOWER, LR, MASK, MOVED,
     NOT_BEING, NOT_GRAD, NOT_NEEDED, NOT_V, OFF, OPTIMIZER, OTHER_MASK, RAISE, RAMP, REPAIR, REPEATED_ES, RESET, RESTORE, ROWS,
-    SCALED_UP, SCALER, SCALING, SHRANK, SKIP, SPIKE, SQUARED, STALL, STEPS, TENSOR, UPDATE_CLIP, V, WARMUP, WEIGHTS)
+    SCALED_UP, SCALER, SCALING, SHRANK, SKIP, SMALL, SPIKE, SQUARED, STALL, STEPS, TENSOR, UPDATE_CLIP, V, WARMUP, WEIGHTS)
 
 
 @dataclass(frozen=True)
@@ -105,9 +105,15 @@ NOT_A_CAUSE: tuple[Concept, ...] = (
     Concept("overfitting", ("overfitting|overfit|overfits|overfitted|sobreajuste|sobreajustar|sobreajusta",)),
 )
 
+# changes that ease a fault's damage and leave its cause: a teacher reads them
+TIGHTER_CLIP = Concept("tightening the clip threshold, which caps the spike and leaves its cause",
+                       ("tighten|tighter|stricter|apretar|endurecer|más estricto|lower|reduce|bajar|reducir", CLIP),
+                       reach=3, ordered=True, unless=UPDATE_CLIP, pattern=r"grad_clip\s*[=:]\s*0?\.\d+")
+LOWER_BETA2 = Concept("a lower beta2, which makes v forget the step sooner and leaves its cause",
+                      (LOWER, "beta2|β2|b2"), reach=3, ordered=True)
 HARMFUL_ALWAYS: tuple[Concept, ...] = (
     Concept("turning gradient clipping off", (OFF, CLIP), reach=2, ordered=True,
-            pattern=r"grad_clip\s*=\s*0\b"),
+            pattern=r"grad_clip\s*=\s*0(?![.\d])"),
     Concept("turning gradient clipping off", ("turn|switch|shut|poner", CLIP, "off"), reach=3, ordered=True),
     Concept("turning gradient clipping off", (CLIP, "off|disabled|desactivado|apagado|fuera"), reach=2, ordered=True),
     Concept("loosening the clip threshold", (RAISE + "|loosen|relax|relajar|aflojar", CLIP,
@@ -183,7 +189,7 @@ KNOBS: tuple[Knob, ...] = (
 _ALL = (
     Cause("healthy",
           (Concept("a healthy run", ("run|model|training|entrenamiento|modelo|corrida", "healthy|sano|saludable"),
-                   reach=2, not_near=COMPARED),
+                   reach=2, not_near=COMPARED + "|rest|remainder|otherwise|resto|demás"),  # "the rest ..., healthy"
            # "nothing wrong with the data" clears the data, not the run
            Concept("no anomaly", pattern=r"no anomal|nothing wrong(?! with)|nothing wrong with (?:the )?(?:run|model"
                                          r"|training)|sin anomal|nada raro(?! en)")),
@@ -228,7 +234,7 @@ _ALL = (
                  Concept("finding what scaled the gradients", (FIND, SCALER), ordered=True, unless=INIT_TERM),
                  Concept("finding what scaled the gradients", (FIND, CULPRIT, GRAD + "|" + SCALER), ordered=True,
                          unless=SQUARED),
-                 Concept("down-weighting the outlier step (ZClip)", pattern=r"down-?weight"))),
+                 Concept("down-weighting the outlier step (ZClip)", pattern=r"down-?weight")), workarounds=(LOWER_BETA2,)),
     Cause("bad_batch",
           (Concept("a bad batch", (BAD, BATCH), reach=2, pattern=r"bad[-_ ]batch"),
            Concept("repeated or rare rows in one batch", (ROWS + "|" + BATCH, DUPLICATED), unless=LOADER),
@@ -263,10 +269,11 @@ _ALL = (
                                                                "again|more|más|otra vez|times|twice|veces"), reach=4,
                            ordered=True, pattern=r"oversampl|more copies|m[aá]s copias|up-?weight"),
                    Concept("training on the bad batch again", ("more weight|extra weight|más peso", BATCH + "|it|them"),
-                           reach=4))),
+                           reach=4)), workarounds=(TIGHTER_CLIP,)),
     Cause("optimizer_state_corruption",
           (Concept("Adam's second moment (v) corrupted or inflated", (V, INFLATED), reach=8, ordered=True,
-                   unless=NOT_V, along=INFLATED, opposite=SHRANK),
+                   unless=NOT_V, along=INFLATED, opposite=SHRANK,
+                   not_near="still|yet|todavía|aún"),  # "Adam's moments are still garbage": not estimated yet
            Concept("Adam's second moment (v) corrupted or inflated", (INFLATED, V), reach=3, ordered=True,
                    unless=NOT_V),
            Concept("a corrupted optimizer state", ("corrupt|tamper|overwrite|poison|corromper|dañar|estropear",
@@ -288,7 +295,7 @@ _ALL = (
                            ordered=True),),
           workarounds=(Concept("resetting the whole optimizer, not the tensor's moments",
                                ("whole|entire|every|all|fresh|todo|toda|todos|completo|entero",
-                                OPTIMIZER + "|state|estado|tensor|tensors"), reach=2, ordered=True),),
+                                OPTIMIZER + "|state|estado|tensor|tensors"), reach=2, ordered=True), LOWER_BETA2),
           fixes=(Concept("reloading a checkpoint or the optimizer's moments", (RESTORE, CHECKPOINT), ordered=True,
                          step=True),
                  Concept("resetting the tensor's moments", (RESET, V), reach=5, ordered=True, unless=NOT_V),
@@ -307,7 +314,8 @@ _ALL = (
     Cause("bad_init",
           (Concept("weights initialised too large", (INIT, BIG), reach=4,
                    pattern=r"bad init|bad_init|mala inicializ|init_scale|inicializaci[oó]n (?:mala|err[oó]nea)"),
-           Concept("weights initialised too large", (WEIGHTS, BIG, AT_START), reach=5, not_near=GREW),
+           Concept("weights initialised too large", (WEIGHTS, BIG, AT_START), reach=5, not_near=GREW, along=BIG,
+                   opposite=SMALL),
            Concept("weights initialised too large", (INIT, "bad|wrong|broken|mal|mala|malo|erróneo|errónea"),
                    reach=1),
            Concept("weights initialised too large", (INIT, "scale|escala", r"~[1-9]\d+"), reach=2, ordered=True)),
@@ -315,7 +323,9 @@ _ALL = (
           "run; keep init std at 0.02 scale.", config_fix="init_scale=1",
           signs=(Concept("huge logits at step 0", ("logit|activation|activación", "huge|large|enormous|enorme|grande"),
                          reach=3),),
-          workarounds=(Concept("scaling the trained weights down by hand", ("divide|shrink|scale down|dividir|encoger",
+          workarounds=(Concept("lowering the init scale by some factor, not to the standard one",
+                               (LOWER + "|halve|dividir", INIT), reach=4, ordered=True),
+                       Concept("scaling the trained weights down by hand", ("divide|shrink|scale down|dividir|encoger",
                                                                            WEIGHTS + "|embedding|embeddings"), reach=4,
                                ordered=True),
                        # a norm layer, or the weights normalised: tames the scale the init left
@@ -363,7 +373,7 @@ _ALL = (
                                                                 "|jump|jumped|subir|sube|subió|crece|creció",
                                                                 "first|early|start|primeros|primeras|inicio|comienzo"),
                          reach=6, ordered=True)),
-          fixes=(Concept("restoring the warmup", ("restore|add|put|bring|reintroduce|use|keep|enable|turn on|set up|set"
+          fixes=(Concept("restoring the warmup", ("restore|add|put|bring|give|reintroduce|use|keep|enable|turn on|set up|set"
                                                   "|reinstate|restaurar|añadir|agregar|volver|poner|usar|activar"
                                                   "|reactivar|reponer|devolver|reinstaurar|meter|recuperar", WARMUP), reach=5, ordered=True,
                          pattern=r"warmup_steps\s*=\s*[1-9]"),
@@ -373,7 +383,7 @@ _ALL = (
                                                   "|desde cero|poco a poco|linealmente|gradualmente"), reach=4,
                          ordered=True)),
           workarounds=(Concept("lowering the peak LR instead of warming up", (LOWER, LR + "|lr_max|peak|pico"),
-                               reach=3, ordered=True),
+                               reach=3, ordered=True), TIGHTER_CLIP,
                        # a lower LR for the first steps only: a warmup of one step
                        Concept("a lower LR for the first steps only", ("half|lower|smaller|reduced|mitad|menor|más bajo"
                                                                         "|más baja", LR + "|peak|pico",
@@ -390,7 +400,8 @@ _ALL = (
                                             "|not applied|never applied|~\\w*n't applied|not used|~\\w*n't used"
                                             "|no se aplicó|no se aplicaba|ignored|ignorada"
                                             "|skipped|omitida"), reach=3, unless=OTHER_MASK, not_near=LOSS_SIDE,
-                   pattern=r"\bbroken_mask\b"),
+                   # the setting written as it was: a statement of the fault
+                   pattern=r"\bbroken_mask\b|causal_mask\s*[=:]\s*(?:false|0|off|no)\b"),
            # what attention reaches: it sees, attends to or covers the positions after it
            Concept("positions see the future tokens", ("see|peek|look|attend|read|ver|vea|veía|mirar|espiar|atiende"
                                                        "|atienden|atender|atendía|cover|span|reach|cubrir|abarcar"
@@ -434,7 +445,7 @@ _ALL = (
                  Concept("restoring the causal mask", ("restore|use|put|bring|enable|re enable|turn|switch"
                                                        "|retrain|train|rerun|re run|entrenar|reentrenar"
                                                        "|reinstate|reapply|re apply|apply|restaurar|usar|poner|volver|aplicar"
-                                                       "|activar|reactivar|activate|reactivate|re activate",
+                                                       "|activar|reactivar|activate|reactivate|re activate|restablecer|reponer|encender",
                                                        "causal|triangular|tril|" + MASK),
                          reach=4, ordered=True, unless=OTHER_MASK, not_near=LOSS_SIDE, pattern=r"causal_mask\s*[=:]\s*(?:true|1|on|yes)\b"),
                  Concept("restoring the causal mask", ("causal|triangular|tril", MASK + "|attention|atención",
@@ -482,7 +493,7 @@ _ALL = (
           fixes=(Concept("fixing the scheduler", (REPAIR + "|restore|restaurar", "schedule|scheduler|programador"
                                                   "|planificador"), reach=3, ordered=True),)),
     Cause("lr_spike",
-          (Concept("an LR spike", (LR, "spike|jump|jumped|pico|salto|saltar|multiply|dispararse"), reach=2,
+          (Concept("an LR spike", (LR, "spike|jump|jumped|pico|salto|saltar|multiply|dispararse|double|triple|duplicar|shot up"), reach=2,
                    pattern=r"\blr_spike\b"),),
           "Log the LR the optimizer actually ran with, every step, and assert it against the schedule's formula "
           "(a resumed or rebuilt scheduler is the usual culprit)."),
@@ -556,7 +567,8 @@ _ALL = (
                    ("step|optimizer|optimiser|paso|optimizador",
                     "no effect|nothing|not change|not applied|not update|sin efecto|no cambiar|no aplicar"),
                    # "nothing has trained yet" is step 0, not a step lost
-                   reach=6, unless="almost nothing|nearly nothing|next to nothing|casi nada|nothing else|nada más",
+                   reach=6, unless="almost nothing|nearly nothing|next to nothing|casi nada|nothing else|nada más"
+                   "|nothing about|nothing to do with|nada que ver",  # what it rules out: "nothing about the data"
                    not_near="yet|todavía|aún|untrained|sin entrenar", pattern=r"update not applied|\bupdate_not_applied\b"),),
           "Build the optimizer on the parameters of the model as trained (after moving and wrapping it) and assert "
           "after the first step that the weights changed.",

@@ -127,7 +127,7 @@ LOSS = any_of("loss|pérdida")
 CURVE = any_of("loss|train loss|training loss|val loss|validation loss|validation|pérdida|grad norm|gradient norm",
                "pre clip norm|norma del gradiente")
 MOVED = any_of("spike|spiked|jump|jumped|rose|rise|went up|go up|climb|climbed|fell|fall|drop|dropped|plateau|flat",
-               "stall|stalled|recover|recovered|came back|came down|diverge|diverged|nan|inf|pico|saltó|subió|subir",
+               "stall|stalled|recover|recovered|came back|came down|come back|come down|goes from|went from|diverge|diverged|nan|inf|pico|saltó|subió|subir",
                "cayó|bajó|estancó|estancada|plana|meseta|recupera|recuperó|volvió|goes up|going up|triples|doubles",
                "stop improving|stops improving|stopped improving|desploma|desplomó|hunde|hundió|dispara|disparó",
                "sube|baja|no para de subir",
@@ -164,9 +164,12 @@ WEIGHTS = any_of("weight|weights|parameter|parameters|peso|pesos|parámetro|par�
 # when: a weight too large from the start, not one that grew during training
 AT_START = any_of("init|initial|initially|initialised|initialized|start|started|begin|began|born|step 0|untrained",
                   "from the start|inicial|inicialmente|inicializar|arrancar|empezar|comenzar|desde el principio",
-                  "paso 0|nacer")
-BIG = any_of("too large|too big|huge|large|big|~scaled|scaled up|enormous|oversized|far too|enorme|grande|demasiado grande",
-             "giant|gigantic|massive|gigante|gigantesco|descomunal", TIMES)
+                  "paso 0|nacer|drawn|sampled|muestreado|out of the gate|from the outset|from the get go|de entrada|de arranque")
+BIG = any_of("too large|too big|huge|large|big|~scaled|scaled up|enormous|oversized|enorme|grande|demasiado grande",
+             "giant|gigantic|massive|gigante|gigantesco|descomunal|wide|too wide|broad|ancha|amplia|excessive",
+             "excesivo|excesiva|off the charts|fuera de escala", TIMES)
+# the other way round: weights drawn too small
+SMALL = any_of("too small|small|smaller|tiny|minuscule|pequeño|pequeños|pequeña|diminuto|minúsculo|demasiado pequeño")
 KEEP = any_of("keep|leave|use|add|turn on|switch on|enable|apply|rely on|retain|in place|mantener|usar|activar",
               "dejar|aplicar|conservar|poner|puesto")
 # looking at something, which changes nothing by itself

@@ -272,6 +272,14 @@ def same_verb(low: str, label: str, others: list[str]) -> bool:
     return bool(places) and all(p[0] in starts for p in places)
 
 
+def said_apart(low: str, labels: list[str], others: list[str]) -> bool:
+    """Whether one of the concepts `labels` is said in words of its own, not starting at the verb of one of
+    `others` (a workaround beside another cause's fix is that other fix; a setting alone says no verb)."""
+    w = words_of(low)
+    starts = {p[0] for other in others for p in w.where.get(other, [])}
+    return any(p[0] not in starts for label in labels for p in w.where.get(label, []))
+
+
 def verb_elsewhere(low: str, labels: list[str], others: list[str]) -> bool:
     """Whether every place the fixes `labels` were found starts at a verb that another fix takes as its object
     sooner ("restore beta2 and pin it in the checkpoint" restores beta2, not the checkpoint): a verb's object is
@@ -551,7 +559,7 @@ def judge_remediation(text: str, cause: str) -> Point:
             return Point(REVIEW, f"proposes {', '.join(mine)} (a fix registered for {cause}), and also "
                                  f"{said(fixes) or ', '.join(workaround)}: a teacher reads it")
         return Point(CREDIT, f"proposes {', '.join(mine)}, a fix registered for {cause}")
-    if workaround:
+    if workaround and not said_apart(low, [label for labels in fixes.values() for label in labels], workaround):
         return Point(REVIEW, f"proposes {', '.join(workaround)}, which eases {cause} without removing it: a teacher "
                              "reads it")
     if CAUSES[cause].recovers and not set(fixes) - {"healthy"} and RECOVERY.search(low):

@@ -38,6 +38,9 @@ CLAUSE_BREAK = re.compile(r"[;:!?\n,()]|->|=>|→|⇒|\.(?!\w)|(?<!\w)(?:but|how
                           r"|because|since|pero|sino|aunque|porque|ya que|mientras)(?!\w)")
 # an indefinite word's adjective describes nothing in particular ("something odd", "algo raro"): it names nothing
 INDEFINITE = frozenset("something anything nothing algo nada".split())
+# a word after one that takes a determiner is a verb with its object ("something multiplied every gradient")
+DETERMINER = frozenset("the a an every each all its their his her this that these those el la los las un una todos"
+                       " todas cada su sus".split())
 
 
 # a word of the verb's object: a conjunction ends it ("scale and clipping off" turns clipping off, scales nothing off)
@@ -90,6 +93,7 @@ def stems(word: str) -> tuple[str, str, str, str]:
     word = ABBREVIATIONS.get(word, word)
     word = word[:-2] if word.endswith("'s") else word
     spanish = re.sub(r"(?<=[aeiou])duj(?=[aeiou])", "duc", word)  # "-ducir" verbs: redujo is reducir's
+    spanish = re.sub(r"(?<=[aeiou])zc(?=[aeo])", "c", spanish)  # "-ecer" verbs: restablezca is restablecer's
     plain = SPANISH.stemWord(without_accents(spanish))
     root = re.sub(r"(?:[aeiou]+|[aei]r)$", "", plain)
     return (ENGLISH.stemWord(word.replace("iz", "is")), SPANISH.stemWord(spanish), plain,
@@ -232,7 +236,8 @@ def words_of(text: str) -> Words:
     for i, word in enumerate(words):
         for k, stem in enumerate(stems(word)):
             by_stem.setdefault((k, stem), []).append(i)
-    vague = frozenset(i + 1 for i, word in enumerate(words[:-1]) if word in INDEFINITE)
+    vague = frozenset(i + 1 for i, word in enumerate(words[:-1]) if word in INDEFINITE
+                      and not (i + 2 < len(words) and words[i + 2] in DETERMINER))
     return Words(text, language(words), words, tuple(m.span() for m in matches),
                  tuple(sum(e <= m.start() for e in ends) for m in matches),
                  tuple(sum(e <= m.start() for e in breaks) for m in matches), by_stem, vague)
