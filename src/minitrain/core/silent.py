@@ -66,12 +66,13 @@ class SilentSignals:
         """`grads`: what the optimizer will be given (before clipping)."""
         fresh_grads, self.fresh_grads = self.fresh_grads, None
         fresh, self.fresh = self.fresh, None
-        left = self.left if self.left is not None else (
-            sums(self.left_grads) if self.left_grads is not None else None)
+        left, left_grads = self.left, self.left_grads
         self.left = self.left_grads = self.carry = None
         if fresh_grads is not None and len(fresh_grads) == len(grads) and all(
                 a is b for a, b in zip(fresh_grads, grads)):
-            return  # the optimizer gets backward's own tensors: nothing carried
+            return  # the optimizer gets backward's own tensors: nothing carried (and nothing to digest)
+        if left is None and left_grads is not None:
+            left = sums(left_grads)
         if left is None or any(g is None for g in grads):
             return
         if fresh is None:
