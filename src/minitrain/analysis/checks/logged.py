@@ -244,11 +244,17 @@ def check_interval_outlier(ev: Evidence) -> Finding:
     z = bump / spread
     apart = np.full(n, np.nan)
     apart[1:-1] = np.abs(loss[2:] - loss[:-2])
+    # both neighbours back at the level the row before them held: the loss was stationary before the bump (not
+    # the first rows' fall) and stayed where it was after (a scaled gradient, averaged into the same interval,
+    # damages the model: its rows stay up), so the row before the previous one is needed
+    left = np.full(n, np.nan)
+    left[2:-1] = np.maximum(np.abs(loss[1:-2] - loss[:-3]), np.abs(loss[3:] - loss[:-3]))
     guard = T["outlier_rows"] * ev.row_loss_unit / every
     # one bad batch stands alone: a noisy run (an LR too high) has several bumps of a size
     second = np.sort(bump[np.isfinite(bump)])[-2]
     alone = np.where(np.isfinite(bump), second <= T["outlier_back"] * bump, False)
-    hit = (z >= T["outlier_z"]) & (bump >= guard) & (apart <= T["outlier_back"] * bump) & alone
+    hit = (z >= T["outlier_z"]) & (bump >= guard) & (apart <= T["outlier_back"] * bump) \
+        & (left <= T["outlier_back"] * bump) & alone
     i = int(np.nanargmax(np.where(hit, z, np.nan))) if hit.any() else int(np.nanargmax(z))
     return Finding(bool(hit[i]), float(z[i]), f"{'row' if hit[i] else 'largest row bump'} at step {ev.step_at(i)}: "
                    f"loss {fmt(loss[i])}, +{bump[i]:.3g} nats over its neighbours' mean = {z[i]:.1f} σ of the log's "
