@@ -259,3 +259,17 @@ def test_no_warmup_needs_the_first_steps_lr():
     first = Evidence(rows(loss, cosine_lr(n * 10, 3e-3, warmup=20)[::10], every=10, first=0), vocab_size=V,
                      imported={"first_step": 0, "log_every": 10})
     assert not answer(ITEMS["§2.3"], first)[0].matched
+
+
+def test_a_stuck_loader_in_a_log_every_5_steps_is_a_fall_that_speeds_up_then_comes_back():
+    n = 40
+    loss = healthy_loss(n, every=5) + noise(n, 9, 0.01)
+    stuck = loss.copy()
+    stuck[28:36] -= 0.1 * np.arange(1, 9)  # one batch memorised for 40 steps: every row falls, fast
+    stuck[36] = loss[27] + 0.3  # new batches: back above where the fall began
+    v = walk(imported(stuck, cosine_lr(n * 5, 1e-3)[::5], every=5))
+    assert v["cause"] == "stuck_loader" and 140 <= v["anomaly_step"] <= 150, (v["cause"], v["anomaly_step"])
+    # a bump after a fall at the run's own pace (a bad batch in a steadily falling log) is no memorised batch
+    bump = loss.copy()
+    bump[36] += 1.0
+    assert not answer(ITEMS["§4.4"], imported(bump, cosine_lr(n * 5, 1e-3)[::5], every=5))[0].matched
