@@ -284,7 +284,8 @@ TREE: tuple[Section, ...] = (
              P_LOSS, f">= {T['stuck_fall_steps']:g} falls in a row, >= {T['stuck_fall_z']:g} σ in all, then back "
              f">= {T['stuck_back']:.0%} of it in one step (a log every N steps: >= {T['stuck_fall_rows']:g} rows "
              f"falling x{T['stuck_speed']:g} as fast as the rows before, then back to where the fall began in one "
-             "row)", C.check_loss_memorised_run, yes="§4.B"),
+             "row)", C.check_loss_memorised_run, yes="§4.B",
+             needs=("rows",)),
         Node("§4.5", "In a log written every N steps: is one row's loss far above both its neighbours, which agree?",
              "loss - the mean of the rows before and after, in σ of the log's own row-to-row noise (a log of every "
              "step: no, §4.2 decides)", P_LOSS, f">= {T['outlier_z']:g} σ and >= {T['outlier_rows']:g} x ln V / batch "

@@ -70,8 +70,8 @@ def _memorised_rows(ev: Evidence) -> Finding:
     that many intervals) is not read."""
     loss, k_min = ev.loss, int(T["stuck_fall_rows"])
     noise = _row_noise(loss)
-    if len(loss) < T["coarse_min_rows"] or not noise > 0:
-        return miss(f"fewer than {T['coarse_min_rows']:g} logged rows")
+    if not noise > 0:
+        return miss("no row-to-row noise to read a fall against")
     best: tuple[float, int, int, float] | None = None  # (fall against the rows before's pace, start, rows, pace)
     falls = np.diff(loss) < 0
     i = 0
