@@ -9,8 +9,9 @@ config and the trainer's source), then imported as its user would import it and 
 scored holds a wrong name or a false alarm; docs/foreign-runs.md says what each category means.
 
 Both parts have been scored and the rules tuned on all 40 runs (docs/foreign-runs.md): a regression check now.
---part blind2 scores a second held-out suite, bench/foreign2/ (its own three trainers and 42 runs, cached in
-build/foreign-suite-blind2/), written by a tester who never read the diagnosis code. --import-only trains and
+--part blind2 scores a second suite, bench/foreign2/ (its own three trainers and 42 runs, cached in
+build/foreign-suite-blind2/), written by a tester who never read the diagnosis code: held out until round 2's
+rules were scored on it once, dev since (docs/foreign-runs.md). --import-only trains and
 imports without diagnosing.
 """
 import argparse

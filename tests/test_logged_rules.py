@@ -227,3 +227,49 @@ def test_a_norm_up_for_good_after_a_loss_thrown_up_is_not_a_summed_loss():
     up = gn.copy()
     up[203:] *= 20 + 300 * np.exp(-np.arange(n - 203) / 10)
     assert not answer(ITEMS["§9.4"], imported(damaged, np.full(n, 3e-4), grad_norm=up))[0].matched
+
+
+# --- what an event rule and §2.3 need of a coarse log ---
+
+
+def test_a_bump_in_the_first_rows_or_one_the_loss_stays_up_after_is_no_bad_batch_in_a_coarse_log():
+    n = 30
+    loss = healthy_loss(n, every=10) + noise(n, 8, 0.004)
+    early = loss.copy()
+    early[1] += 1.6  # the second row, while the loss still falls from its untrained level: no level to read it by
+    f, _ = answer(ITEMS["§4.5"], imported(early, cosine_lr(n, 1e-3, warmup=3), every=10))
+    assert not f.matched
+    # a scaled gradient averaged into row 17: the row before rises with it and the rows after stay up
+    scaled = loss.copy()
+    scaled[16:] += 0.75 * np.exp(-np.arange(n - 16) / 6.0)
+    scaled[17] += 0.8
+    f, _ = answer(ITEMS["§4.5"], imported(scaled, cosine_lr(n, 1e-3, warmup=3), every=10))
+    assert not f.matched
+
+
+def test_no_warmup_needs_the_first_steps_lr():
+    n = 20
+    lr = cosine_lr(n * 10, 3e-3, warmup=20)[9::10]  # HF logging_steps=10: the first row is step 10, half the peak
+    loss = healthy_loss(n, every=10)
+    late = Evidence(rows(loss, lr, every=10, first=10), vocab_size=V, imported={"first_step": 10, "log_every": 10})
+    f, _ = answer(ITEMS["§2.3"], late)
+    assert not f.matched and f.shown.startswith("not measured")
+    assert walk(late)["cause"] != "no_warmup"
+    # the same run logged from its first step shows the warmup it had
+    first = Evidence(rows(loss, cosine_lr(n * 10, 3e-3, warmup=20)[::10], every=10, first=0), vocab_size=V,
+                     imported={"first_step": 0, "log_every": 10})
+    assert not answer(ITEMS["§2.3"], first)[0].matched
+
+
+def test_a_stuck_loader_in_a_log_every_5_steps_is_a_fall_that_speeds_up_then_comes_back():
+    n = 40
+    loss = healthy_loss(n, every=5) + noise(n, 9, 0.01)
+    stuck = loss.copy()
+    stuck[28:36] -= 0.1 * np.arange(1, 9)  # one batch memorised for 40 steps: every row falls, fast
+    stuck[36] = loss[27] + 0.3  # new batches: back above where the fall began
+    v = walk(imported(stuck, cosine_lr(n * 5, 1e-3)[::5], every=5))
+    assert v["cause"] == "stuck_loader" and 140 <= v["anomaly_step"] <= 150, (v["cause"], v["anomaly_step"])
+    # a bump after a fall at the run's own pace (a bad batch in a steadily falling log) is no memorised batch
+    bump = loss.copy()
+    bump[36] += 1.0
+    assert not answer(ITEMS["§4.4"], imported(bump, cosine_lr(n * 5, 1e-3)[::5], every=5))[0].matched

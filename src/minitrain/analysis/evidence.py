@@ -32,7 +32,7 @@ ASSUMED_VOCAB = TrainConfig.vocab_size
 # facts of how a run was logged that checks need (Node.needs), known for minitrain's own runs (Evidence.knows):
 # the vocabulary size, the batch size, the intended LR schedule, one row per optimizer step (a loss not averaged
 # over an interval), a first row that is the untrained model's, and a run long enough to judge the LR's size
-LOGGING_FACTS = ("vocab", "batch_size", "schedule", "every_step", "step0", "long_run")
+LOGGING_FACTS = ("vocab", "batch_size", "schedule", "every_step", "rows", "step0", "first_lr", "long_run")
 
 
 def _num(x) -> float:
@@ -208,7 +208,11 @@ class Evidence:
             return bool(self.imported.get("batch_size"))
         if fact == "schedule":  # the schedule the user meant is nowhere in another trainer's log
             return False
+        if fact == "first_lr":  # the LR the first step ran at (step 0, or HF's first optimizer step 1)
+            return self.imported.get("first_step", 0) <= 1
         every = self.imported.get("log_every", 1) == 1
+        if fact == "rows":  # enough rows to read a pattern over rows: every step, or coarse_min_rows of them
+            return every or len(self.rows) >= T["coarse_min_rows"]
         if fact == "every_step":
             return every
         # step0: the first row is the untrained model's own batch (step 0, or HF's first optimizer step 1)

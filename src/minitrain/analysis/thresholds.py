@@ -117,6 +117,11 @@ THRESHOLDS: dict[str, Threshold] = {
     "stuck_fall_z": Threshold(3.0, "tuned", "... by at least this many σ of its own noise in all ..."),
     "stuck_back": Threshold(0.5, "tuned", "... and the next step's loss jumped back at least this share of that "
                                           "fall (new batches: the memorised one's gain is gone)"),
+    "stuck_fall_rows": Threshold(5, "tuned", "in a log every N steps (§4.4): the loss fell at every row for at least "
+                                            "this many rows (a repeat shorter than five intervals is not read) ..."),
+    "stuck_speed": Threshold(3.0, "tuned", "... this many times as fast as over as many rows before (a healthy "
+                                           "run's fall does not speed up: the suites' other coarse logs 0.3 or "
+                                           "less, their coarse repeats x3.6 or more), then back where it began"),
     "coarse_min_rows": Threshold(20, "tuned", "a log written every N steps (§4.5) needs this many rows before one row's "
                                               "bump is read against the others' (8 rows of a Lightning log: too few)"),
     # §5 initialisation

@@ -120,7 +120,7 @@ TREE: tuple[Section, ...] = (
         Node("§2.2", "Is the LR zero at every step?", "lr", P_LR, "max LR == 0", C.check_lr_zero, yes="§2.B", needs=("lr",)),
         Node("§2.3", "Does the first step already run at (near) the peak LR?", "lr at step 0 / max lr", P_LR,
              f">= {T['warmup_share']:g} (a run whose intended schedule is unknown: a schedule that varies, at a peak "
-             f"of {T['warmup_lr']:g} or more)", C.check_no_warmup, yes="§2.C", needs=("lr",)),
+             f"of {T['warmup_lr']:g} or more)", C.check_no_warmup, yes="§2.C", needs=("lr", "first_lr")),
         Node("§2.4", f"Does the LR jump (up or down) by more than x{T['lr_jump']:g} from one step to the next, after step 1?",
              "lr[t] / lr[t-1] from step 2 on (a linear warmup gives at most x1.5 there, a cosine far less)", P_LR,
              f"> x{T['lr_jump']:g} or < 1/{T['lr_jump']:g}", C.check_lr_jump, yes="§2.D", needs=("lr",)),
@@ -282,12 +282,15 @@ TREE: tuple[Section, ...] = (
         Node("§4.4", "Without batch composition: did the loss fall at every step for many steps, then jump back?",
              "loss, step to step (a run whose batches are not measured; one that measured them: no, §4.3 decides)",
              P_LOSS, f">= {T['stuck_fall_steps']:g} falls in a row, >= {T['stuck_fall_z']:g} σ in all, then back "
-             f">= {T['stuck_back']:.0%} of it in one step", C.check_loss_memorised_run, yes="§4.B",
-             needs=("every_step",)),
+             f">= {T['stuck_back']:.0%} of it in one step (a log every N steps: >= {T['stuck_fall_rows']:g} rows "
+             f"falling x{T['stuck_speed']:g} as fast as the rows before, then back to where the fall began in one "
+             "row)", C.check_loss_memorised_run, yes="§4.B",
+             needs=("rows",)),
         Node("§4.5", "In a log written every N steps: is one row's loss far above both its neighbours, which agree?",
              "loss - the mean of the rows before and after, in σ of the log's own row-to-row noise (a log of every "
              "step: no, §4.2 decides)", P_LOSS, f">= {T['outlier_z']:g} σ and >= {T['outlier_rows']:g} x ln V / batch "
-             f"size / N nats, neighbours apart and every other row's bump <= {T['outlier_back']:g} x it", C.check_interval_outlier,
+             f"size / N nats, neighbours apart, each from the row before the previous, and every other row's bump <= "
+             f"{T['outlier_back']:g} x it", C.check_interval_outlier,
              yes="§4.A"),
         Leaf("§4.A", "bad_batch", "bad batch / data outlier",
              "One batch is an outlier (one repeated or rare sentence, or corrupted rows: random tokens, rows cut "

@@ -18,7 +18,7 @@ import numpy as np
 
 from minitrain.analysis.checks import Finding, train_smooth, val_points
 from minitrain.analysis.evidence import Evidence, load_evidence, trailing_median_fast
-from minitrain.analysis.thresholds import CONFIDENCE_MODERATE, CONFIDENCE_STRONG
+from minitrain.analysis.thresholds import CONFIDENCE_MODERATE, CONFIDENCE_STRONG, T
 from minitrain.analysis.tree import ITEMS, Leaf, Node, next_node
 from minitrain.core.fmt import fmt
 
@@ -98,6 +98,10 @@ def _walk(ev: Evidence) -> dict:
 HOW_TO_TEST = {
     "vocab": "pass --vocab-size V to minitrain import (or keep HF's config.json beside the log)",
     "step0": "log from the first step, every step (HF logging_steps=1, Lightning log_every_n_steps=1)",
+    "rows": f"log more often: a log every N steps needs {T['coarse_min_rows']:g}+ rows to read a pattern over its "
+            "rows",
+    "first_lr": "log the LR from the first step (HF logging_first_step=True): a first row after a warmup shorter "
+                "than the interval already shows the peak",
     "every_step": "log the loss and gradient norm of every step (HF logging_steps=1, Lightning "
                   "log_every_n_steps=1): a mean over an interval or a sampled step hides a one-step fault",
     "schedule": "not in any log: the schedule you meant (a constant LR is read as meant); judge the LR curve yourself",

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from minitrain.analysis.checks.finding import SIGMA, X_THRESHOLD, Crossing, Finding, miss
-from minitrain.analysis.evidence import Evidence, trailing_spread
+from minitrain.analysis.evidence import MAD_TO_SIGMA, Evidence, trailing_spread
 from minitrain.analysis.thresholds import MIN_HISTORY, WINDOW, T
 from minitrain.core.fmt import fmt
 
@@ -20,6 +20,8 @@ def check_loss_memorised_run(ev: Evidence) -> Finding:
     steps, then jumps back most of the way when new batches arrive."""
     if ev.has("batch"):
         return miss("batch composition measured: §4.3 reads the batches themselves")
+    if not ev.knows("every_step"):
+        return _memorised_rows(ev)
     loss = ev.loss
     if len(loss) < T["stuck_fall_steps"] + 2:
         return miss("too few steps")
@@ -52,6 +54,57 @@ def check_loss_memorised_run(ev: Evidence) -> Finding:
                    f"{fmt(loss[start + n])}), then jumped back {back:.0%} of that fall in one step", start,
                    {"repeats": n, "first_step": ev.step_at(start), "last_step": ev.step_at(start + n)},
                    near=back / T["stuck_back"], crossing=Crossing(back, T["stuck_back"], X_THRESHOLD))
+
+
+def _row_noise(x: np.ndarray) -> float:
+    """A log's own row-to-row noise: the robust spread of the change from one row to the next, over sqrt(2)."""
+    step = np.diff(x)
+    return MAD_TO_SIGMA * float(np.nanmedian(np.abs(step - np.nanmedian(step)))) / math.sqrt(2)
+
+
+def _memorised_rows(ev: Evidence) -> Finding:
+    """§4.4 in a log written every N steps (a row is one step's loss or the interval's mean): a memorised batch
+    makes the loss fall at every row from where it began, several times as fast as it fell over the rows before
+    (a healthy run's fall does not speed up), and far beyond the log's own noise; new batches then put it back at
+    least where the fall began in one row. A run of falls shorter than stuck_fall_rows (fewer repeated steps than
+    that many intervals) is not read."""
+    loss, k_min = ev.loss, int(T["stuck_fall_rows"])
+    noise = _row_noise(loss)
+    if not noise > 0:
+        return miss("no row-to-row noise to read a fall against")
+    best: tuple[float, int, int, float] | None = None  # (fall against the rows before's pace, start, rows, pace)
+    falls = np.diff(loss) < 0
+    i = 0
+    while i < len(falls):
+        j = i + int(falls[i])
+        while j < len(falls) and falls[j]:
+            j += 1
+        end = j
+        # the memorised part is where the fall sped up: each start within the run, against the rows before it
+        for start in range(i, end - k_min + 1):
+            k = end - start
+            w = min(k, k_min)
+            if start < w or end + 1 >= len(loss):
+                continue
+            fall = float(loss[start] - loss[end])
+            before = float(loss[start - w] - loss[start]) / w * k  # the rows before's pace, over as many rows
+            speed = fall / before if before > 0 else math.inf
+            # among equal speeds (a flat loss before: any start is infinitely faster) the fastest pace
+            if fall >= T["stuck_fall_z"] * noise and loss[end + 1] >= loss[start] \
+                    and (best is None or (speed, fall / k) > (best[0], best[3])):
+                best = (speed, start, k, fall / k)
+        i = max(j, i + 1)
+    if best is None:
+        return Finding(False, 0.0, f"no run of {k_min}+ rows whose loss fell at every row beyond the log's noise, "
+                       "then came back where it began", None, near=0.0)
+    speed, start, k, _ = best
+    end = start + k
+    return Finding(speed >= T["stuck_speed"], speed,
+                   f"the loss fell at every one of {k} rows from step {ev.step_at(start)} ({fmt(loss[start])} to "
+                   f"{fmt(loss[end])}), x{speed:.3g} as fast as over the rows before, then came back to "
+                   f"{fmt(loss[end + 1])} in one row", start + 1,
+                   {"repeats": k, "first_step": ev.step_at(start + 1), "last_step": ev.step_at(end)},
+                   near=speed / T["stuck_speed"], crossing=Crossing(speed, T["stuck_speed"], X_THRESHOLD))
 
 
 def check_gn_scaled(ev: Evidence) -> Finding:
@@ -141,8 +194,7 @@ def lr_loss_reading(ev: Evidence) -> Finding:
     if len(at_peak) >= 6 and len(decayed) >= 6:
         fall_p, fall_d = _fall(loss, at_peak), _fall(loss, decayed)
         share = fall_d / float(np.nanmedian(loss[decayed]))
-        step = np.diff(ev.loss[at_peak])  # the loss's own row-to-row noise at the peak (a difference of two rows)
-        noise = 1.4826 * float(np.nanmedian(np.abs(step - np.nanmedian(step)))) / math.sqrt(2)
+        noise = _row_noise(ev.loss[at_peak])  # the loss's own row-to-row noise at the peak
         r = fall_p / noise if noise > 0 else math.inf
         event = _event(ev, at_peak)
         hit = share >= T["decay_fall"] and r <= T["stall_noise"] and event is None
@@ -244,11 +296,17 @@ def check_interval_outlier(ev: Evidence) -> Finding:
     z = bump / spread
     apart = np.full(n, np.nan)
     apart[1:-1] = np.abs(loss[2:] - loss[:-2])
+    # both neighbours back at the level the row before them held: the loss was stationary before the bump (not
+    # the first rows' fall) and stayed where it was after (a scaled gradient, averaged into the same interval,
+    # damages the model: its rows stay up), so the row before the previous one is needed
+    left = np.full(n, np.nan)
+    left[2:-1] = np.maximum(np.abs(loss[1:-2] - loss[:-3]), np.abs(loss[3:] - loss[:-3]))
     guard = T["outlier_rows"] * ev.row_loss_unit / every
     # one bad batch stands alone: a noisy run (an LR too high) has several bumps of a size
     second = np.sort(bump[np.isfinite(bump)])[-2]
     alone = np.where(np.isfinite(bump), second <= T["outlier_back"] * bump, False)
-    hit = (z >= T["outlier_z"]) & (bump >= guard) & (apart <= T["outlier_back"] * bump) & alone
+    hit = (z >= T["outlier_z"]) & (bump >= guard) & (apart <= T["outlier_back"] * bump) \
+        & (left <= T["outlier_back"] * bump) & alone
     i = int(np.nanargmax(np.where(hit, z, np.nan))) if hit.any() else int(np.nanargmax(z))
     return Finding(bool(hit[i]), float(z[i]), f"{'row' if hit[i] else 'largest row bump'} at step {ev.step_at(i)}: "
                    f"loss {fmt(loss[i])}, +{bump[i]:.3g} nats over its neighbours' mean = {z[i]:.1f} σ of the log's "
