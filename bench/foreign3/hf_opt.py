@@ -4,7 +4,7 @@ save_model() at the end (trainer_state.json and config.json in the output folder
 
 cfg: steps, lr, warmup, schedule (constant | cosine | linear: the LambdaLR handed to the Trainer),
 model (opt | neo), hidden, layers, heads, batch_size, block, log_every, clip (max_grad_norm, 0 = off),
-optim (adamw_torch | adafactor ...), betas, and a fault. The Trainer sees the batches in step order
+betas, weight_decay (AdamW's), and a fault. The Trainer sees the batches in step order
 (an IterableDataset), so a fault lands at the update the config names.
 """
 import torch
