@@ -1,4 +1,5 @@
-"""The text every trainer of this suite learns from: shop orders from a small grammar (no downloads).
+"""The text every trainer of this suite learns from (shop orders from a small grammar, no downloads), and the
+schedule, batches and update step its trainers share, where the faults are injected.
 
 Regular enough that a tiny model gets well below ln V in a few hundred steps, varied enough that it does not
 reach zero. Token ids for a character vocabulary (GRU, Mixer) or a word vocabulary (the HF models).
@@ -102,3 +103,16 @@ def scale_grads(model, step, cfg):
         for p in model.parameters():
             if p.grad is not None:
                 p.grad.mul_(cfg.get("scale", 65536.0))
+
+
+def update(model, opt, loss, step, cfg):
+    """One optimizer update; returns the gradient norm before clipping, as users log it."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    scale_grads(model, step, cfg)
+    if cfg.get("clip", 0) > 0:
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["clip"])
+    else:
+        norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+    opt.step()
+    return norm

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 from torch.utils.tensorboard import SummaryWriter
 
-from data import Batches, char_tokens, lr_at, make_text, scale_grads
+from data import Batches, char_tokens, lr_at, make_text, update
 
 
 class CharGRU(nn.Module):
@@ -41,14 +41,7 @@ def train(out, cfg):
         x, y = batches.batch(step)
         logits = model(x)
         loss = nn.functional.cross_entropy(logits.reshape(-1, vocab_size), y.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        scale_grads(model, step, cfg)
-        if cfg.get("clip", 0) > 0:
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["clip"])
-        else:
-            norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
-        opt.step()
+        norm = update(model, opt, loss, step, cfg)
         if step % cfg.get("log_every", 1) == 0:
             writer.add_scalar("train_loss", loss.item(), step)
             if "lr" in logged:

@@ -11,7 +11,7 @@ import time
 import torch
 import torch.nn as nn
 
-from data import Batches, char_tokens, lr_at, make_text, scale_grads
+from data import Batches, char_tokens, lr_at, make_text, update
 
 
 class MixerBlock(nn.Module):
@@ -59,14 +59,7 @@ def train(out, cfg):
             group["lr"] = lr
         x, y = batches.batch(step)
         loss = nn.functional.cross_entropy(model(x).reshape(-1, vocab_size), y.reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        scale_grads(model, step, cfg)
-        if cfg.get("clip", 0) > 0:
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["clip"])
-        else:
-            norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
-        opt.step()
+        norm = update(model, opt, loss, step, cfg)
         if step % cfg.get("log_every", 1) == 0:
             row = {"_step": step, "_runtime": round(time.time() - t0, 3), "_timestamp": round(time.time(), 3),
                    "train/loss": loss.item()}
