@@ -1,6 +1,7 @@
 """Score `minitrain import` + `minitrain diagnose` on runs made by trainers that are not minitrain.
 
-    python bench/foreign_suite.py --part dev|held-out|all|blind2 [--jobs 2] [--cache DIR] [--cases A,B] [--import-only]
+    python bench/foreign_suite.py --part dev|held-out|all|blind2|blind3 [--jobs 2] [--cache DIR] [--cases A,B]
+                                  [--import-only]
 
 bench/foreign/ holds three trainers written as their users write them (nanoGPT-style with TensorBoard and a
 printed log, the Hugging Face Trainer, a plain loop writing a CSV or Lightning's metrics.csv), none importing
@@ -11,7 +12,9 @@ scored holds a wrong name or a false alarm; docs/foreign-runs.md says what each 
 Both parts have been scored and the rules tuned on all 40 runs (docs/foreign-runs.md): a regression check now.
 --part blind2 scores a second suite, bench/foreign2/ (its own three trainers and 42 runs, cached in
 build/foreign-suite-blind2/), written by a tester who never read the diagnosis code: held out until round 2's
-rules were scored on it once, dev since (docs/foreign-runs.md). --import-only trains and
+rules were scored on it once, dev since (docs/foreign-runs.md). --part blind3 a third, bench/foreign3/ (a GRU with
+TensorBoard, the HF Trainer on a random OPT / GPT-Neo, an MLP-Mixer writing a W&B history CSV; 42 runs, cached in
+build/foreign-suite-blind3/), held out until round 3's rules were scored on it once. --import-only trains and
 imports without diagnosing.
 """
 import argparse
@@ -28,11 +31,14 @@ from pathlib import Path
 
 from foreign.cases import CASES
 from foreign2.cases import CASES as BLIND2_CASES
+from foreign3.cases import CASES as BLIND3_CASES
 
 ROOT = Path(__file__).resolve().parent.parent
 FOREIGN = Path(__file__).resolve().parent / "foreign"
 FOREIGN2 = Path(__file__).resolve().parent / "foreign2"
+FOREIGN3 = Path(__file__).resolve().parent / "foreign3"
 BLIND2_TRAINERS = {c.trainer for c in BLIND2_CASES}
+BLIND3_TRAINERS = {c.trainer for c in BLIND3_CASES}
 SPLIT_SEED = 35  # fixes which runs are dev (a third of each trainer's runs) and which are held out
 CATEGORIES = ["right", "step off", "unknown", "untestable", "healthy on fault", "wrong", "healthy", "false alarm",
               "import refused"]
@@ -55,6 +61,8 @@ def split():
 
 def _home(case):
     """The suite folder holding the case's trainer, and the data module its trainers share."""
+    if case.trainer in BLIND3_TRAINERS:
+        return FOREIGN3, "data.py"
     return (FOREIGN2, "text.py") if case.trainer in BLIND2_TRAINERS else (FOREIGN, "corpus.py")
 
 
@@ -66,7 +74,8 @@ def run_key(case):
 
 
 def _module(case):
-    return {"nanogpt": "nanogpt", "hf": "hf", "csv": "plain_loop"}.get(case.trainer, case.trainer)
+    return {"nanogpt": "nanogpt", "hf": "hf", "csv": "plain_loop", "gru": "gru_tb", "opt": "hf_opt",
+            "mixer": "mixer_wandb"}.get(case.trainer, case.trainer)
 
 
 def generate(case, cache):
@@ -92,7 +101,7 @@ def source_path(case, run):
     if case.source == "tb-run":
         return next((run / "runs").iterdir())
     return run / {"printlog": "train.log", "trainer_state": "trainer_state.json", "csv": "log.csv",
-                  "lightning": "metrics.csv"}[case.source]
+                  "lightning": "metrics.csv", "wandb": "wandb_history.csv"}[case.source]
 
 
 def flags(case, run):
@@ -179,18 +188,18 @@ def totals(rows):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--part", choices=["dev", "held-out", "all", "blind2"], default="dev")
+    ap.add_argument("--part", choices=["dev", "held-out", "all", "blind2", "blind3"], default="dev")
     ap.add_argument("--cache", help="where trained runs are kept between scorings (default build/foreign-suite, "
-                                    "build/foreign-suite-blind2 for --part blind2)")
+                                    "build/foreign-suite-blind2 or -blind3 for --part blind2 or blind3)")
     ap.add_argument("--cases", help="only these runs of the part (comma-separated names)")
     ap.add_argument("--import-only", action="store_true", help="train and import each run, diagnose nothing")
     ap.add_argument("--jobs", type=int, default=2, help="trainers run at once (one CPU thread each)")
     ap.add_argument("--json", metavar="FILE", help="also write the per-run results to FILE")
     args = ap.parse_args()
     parts = split()
-    if args.part == "blind2":
-        cases = BLIND2_CASES
-        parts.update({c.name: "blind2" for c in cases})
+    if args.part in ("blind2", "blind3"):
+        cases = BLIND2_CASES if args.part == "blind2" else BLIND3_CASES
+        parts.update({c.name: args.part for c in cases})
     else:
         cases = [c for c in CASES if args.part == "all" or parts[c.name] == args.part]
     if args.cases:
@@ -200,7 +209,7 @@ def main():
             print(f"--cases: not in part {args.part}: {', '.join(unknown)}", file=sys.stderr)
             return 2
         cases = [c for c in cases if c.name in names]
-    suffix = "-blind2" if args.part == "blind2" else ""
+    suffix = f"-{args.part}" if args.part in ("blind2", "blind3") else ""
     cache = Path(args.cache or ROOT / "build" / f"foreign-suite{suffix}")
     cache.mkdir(parents=True, exist_ok=True)
     t0 = time.time()

@@ -67,6 +67,25 @@ def test_blind2_suite_holds_42_runs_of_its_own_three_trainers(monkeypatch, capsy
     assert "no-such-run" in capsys.readouterr().err
 
 
+def test_blind3_suite_holds_42_runs_of_its_own_three_trainers(monkeypatch, capsys):
+    """bench/foreign3: 9 healthy and 33 faulty runs (7 leaving no trace), every cause one the key knows, a fault
+    step and length for each fault; --part blind3 refuses a --cases name it does not hold."""
+    import foreign_suite
+    from foreign3.cases import CASES
+
+    assert len(CASES) == 42 and sum(c.healthy for c in CASES) == 9 and len({c.name for c in CASES}) == 42
+    assert {c.trainer for c in CASES} == {"gru", "opt", "mixer"}
+    known = {"lr_too_high", "lr_spike", "no_warmup", "gradient_explosion", "bad_batch", "stuck_loader",
+             "attention_logit_growth", "output_logit_divergence"}
+    faults = [c for c in CASES if not c.healthy]
+    assert all(set(c.accept) <= known and c.fault_step is not None and c.fault_len >= 1 for c in faults)
+    assert sum(not c.traceable for c in faults) == 7
+    assert len({foreign_suite.run_key(c) for c in CASES}) == 42
+    monkeypatch.setattr(sys, "argv", ["foreign_suite.py", "--part", "blind3", "--cases", "no-such-run"])
+    assert foreign_suite.main() == 2
+    assert "no-such-run" in capsys.readouterr().err
+
+
 def test_foreign_suite_scores_each_answer_in_its_category():
     """Only a wrong name and a false alarm fail; an untestable list turns a silent miss into 'untestable'."""
     from foreign.cases import Case
