@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from minitrain.analysis.checks.finding import SIGMA, X_THRESHOLD, Crossing, Finding, miss
-from minitrain.analysis.evidence import MAD_TO_SIGMA, Evidence, trailing_spread
+from minitrain.analysis.evidence import MAD_TO_SIGMA, Evidence, nanmedian, trailing_spread
 from minitrain.analysis.thresholds import MIN_HISTORY, WINDOW, T
 from minitrain.core.fmt import fmt
 
@@ -56,10 +57,14 @@ def check_loss_memorised_run(ev: Evidence) -> Finding:
                    near=back / T["stuck_back"], crossing=Crossing(back, T["stuck_back"], X_THRESHOLD))
 
 
+def _robust_sigma(x: np.ndarray) -> float:
+    """A normal variable's standard deviation from x's median absolute deviation (NaNs left out)."""
+    return MAD_TO_SIGMA * float(np.nanmedian(np.abs(x - np.nanmedian(x))))
+
+
 def _row_noise(x: np.ndarray) -> float:
     """A log's own row-to-row noise: the robust spread of the change from one row to the next, over sqrt(2)."""
-    step = np.diff(x)
-    return MAD_TO_SIGMA * float(np.nanmedian(np.abs(step - np.nanmedian(step)))) / math.sqrt(2)
+    return _robust_sigma(np.diff(x)) / math.sqrt(2)
 
 
 def _memorised_rows(ev: Evidence) -> Finding:
@@ -132,8 +137,7 @@ def check_gn_scaled(ev: Evidence) -> Finding:
 def _smooth(x: np.ndarray) -> np.ndarray:
     """The loss, median over the surrounding rows (a tenth of the log, at most 21): a coarse log keeps its shape."""
     w = max(1, min(21, len(x) // 10)) | 1
-    pad = np.pad(x, w // 2, mode="edge")
-    return np.array([np.nanmedian(pad[i:i + w]) for i in range(len(x))])
+    return nanmedian(sliding_window_view(np.pad(x, w // 2, mode="edge"), w))  # np.nanmedian's values, every row at once
 
 
 def _fall(loss: np.ndarray, rows: np.ndarray) -> float:
@@ -290,7 +294,7 @@ def check_interval_outlier(ev: Evidence) -> Finding:
         return miss(f"fewer than {T['coarse_min_rows']:g} logged rows")
     bump = np.full(n, np.nan)
     bump[1:-1] = loss[1:-1] - (loss[:-2] + loss[2:]) / 2
-    spread = 1.4826 * float(np.nanmedian(np.abs(bump - np.nanmedian(bump))))
+    spread = _robust_sigma(bump)
     if not spread > 0:
         return miss("no row-to-row noise to read a bump against")
     z = bump / spread
